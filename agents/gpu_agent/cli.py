@@ -1,0 +1,237 @@
+"""Command line entry point: ``gpu-agent`` / ``python -m agents.gpu_agent``.
+
+One process can serve several simulated nodes (``--nodes``), each with its own
+port, backend and collector thread, so a laptop can stand in for a small cluster.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import logging
+import os
+import signal
+import socket
+import sys
+import threading
+import time
+from collections.abc import Callable, Sequence
+from types import FrameType
+
+from agents.gpu_agent import __version__
+from agents.gpu_agent.backends.base import Backend, BackendUnavailable
+from agents.gpu_agent.collector import Collector
+from agents.gpu_agent.server import AgentHTTPServer
+
+log = logging.getLogger("gpu_agent")
+
+DEFAULT_MODEL = "NVIDIA A100-SXM4-80GB"
+# Long enough for a slow first NVML pass; the line is printed anyway if it expires.
+FIRST_COLLECTION_TIMEOUT_S = 10.0
+
+
+def parse_listen(value: str) -> tuple[str, int]:
+    host, sep, port = value.rpartition(":")
+    if not sep or not port.isdigit() or int(port) > 65535:
+        raise argparse.ArgumentTypeError(f"expected HOST:PORT, got {value!r}")
+    # ":9400" means every interface, as it does for dcgm-exporter's --address.
+    return host.strip("[]") or "0.0.0.0", int(port)  # noqa: S104
+
+
+def _positive_float(value: str) -> float:
+    number = float(value)
+    if not number > 0:
+        raise argparse.ArgumentTypeError("must be greater than 0")
+    return number
+
+
+def _count(minimum: int) -> Callable[[str], int]:
+    def check(value: str) -> int:
+        number = int(value)
+        if number < minimum:
+            raise argparse.ArgumentTypeError(f"must be at least {minimum}")
+        return number
+
+    check.__name__ = "count"  # argparse names the type in its "invalid ... value" message
+    return check
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="gpu-agent", description="Serve this node's GPU readings to the GPU Portal."
+    )
+    p.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    p.add_argument("--backend", choices=("sim", "nvml"), default="nvml")
+    p.add_argument(
+        "--listen",
+        type=parse_listen,
+        default=("127.0.0.1", 9400),
+        metavar="HOST:PORT",
+        help="address of the first node (default 127.0.0.1:9400; port 0 picks free ports)",
+    )
+    p.add_argument(
+        "--token",
+        default=os.environ.get("GPU_AGENT_TOKEN"),
+        help="bearer token for /v1/snapshot (default: $GPU_AGENT_TOKEN)",
+    )
+    p.add_argument("--no-auth", action="store_true", help="serve /v1/snapshot without a token")
+    p.add_argument(
+        "--interval",
+        type=_positive_float,
+        default=1.0,
+        metavar="SECONDS",
+        help="collection period (default 1.0)",
+    )
+    p.add_argument(
+        "--hostname",
+        default=socket.gethostname(),
+        help="node name to report (default: this machine's hostname)",
+    )
+    p.add_argument(
+        "--log-level", default="INFO", choices=("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+    )
+    sim = p.add_argument_group("simulator (--backend sim)")
+    sim.add_argument("--gpus", type=_count(0), help="GPUs per node (default 8)")
+    sim.add_argument(
+        "--model",
+        action="append",
+        metavar="NAME",
+        help=f"GPU model, repeatable: node i gets model i mod count (default {DEFAULT_MODEL!r})",
+    )
+    sim.add_argument(
+        "--nodes", type=_count(1), help="virtual nodes on consecutive ports (default 1)"
+    )
+    sim.add_argument("--seed", type=int, help="random seed (default: derived from --hostname)")
+    return p
+
+
+class StopFlag:
+    """Set from a signal handler; a bare attribute because it must not take locks."""
+
+    requested: bool = False
+
+
+def default_seed(hostname: str) -> int:
+    # Derived from the name, so a restarted simulator shows the same UUIDs and serials.
+    return int.from_bytes(hashlib.sha256(hostname.encode()).digest()[:4], "big")
+
+
+def node_hostnames(hostname: str, nodes: int) -> list[str]:
+    return [hostname] if nodes == 1 else [f"{hostname}-{i + 1:02d}" for i in range(nodes)]
+
+
+def make_backends(args: argparse.Namespace) -> list[Backend]:
+    if args.backend == "nvml":
+        from agents.gpu_agent.backends.nvml import NvmlBackend
+
+        return [NvmlBackend(args.hostname)]
+    from agents.gpu_agent.backends.sim import SimulatedBackend
+
+    models = args.model or [DEFAULT_MODEL]
+    seed = args.seed if args.seed is not None else default_seed(args.hostname)
+    gpus = 8 if args.gpus is None else args.gpus
+    return [
+        SimulatedBackend(name, gpus, models[i % len(models)], seed)
+        for i, name in enumerate(node_hostnames(args.hostname, args.nodes or 1))
+    ]
+
+
+def _url_host(host: str) -> str:
+    return f"[{host}]" if ":" in host else host
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=args.log_level,
+        stream=sys.stderr,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    if not args.token and not args.no_auth:
+        parser.error(
+            "no token: pass --token or set GPU_AGENT_TOKEN (or --no-auth to serve "
+            "snapshots without one)"
+        )
+    if args.no_auth and args.token:
+        log.warning("--no-auth given: the token is ignored and /v1/snapshot is open")
+    if args.backend == "nvml" and any(
+        v is not None for v in (args.gpus, args.model, args.nodes, args.seed)
+    ):
+        parser.error("--gpus, --model, --nodes and --seed only apply to --backend sim")
+    host, port = args.listen
+    if port and port + (args.nodes or 1) - 1 > 65535:
+        parser.error(f"--nodes {args.nodes} from port {port} runs past port 65535")
+
+    stop = StopFlag()
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        stop.requested = True
+
+    # Installing handlers only works on the main thread; tests may call main() elsewhere.
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, on_signal)
+        signal.signal(signal.SIGINT, on_signal)
+
+    try:
+        backends = make_backends(args)
+    except BackendUnavailable as exc:
+        print(f"gpu-agent: cannot start the {args.backend} backend: {exc}", file=sys.stderr)
+        return 2
+
+    token = None if args.no_auth else args.token
+    collectors = [Collector(backend, args.interval) for backend in backends]
+    servers: list[AgentHTTPServer] = []
+    try:
+        for i, collector in enumerate(collectors):
+            # Port 0 asks the OS for a free port per node, handy for tests.
+            address = (host, port + i if port else 0)
+            try:
+                servers.append(AgentHTTPServer(address, collector, token))
+            except OSError as exc:
+                print(f"gpu-agent: cannot listen on {host}:{address[1]}: {exc}", file=sys.stderr)
+                return 1
+        return _serve(collectors, servers, host, stop)
+    finally:
+        for server in servers:
+            server.server_close()
+        for backend in backends:
+            backend.close()
+
+
+def _serve(
+    collectors: list[Collector], servers: list[AgentHTTPServer], host: str, stop: StopFlag
+) -> int:
+    for collector in collectors:
+        collector.start()
+    deadline = time.monotonic() + FIRST_COLLECTION_TIMEOUT_S
+    threads = []
+    for collector, server in zip(collectors, servers, strict=True):
+        # Announce only once data exists, so whoever waits for the line can query at once.
+        collector.wait_first(max(0.0, deadline - time.monotonic()))
+        thread = threading.Thread(
+            target=server.serve_forever, kwargs={"poll_interval": 0.25}, daemon=True
+        )
+        thread.start()
+        threads.append(thread)
+        published = collector.published
+        gpus = len(published.snapshot.gpus) if published else "?"
+        print(
+            f"gpu-agent listening on http://{_url_host(host)}:{server.server_address[1]} "
+            f"node={collector.backend.hostname} backend={collector.backend.name} gpus={gpus}",
+            flush=True,
+        )
+    # A plain flag and short sleeps: Event.set() from a signal handler can deadlock on the
+    # Event's own lock if the signal lands while the main thread is inside Event.wait().
+    while not stop.requested:
+        time.sleep(0.1)
+    log.info("shutting down")
+    # shutdown() blocks until the serve loop notices; do all nodes in parallel.
+    stoppers = [threading.Thread(target=server.shutdown) for server in servers]
+    for t in stoppers:
+        t.start()
+    for t in stoppers + threads:
+        t.join(5)
+    for collector in collectors:
+        collector.stop()
+    return 0

@@ -1,0 +1,104 @@
+"""Polls a backend on a fixed period and keeps the latest result ready to serve.
+
+HTTP handlers read only what this thread published, so a slow or hung driver call
+delays the data, never the portal's requests.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from dataclasses import dataclass, replace
+
+from agents.gpu_agent import __version__
+from agents.gpu_agent.backends.base import Backend
+from agents.gpu_agent.metrics import render
+from agents.gpu_agent.model import AgentInfo, NodeSnapshot
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Published:
+    """One successful collection, encoded once so each request only copies bytes."""
+
+    snapshot: NodeSnapshot
+    snapshot_json: bytes
+    metrics_text: bytes
+    monotonic_at: float
+
+
+class Collector:
+    def __init__(self, backend: Backend, interval_s: float) -> None:
+        if interval_s <= 0:
+            raise ValueError("interval_s must be positive")
+        self.backend = backend
+        self.interval_s = interval_s
+        self._agent = AgentInfo(__version__, backend.name, interval_s)
+        # Replaced wholesale, never mutated: readers need no lock to see a consistent value.
+        self._published: Published | None = None
+        self._attempted = threading.Event()
+        self._stop = threading.Event()
+        self._failing = False
+        self._thread = threading.Thread(target=self._run, name="gpu-agent-collector", daemon=True)
+
+    @property
+    def published(self) -> Published | None:
+        return self._published
+
+    def last_collect_age_s(self) -> float | None:
+        published = self._published
+        return None if published is None else time.monotonic() - published.monotonic_at
+
+    def collect_once(self) -> Published:
+        started = time.perf_counter()
+        snapshot = self.backend.collect()
+        duration = time.perf_counter() - started
+        snapshot = replace(snapshot, collect_duration_s=round(duration, 6), agent=self._agent)
+        published = Published(
+            snapshot=snapshot,
+            snapshot_json=json.dumps(snapshot.to_dict(), separators=(",", ":")).encode(),
+            metrics_text=render(snapshot).encode(),
+            monotonic_at=time.monotonic(),
+        )
+        self._published = published
+        return published
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def wait_first(self, timeout: float) -> bool:
+        """Block until the first collection was attempted (it may have failed)."""
+        return self._attempted.wait(timeout)
+
+    def stop(self, timeout: float = 5.0) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout)
+
+    def _run(self) -> None:
+        next_due = time.monotonic()
+        while not self._stop.is_set():
+            try:
+                self.collect_once()
+                if self._failing:
+                    log.info("collection recovered")
+                self._failing = False
+            except Exception:
+                # Log the first failure with its traceback, then stay quiet until it recovers:
+                # a dead driver would otherwise write a traceback every interval.
+                if not self._failing:
+                    log.exception("collection failed; serving the previous snapshot")
+                else:
+                    log.debug("collection still failing", exc_info=True)
+                self._failing = True
+            finally:
+                self._attempted.set()
+            # A fixed schedule keeps the period steady; after an overrun, skip rather than burst.
+            next_due += self.interval_s
+            now = time.monotonic()
+            if next_due < now:
+                next_due = now + self.interval_s
+            self._stop.wait(next_due - now)

@@ -1,0 +1,141 @@
+"""The agent's HTTP endpoints, on the standard library's threading HTTP server.
+
+``/v1/snapshot`` (bearer token) is what the portal polls; ``/metrics`` is for a
+Prometheus that already scrapes dcgm-exporter; ``/healthz`` is for liveness
+probes. Handlers only copy bytes the collector prepared, so they answer in
+microseconds whatever the card is doing.
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+import logging
+import socket
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import urlsplit
+
+from agents.gpu_agent import __version__
+from agents.gpu_agent.collector import Collector
+from agents.gpu_agent.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
+
+log = logging.getLogger(__name__)
+
+JSON_CONTENT_TYPE = "application/json"
+# /healthz turns 503 when the data is older than this many collection periods.
+STALE_AFTER_INTERVALS = 5
+
+
+class AgentHTTPServer(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def __init__(self, address: tuple[str, int], collector: Collector, token: str | None) -> None:
+        if ":" in address[0]:
+            self.address_family = socket.AF_INET6
+        self.collector = collector
+        # None means --no-auth: the snapshot is served to anyone who can reach the port.
+        self.token = token.encode() if token is not None else None
+        super().__init__(address, AgentRequestHandler)
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        # The default prints a traceback to stderr for every client that hangs up early.
+        log.debug("error serving %s", client_address, exc_info=True)
+
+
+class AgentRequestHandler(BaseHTTPRequestHandler):
+    server: AgentHTTPServer
+    # Keep-alive lets the portal poll many nodes without a TCP handshake per request.
+    protocol_version = "HTTP/1.1"
+    server_version = f"gpu-agent/{__version__}"
+    timeout = 60  # closes idle keep-alive connections so they do not pin threads
+
+    def version_string(self) -> str:
+        # The default appends the Python version, which a scanner need not learn.
+        return self.server_version
+
+    def log_message(self, format: str, *args: Any) -> None:
+        log.debug("%s %s", self.address_string(), format % args)
+
+    def do_GET(self) -> None:
+        path = urlsplit(self.path).path
+        if path == "/v1/snapshot":
+            self._snapshot()
+        elif path == "/metrics":
+            self._metrics()
+        elif path == "/healthz":
+            self._healthz()
+        else:
+            self._json(404, {"error": f"not found: {path}"})
+
+    def _not_allowed(self) -> None:
+        # The request body (if any) is not read, so the connection cannot be reused.
+        self.close_connection = True
+        self._json(405, {"error": f"method {self.command} not allowed"}, {"Allow": "GET"})
+
+    do_POST = do_PUT = do_PATCH = do_DELETE = do_OPTIONS = do_HEAD = _not_allowed
+
+    def _authorized(self) -> bool:
+        token = self.server.token
+        if token is None:
+            return True
+        scheme, _, credentials = self.headers.get("Authorization", "").partition(" ")
+        if scheme.lower() != "bearer":
+            return False
+        return hmac.compare_digest(credentials.strip().encode("utf-8", "replace"), token)
+
+    def _snapshot(self) -> None:
+        if not self._authorized():
+            self._json(
+                401,
+                {"error": "missing or invalid bearer token"},
+                {"WWW-Authenticate": 'Bearer realm="gpu-agent"'},
+            )
+            return
+        published = self.server.collector.published
+        if published is None:
+            self._json(503, {"error": "no collection has completed yet"}, {"Retry-After": "1"})
+            return
+        self._send(200, published.snapshot_json, JSON_CONTENT_TYPE)
+
+    def _metrics(self) -> None:
+        published = self.server.collector.published
+        if published is None:
+            self._send(503, b"# no collection has completed yet\n", METRICS_CONTENT_TYPE)
+            return
+        self._send(200, published.metrics_text, METRICS_CONTENT_TYPE)
+
+    def _healthz(self) -> None:
+        collector = self.server.collector
+        age = collector.last_collect_age_s()
+        if age is None:
+            self._json(503, {"status": "starting", "last_collect_age_s": None})
+            return
+        stale = age > STALE_AFTER_INTERVALS * collector.interval_s
+        status = "stale" if stale else "ok"
+        self._json(503 if stale else 200, {"status": status, "last_collect_age_s": round(age, 3)})
+
+    def _json(
+        self, status: int, body: dict[str, Any], headers: dict[str, str] | None = None
+    ) -> None:
+        payload = json.dumps(body, separators=(",", ":")).encode()
+        self._send(status, payload, JSON_CONTENT_TYPE, headers)
+
+    def _send(
+        self,
+        status: int,
+        body: bytes,
+        content_type: str,
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(body)))
+        self.send_header("Cache-Control", "no-store")
+        for name, value in (headers or {}).items():
+            self.send_header(name, value)
+        if self.close_connection:
+            self.send_header("Connection", "close")
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(body)

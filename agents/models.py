@@ -1,0 +1,72 @@
+from __future__ import annotations
+
+from django.db import models
+from django.urls import reverse
+from django.utils.translation import gettext_lazy as _
+
+from agents.choices import GpuHealth, NodeSource, NodeState
+
+
+class Node(models.Model):
+    """A GPU server. Its agent is polled; nothing is deleted when it goes away."""
+
+    name = models.CharField(_("name"), max_length=255, unique=True)
+    hostname = models.CharField(_("hostname"), max_length=255, blank=True)
+    source = models.CharField(
+        _("source"), max_length=16, choices=NodeSource, default=NodeSource.AGENT
+    )
+    agent_url = models.URLField(_("agent URL"), blank=True)
+    # The portal must present this token to the agent, so it cannot be hashed.
+    agent_token = models.CharField(_("agent token"), max_length=255, blank=True)
+    labels = models.JSONField(_("labels"), default=dict, blank=True)
+    state = models.CharField(
+        _("state"), max_length=16, choices=NodeState, default=NodeState.OFFLINE
+    )
+    missed_polls = models.PositiveIntegerField(_("missed polls"), default=0)
+    last_seen = models.DateTimeField(_("last seen"), null=True, blank=True)
+    last_error = models.TextField(_("last error"), blank=True)
+    agent_version = models.CharField(_("agent version"), max_length=64, blank=True)
+    driver_version = models.CharField(_("driver version"), max_length=64, blank=True)
+    cuda_version = models.CharField(_("CUDA version"), max_length=32, blank=True)
+    created = models.DateTimeField(auto_now_add=True)
+    updated = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["name"]
+        verbose_name = _("node")
+        verbose_name_plural = _("nodes")
+
+    def __str__(self) -> str:
+        return self.name
+
+    def get_absolute_url(self) -> str:
+        return reverse("admin:agents_node_change", args=[self.pk])
+
+
+class GPU(models.Model):
+    """A physical card, identified by its UUID wherever it moves."""
+
+    node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="gpus")
+    index = models.PositiveSmallIntegerField(_("index"))
+    uuid = models.CharField(_("UUID"), max_length=64, unique=True)
+    model = models.CharField(_("model"), max_length=128)
+    vendor = models.CharField(_("vendor"), max_length=32, default="nvidia")
+    memory_total_mib = models.PositiveIntegerField(_("memory (MiB)"), default=0)
+    pci_bus_id = models.CharField(_("PCI bus ID"), max_length=32, blank=True)
+    serial = models.CharField(_("serial"), max_length=64, blank=True)
+    health = models.CharField(
+        _("health"), max_length=16, choices=GpuHealth, default=GpuHealth.UNKNOWN
+    )
+    mig_mode = models.BooleanField(_("MIG mode"), default=False)
+    last_seen = models.DateTimeField(_("last seen"), null=True, blank=True)
+    created = models.DateTimeField(auto_now_add=True)
+    updated = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["node_id", "index"]
+        verbose_name = _("GPU")
+        verbose_name_plural = _("GPUs")
+        indexes = [models.Index(fields=["node", "index"])]
+
+    def __str__(self) -> str:
+        return f"{self.node.name}/{self.index} {self.model}"

@@ -1,0 +1,185 @@
+"""Run the whole portal in one command: agents, web server, poller.
+
+``manage.py demo`` migrates, seeds an admin and simulated nodes, starts one
+simulator process serving those nodes, and serves the portal with daphne while
+the Celery beat schedule runs in the same process. It is what the README's
+first command ends in.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+# daphne installs Twisted's asyncio reactor on import; it must come first.
+from daphne.server import Server  # isort:skip
+from daphne.endpoints import build_endpoint_description_strings  # isort:skip
+
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.core.management import call_command
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.db import transaction
+
+from agents.choices import NodeSource
+from agents.models import Node
+from portal import celery_app, embedded
+
+DEMO_MODELS = [
+    "NVIDIA A100-SXM4-80GB",
+    "NVIDIA H100 80GB HBM3",
+    "NVIDIA L40S",
+    "Tesla T4",
+]
+DEMO_PREFIX = "demo"
+AGENT_START_TIMEOUT_S = 30
+
+
+def _var_secret(name: str, nbytes: int = 18) -> str:
+    """A secret generated once and kept under var/, so restarts keep the same login."""
+    path = Path(settings.VAR_DIR) / name
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(secrets.token_urlsafe(nbytes))
+        path.chmod(0o600)
+    return path.read_text().strip()
+
+
+class Command(BaseCommand):
+    help = "Run the portal with simulated GPU nodes, all in one process tree."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("--host", default="127.0.0.1", help="address to serve on")
+        parser.add_argument("--port", type=int, default=8000)
+        parser.add_argument(
+            "--agent-port",
+            type=int,
+            default=9401,
+            help="first port of the simulated agents (one per node)",
+        )
+        parser.add_argument("--nodes", type=int, default=4, help="simulated nodes")
+        parser.add_argument("--gpus", type=int, default=8, help="GPUs per simulated node")
+        parser.add_argument("--username", default="admin")
+
+    def handle(self, *args, **options) -> None:
+        if not 1 <= options["nodes"] <= 64 or not 1 <= options["gpus"] <= 16:
+            raise CommandError("--nodes must be 1-64 and --gpus 1-16")
+        call_command("migrate", interactive=False, verbosity=0)
+        password = self._seed_admin(options["username"])
+        token = _var_secret("demo-agent-token")
+        self._seed_nodes(options, token)
+        agent = self._start_agents(options, token)
+        try:
+            self._serve(options, password)
+        finally:
+            agent.terminate()
+            try:
+                agent.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                agent.kill()
+
+    def _seed_admin(self, username: str) -> str:
+        password = _var_secret("demo-admin-password", 12)
+        user_model = get_user_model()
+        user, _ = user_model.objects.get_or_create(
+            username=username, defaults={"is_staff": True, "is_superuser": True}
+        )
+        if not user.check_password(password):
+            user.set_password(password)
+            user.save()
+        return password
+
+    @transaction.atomic
+    def _seed_nodes(self, options: dict, token: str) -> None:
+        agent_host = "127.0.0.1" if options["host"] in ("0.0.0.0", "::") else options["host"]  # noqa: S104
+        for i in range(options["nodes"]):
+            name = f"{DEMO_PREFIX}-{i + 1:02d}"
+            Node.objects.update_or_create(
+                name=name,
+                defaults={
+                    "source": NodeSource.AGENT,
+                    "agent_url": f"http://{agent_host}:{options['agent_port'] + i}",
+                    "agent_token": token,
+                    "labels": {"demo": "true", "model": DEMO_MODELS[i % len(DEMO_MODELS)]},
+                },
+            )
+
+    def _start_agents(self, options: dict, token: str) -> subprocess.Popen:
+        command = [
+            sys.executable,
+            "-m",
+            "agents.gpu_agent",
+            "--backend",
+            "sim",
+            "--nodes",
+            str(options["nodes"]),
+            "--gpus",
+            str(options["gpus"]),
+            "--hostname",
+            DEMO_PREFIX,
+            "--listen",
+            f"{options['host']}:{options['agent_port']}",
+        ]
+        for model in DEMO_MODELS:
+            command += ["--model", model]
+        # The token travels in the environment, not on a command line others can read.
+        env = {**os.environ, "GPU_AGENT_TOKEN": token}
+        agent = subprocess.Popen(command, stdout=subprocess.PIPE, env=env, text=True)  # noqa: S603
+        ready = threading.Event()
+        listening = []
+
+        def watch() -> None:
+            for line in agent.stdout:
+                if line.startswith("gpu-agent listening on"):
+                    listening.append(line.strip())
+                    if len(listening) == options["nodes"]:
+                        ready.set()
+            ready.set()  # the agent exited: stop waiting
+
+        threading.Thread(target=watch, daemon=True).start()
+        ready.wait(AGENT_START_TIMEOUT_S)
+        if len(listening) < options["nodes"]:
+            agent.kill()
+            raise CommandError(
+                f"the simulated agents did not start (ports {options['agent_port']}+ in use?)"
+            )
+        return agent
+
+    def _serve(self, options: dict, password: str) -> None:
+        from portal.asgi import application
+
+        url = f"http://{options['host']}:{options['port']}/"
+        tasks: list = []
+
+        def ready() -> None:
+            import asyncio
+
+            tasks.extend(
+                embedded.start(celery_app, settings.CELERY_BEAT_SCHEDULE, asyncio.get_event_loop())
+            )
+            mode = "embedded" if settings.EMBEDDED else "PostgreSQL/Redis"
+            self.stdout.write(
+                f"GPU Portal is running at {url} ({mode}, "
+                f"{options['nodes']} simulated nodes x {options['gpus']} GPUs)\n"
+                f"Log in as {options['username']} / {password}\n"
+                "Press Ctrl+C to stop."
+            )
+            self.stdout.flush()
+
+        started = time.monotonic()
+        server = Server(
+            application=application,
+            endpoints=build_endpoint_description_strings(
+                host=options["host"], port=options["port"]
+            ),
+            ready_callable=ready,
+        )
+        server.run()
+        for task in tasks:
+            task.cancel()
+        self.stdout.write(f"stopped after {time.monotonic() - started:.0f} s")

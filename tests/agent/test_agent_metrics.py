@@ -1,0 +1,149 @@
+"""/metrics must read exactly like dcgm-exporter, checked against its own files."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from agents.gpu_agent.backends.sim import SimulatedBackend
+from agents.gpu_agent.collector import Collector
+from agents.gpu_agent.metrics import render
+from agents.gpu_agent.model import GpuReading, NodeSnapshot
+
+FILLED = {
+    "DCGM_FI_DEV_SM_CLOCK",
+    "DCGM_FI_DEV_MEM_CLOCK",
+    "DCGM_FI_DEV_GPU_TEMP",
+    "DCGM_FI_DEV_POWER_USAGE",
+    "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION",
+    "DCGM_FI_DEV_GPU_UTIL",
+    "DCGM_FI_DEV_MEM_COPY_UTIL",
+    "DCGM_FI_DEV_FB_FREE",
+    "DCGM_FI_DEV_FB_USED",
+}
+# dcgm-exporter adds these only when it maps GPUs to Kubernetes pods.
+POD_LABELS = {"container", "namespace", "pod"}
+
+
+def default_counters(anchors: Path) -> dict[str, tuple[str, str]]:
+    """dcgm-exporter's default-counters.csv as {field: (type, help)}, comments skipped."""
+    counters = {}
+    for line in (anchors / "default-counters.csv").read_text().splitlines():
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        name, kind, help_text = (part.strip() for part in line.split(",", 2))
+        counters[name] = (kind, help_text)
+    return counters
+
+
+def first_anchor_series(anchors: Path) -> str:
+    lines = (anchors / "sample-series.txt").read_text().splitlines()
+    return next(line for line in lines if line.strip() and not line.startswith("#"))
+
+
+def label_names_in_order(series_line: str) -> list[str]:
+    labels = series_line[series_line.index("{") + 1 : series_line.rindex("}")]
+    return re.findall(r'(?:^|,)(\w+)="', labels)
+
+
+@pytest.fixture
+def metrics_text(serve: Callable[..., str], get: Callable[..., Any]) -> str:
+    collector = Collector(SimulatedBackend("m-01", 3, "NVIDIA H100 80GB HBM3", seed=4), 1.0)
+    collector.collect_once()
+    result = get(f"{serve(collector, 'T')}/metrics")
+    assert result.status == 200
+    return result.body.decode()
+
+
+def test_metrics_parse_and_carry_every_fillable_default_counter(
+    metrics_text: str, anchors_dir: Path
+) -> None:
+    csv = default_counters(anchors_dir)
+    families = {f.name: f for f in text_string_to_metric_families(metrics_text)}
+    dcgm = {name for name in families if name.startswith("DCGM_")}
+    assert dcgm == FILLED
+    for name in FILLED:
+        kind, help_text = csv[name]
+        assert families[name].type == kind, name
+        assert families[name].documentation == help_text, name
+        assert len(families[name].samples) == 3, name
+
+
+def test_metric_labels_match_dcgm_exporter_names_and_order(
+    metrics_text: str, anchors_dir: Path
+) -> None:
+    anchor = label_names_in_order(first_anchor_series(anchors_dir))
+    expected = [name for name in anchor if name not in POD_LABELS]
+    assert expected == [
+        "gpu", "UUID", "pci_bus_id", "device", "modelName", "Hostname", "DCGM_FI_DRIVER_VERSION",
+    ]  # fmt: skip
+    series = [line for line in metrics_text.splitlines() if line.startswith("DCGM_")]
+    assert series
+    for line in series:
+        assert label_names_in_order(line) == expected, line
+    util = next(
+        sample
+        for family in text_string_to_metric_families(metrics_text)
+        if family.name == "DCGM_FI_DEV_GPU_UTIL"
+        for sample in family.samples
+        if sample.labels["gpu"] == "1"
+    )
+    assert util.labels["device"] == "nvidia1"
+    assert util.labels["modelName"] == "NVIDIA H100 80GB HBM3"
+    assert util.labels["Hostname"] == "m-01"
+    assert util.labels["DCGM_FI_DRIVER_VERSION"] == "550.54.15"
+    assert util.labels["pci_bus_id"] == "00000000:0F:00.0"
+    assert util.labels["UUID"].startswith("GPU-")
+
+
+def test_agent_health_series_are_exposed(metrics_text: str) -> None:
+    families = {f.name: f for f in text_string_to_metric_families(metrics_text)}
+    for name in (
+        "gpu_agent_last_collect_success_timestamp_seconds",
+        "gpu_agent_collect_duration_seconds",
+    ):
+        assert families[name].type == "gauge"
+        [sample] = families[name].samples
+        assert sample.labels == {"Hostname": "m-01"}
+    stamp = families["gpu_agent_last_collect_success_timestamp_seconds"].samples[0].value
+    assert stamp > 1_600_000_000
+
+
+def test_label_values_are_escaped() -> None:
+    awkward = 'rack "7"\\node\nB'
+    snapshot = NodeSnapshot(
+        hostname=awkward,
+        collected_at=1.0,
+        driver_version="550.54.15",
+        gpus=[GpuReading(index=0, uuid="GPU-1", name='Model "X"', utilization_gpu_pct=5)],
+    )
+    [family] = [
+        f for f in text_string_to_metric_families(render(snapshot)) if f.name.startswith("DCGM_")
+    ]
+    assert family.samples[0].labels["Hostname"] == awkward
+    assert family.samples[0].labels["modelName"] == 'Model "X"'
+
+
+def test_series_a_gpu_cannot_report_are_left_out() -> None:
+    snapshot = NodeSnapshot(
+        hostname="h",
+        collected_at=1.0,
+        gpus=[
+            GpuReading(index=0, uuid="GPU-a", power_w=80.5, utilization_gpu_pct=10),
+            GpuReading(index=1, uuid="GPU-b", utilization_gpu_pct=20),
+            GpuReading(index=2, uuid="GPU-c", health="lost"),
+        ],
+    )
+    text = render(snapshot)
+    families = {f.name: f for f in text_string_to_metric_families(text)}
+    assert [s.labels["gpu"] for s in families["DCGM_FI_DEV_POWER_USAGE"].samples] == ["0"]
+    assert families["DCGM_FI_DEV_POWER_USAGE"].samples[0].value == 80.5
+    assert [s.labels["gpu"] for s in families["DCGM_FI_DEV_GPU_UTIL"].samples] == ["0", "1"]
+    # No GPU has a temperature, so the family is absent altogether, HELP and TYPE included.
+    assert "DCGM_FI_DEV_GPU_TEMP" not in text
+    assert 'DCGM_FI_DRIVER_VERSION=""' in text

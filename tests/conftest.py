@@ -1,0 +1,109 @@
+"""Shared fixtures: real PostgreSQL, Redis, agents and Celery, started per test or session."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+import pytest
+import redis
+from django.conf import settings
+from django.contrib.auth import get_user_model
+
+from tests import procs
+
+AGENT_TOKEN = "test-agent-token"
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    # The suite tests the production stack; a missing service is a failure, never a skip.
+    engine = settings.DATABASES["default"]["ENGINE"]
+    problems = []
+    if "postgresql" not in engine:
+        problems.append(f"DATABASE_URL must point at PostgreSQL (engine is {engine})")
+    if not settings.REDIS_URL:
+        problems.append("REDIS_URL must point at Redis")
+    else:
+        try:
+            redis.Redis.from_url(settings.REDIS_URL).ping()
+        except redis.RedisError as exc:
+            problems.append(f"Redis at {settings.REDIS_URL} does not answer: {exc}")
+    if problems:
+        pytest.exit("; ".join(problems) + ". Run the suite with ./dev test.", returncode=3)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _clean_redis() -> None:
+    # The test Redis database is the suite's own: start every run from empty.
+    redis.Redis.from_url(settings.REDIS_URL).flushdb()
+
+
+@pytest.fixture
+def admin_user(db):
+    return get_user_model().objects.create_superuser("alice", "alice@example.com", "alice-pw-1")
+
+
+@pytest.fixture
+def member_user(db):
+    return get_user_model().objects.create_user("bob", "bob@example.com", "bob-pw-1")
+
+
+@dataclass
+class SimAgents:
+    proc: procs.Proc
+    first_port: int
+    nodes: int
+    token: str
+
+    @property
+    def urls(self) -> list[str]:
+        return [f"http://127.0.0.1:{self.first_port + i}" for i in range(self.nodes)]
+
+
+@pytest.fixture
+def sim_agents() -> Iterator[Callable[..., SimAgents]]:
+    """Start a real simulator process serving ``nodes`` virtual nodes over HTTP."""
+    started: list[procs.Proc] = []
+
+    def start(nodes: int = 2, gpus: int = 4, interval: float = 0.2, *models: str) -> SimAgents:
+        first = procs.free_ports(nodes)
+        command = [
+            procs.PYTHON,
+            "-m",
+            "agents.gpu_agent",
+            "--backend",
+            "sim",
+            "--nodes",
+            str(nodes),
+            "--gpus",
+            str(gpus),
+            "--interval",
+            str(interval),
+            "--hostname",
+            f"sim{first}",
+            "--listen",
+            f"127.0.0.1:{first}",
+        ]
+        for model in models or ("NVIDIA A100-SXM4-80GB", "NVIDIA H100 80GB HBM3"):
+            command += ["--model", model]
+        proc = procs.start("agent", command, procs.child_env(GPU_AGENT_TOKEN=AGENT_TOKEN))
+        started.append(proc)
+        proc.wait_for("gpu-agent listening on", count=nodes)
+        return SimAgents(proc, first, nodes, AGENT_TOKEN)
+
+    yield start
+    for proc in started:
+        proc.stop()
+
+
+@pytest.fixture
+def child_env_for_test_db() -> dict[str, str]:
+    """Environment for portal processes (daphne, Celery) that must see the test database."""
+    return procs.child_env(
+        DATABASE_URL=procs.database_url(settings.DATABASES["default"]),
+        REDIS_URL=settings.REDIS_URL,
+        GPU_POLL_INTERVAL="1",
+        DJANGO_SETTINGS_MODULE="portal.settings",
+        SECRET_KEY=os.environ.get("SECRET_KEY", "insecure-test-only-key"),
+    )

@@ -1,0 +1,144 @@
+"""Start and stop the real processes the tests talk to (agents, daphne, Celery)."""
+
+from __future__ import annotations
+
+import os
+import queue
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from urllib.parse import quote
+
+REPO = Path(__file__).resolve().parents[1]
+PYTHON = sys.executable
+BIN = Path(PYTHON).parent
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def free_ports(count: int) -> int:
+    """The first of ``count`` consecutive free ports (agents serve nodes on a range)."""
+    for _ in range(50):
+        first = free_port()
+        try:
+            socks = []
+            for port in range(first, first + count):
+                sock = socket.socket()
+                sock.bind(("127.0.0.1", port))
+                socks.append(sock)
+            return first
+        except OSError:
+            continue
+        finally:
+            for sock in socks:
+                sock.close()
+    raise RuntimeError(f"no {count} consecutive free ports")
+
+
+@dataclass
+class Proc:
+    """A child process whose output is collected line by line in the background."""
+
+    name: str
+    popen: subprocess.Popen
+    lines: list[str] = field(default_factory=list)
+    _queue: queue.Queue = field(default_factory=queue.Queue)
+
+    def wait_for(self, needle: str, *, count: int = 1, timeout: float = 30) -> list[str]:
+        deadline = time.monotonic() + timeout
+        found = [line for line in self.lines if needle in line]
+        while len(found) < count:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 or (self.popen.poll() is not None and self._queue.empty()):
+                raise AssertionError(
+                    f"{self.name}: {needle!r} x{count} not seen (exit={self.popen.poll()});"
+                    f" output:\n" + "".join(self.lines[-40:])
+                )
+            try:
+                line = self._queue.get(timeout=min(remaining, 0.2))
+            except queue.Empty:
+                continue
+            if needle in line:
+                found.append(line)
+        return found
+
+    def stop(self, timeout: float = 10) -> int:
+        if self.popen.poll() is None:
+            self.popen.send_signal(signal.SIGTERM)
+            try:
+                self.popen.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                self.popen.kill()
+                self.popen.wait()
+        return self.popen.returncode
+
+
+def start(name: str, command: Sequence[str], env: dict[str, str] | None = None) -> Proc:
+    popen = subprocess.Popen(
+        list(command),
+        cwd=REPO,
+        env=env if env is not None else os.environ.copy(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        bufsize=1,
+    )
+    proc = Proc(name, popen)
+
+    def pump() -> None:
+        for line in popen.stdout:
+            proc.lines.append(line)
+            proc._queue.put(line)
+
+    threading.Thread(target=pump, daemon=True).start()
+    return proc
+
+
+def database_url(db: dict) -> str:
+    """A DATABASE_URL for child processes that points at the test database."""
+    user = quote(db.get("USER") or "")
+    password = quote(db.get("PASSWORD") or "")
+    auth = f"{user}:{password}@" if password else f"{user}@" if user else ""
+    host = db.get("HOST") or "127.0.0.1"
+    port = db.get("PORT") or 5432
+    return f"postgres://{auth}{host}:{port}/{db['NAME']}"
+
+
+def child_env(**overrides: str | None) -> dict[str, str]:
+    env = os.environ.copy()
+    for key, value in overrides.items():
+        if value is None:
+            env.pop(key, None)
+        else:
+            env[key] = value
+    env.setdefault("PYTHONUNBUFFERED", "1")
+    return env
+
+
+def wait_http(url: str, *, timeout: float = 60, proc: Proc | None = None) -> None:
+    """Wait until ``url`` answers 200 (a server is up), or fail with its output."""
+    import urllib.error
+    import urllib.request
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc is not None and proc.popen.poll() is not None:
+            break
+        try:
+            with urllib.request.urlopen(url, timeout=2) as response:  # noqa: S310 (loopback)
+                if response.status == 200:
+                    return
+        except (urllib.error.URLError, OSError):
+            time.sleep(0.2)
+    output = "".join(proc.lines[-40:]) if proc else ""
+    raise AssertionError(f"{url} did not answer within {timeout} s\n{output}")

@@ -1,0 +1,192 @@
+"""What a person sees: log in, and watch a GPU card's utilization change live.
+
+Runs twice: on the embedded default exactly as the README's first command
+starts it, and on the full stack (daphne, Celery worker and beat, PostgreSQL,
+Redis) as production runs it.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from django.contrib.auth import get_user_model
+from playwright.sync_api import Browser, Page, expect, sync_playwright
+
+from agents.models import Node
+from tests import procs
+
+pytestmark = [pytest.mark.browser, pytest.mark.stack]
+
+ARTIFACTS = procs.REPO / "test-artifacts"
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+
+
+@pytest.fixture
+def browser() -> Iterator[Browser]:
+    # Playwright's sync API keeps an event loop running in this thread, and Django
+    # refuses ORM calls there: request this fixture after any that use the database.
+    executable = os.environ.get("CHROMIUM_PATH", "/usr/bin/chromium")
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=executable, args=CHROMIUM_ARGS)
+        yield browser
+        browser.close()
+
+
+def log_in_and_watch_a_card_change(
+    browser: Browser, url: str, user: str, password: str, shot: Path
+) -> None:
+    page: Page = browser.new_page()
+    try:
+        page.goto(url)
+        expect(page).to_have_url(re.compile(r"/accounts/login/"))
+        page.fill("#id_username", user)
+        page.fill("#id_password", password)
+        page.click("button[type=submit]")
+        cards = page.locator(".gpu-card")
+        expect(cards.first).to_be_visible(timeout=20_000)
+        expect(page.locator("#live-status")).to_have_attribute("data-state", "live")
+        # Remember every card's utilization, then wait, without reloading, for one to move.
+        page.evaluate(
+            """() => { window.__initial = Object.fromEntries([...document.querySelectorAll(
+                '.gpu-card')].map(c => [c.dataset.gpuUuid,
+                c.querySelector('[data-field=utilization_gpu_pct]').textContent])); }"""
+        )
+        page.wait_for_function(
+            """() => [...document.querySelectorAll('.gpu-card')].some(c =>
+                window.__initial[c.dataset.gpuUuid] !== undefined &&
+                c.querySelector('[data-field=utilization_gpu_pct]').textContent !==
+                window.__initial[c.dataset.gpuUuid])""",
+            timeout=20_000,
+        )
+        assert page.evaluate("() => window.__initial !== undefined"), "the page reloaded"
+        values = cards.locator('[data-field="utilization_gpu_pct"]').all_text_contents()
+        assert all(v.isdigit() and 0 <= int(v) <= 100 for v in values), values
+        ARTIFACTS.mkdir(exist_ok=True)
+        page.screenshot(path=str(shot), full_page=True)
+    finally:
+        page.close()
+
+
+def test_embedded_demo_shows_live_cards(browser, tmp_path):
+    """README command 1's final step, with no PostgreSQL or Redis configured."""
+    port, agent_port = procs.free_port(), procs.free_ports(3)
+    env = procs.child_env(
+        DATABASE_URL=None,
+        REDIS_URL=None,
+        SECRET_KEY=None,
+        PORTAL_VAR_DIR=str(tmp_path),
+        GPU_POLL_INTERVAL="1",
+    )
+    demo = procs.start(
+        "demo",
+        [
+            procs.PYTHON,
+            "manage.py",
+            "demo",
+            "--port",
+            str(port),
+            "--agent-port",
+            str(agent_port),
+            "--nodes",
+            "3",
+            "--gpus",
+            "4",
+        ],
+        env,
+    )
+    try:
+        [login] = demo.wait_for("Log in as", timeout=90)
+        user, password = re.search(r"Log in as (\S+) / (\S+)", login).groups()
+        assert "(embedded," in "".join(demo.lines)
+        assert (tmp_path / "portal.sqlite3").exists()
+        log_in_and_watch_a_card_change(
+            browser,
+            f"http://127.0.0.1:{port}/",
+            user,
+            password,
+            ARTIFACTS / "dashboard-embedded.png",
+        )
+    finally:
+        assert demo.stop() in (0, -15), "".join(demo.lines[-30:])
+
+
+@pytest.fixture
+def full_stack(transactional_db, child_env_for_test_db, sim_agents, tmp_path):
+    agents = sim_agents(2, 4)
+    for i, url in enumerate(agents.urls):
+        Node.objects.create(name=f"rack1-{i + 1:02d}", agent_url=url, agent_token=agents.token)
+    get_user_model().objects.create_user("dana", password="dana-pw-1")
+    port = procs.free_port()
+    env = child_env_for_test_db
+    celery = str(procs.BIN / "celery")
+    started = [
+        procs.start(
+            "daphne",
+            [
+                str(procs.BIN / "daphne"),
+                "-b",
+                "127.0.0.1",
+                "-p",
+                str(port),
+                "portal.asgi:application",
+            ],
+            env,
+        ),
+        procs.start(
+            "worker",
+            [
+                celery,
+                "-A",
+                "portal",
+                "worker",
+                "--pool",
+                "solo",
+                "--loglevel",
+                "INFO",
+                "--without-gossip",
+                "--without-mingle",
+                "--hostname",
+                "browser@%h",
+            ],
+            env,
+        ),
+        procs.start(
+            "beat",
+            [
+                celery,
+                "-A",
+                "portal",
+                "beat",
+                "--loglevel",
+                "INFO",
+                "--schedule",
+                str(tmp_path / "beat-schedule"),
+            ],
+            env,
+        ),
+    ]
+    try:
+        procs.wait_http(f"http://127.0.0.1:{port}/healthz", proc=started[0])
+        started[1].wait_for("ready.", timeout=60)
+        yield f"http://127.0.0.1:{port}/"
+    finally:
+        for proc in started:
+            proc.stop()
+
+
+def test_full_stack_shows_live_cards(full_stack, browser):
+    log_in_and_watch_a_card_change(
+        browser, full_stack, "dana", "dana-pw-1", ARTIFACTS / "dashboard-full-stack.png"
+    )

@@ -1,0 +1,83 @@
+"""The dashboard's websocket through the real ASGI application and Redis channel layer."""
+
+from __future__ import annotations
+
+import pytest
+from asgiref.sync import async_to_sync
+from channels.layers import get_channel_layer
+from channels.testing import WebsocketCommunicator
+from django.conf import settings
+from django.test import Client
+
+from agents.models import Node
+from agents.services import FLEET_GROUP
+from portal.asgi import application
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def _headers(cookie: str = "") -> list[tuple[bytes, bytes]]:
+    headers = [(b"origin", b"http://localhost"), (b"host", b"localhost")]
+    if cookie:
+        headers.append((b"cookie", cookie.encode()))
+    return headers
+
+
+def _session_cookie(user) -> str:
+    client = Client()
+    client.force_login(user)
+    return f"{settings.SESSION_COOKIE_NAME}={client.cookies[settings.SESSION_COOKIE_NAME].value}"
+
+
+async def _connect(headers):
+    communicator = WebsocketCommunicator(application, "/ws/fleet/", headers=headers)
+    connected, code = await communicator.connect(timeout=5)
+    return communicator, connected, code
+
+
+def test_anonymous_socket_is_closed_with_the_login_code():
+    async def run():
+        communicator, connected, code = await _connect(_headers())
+        await communicator.disconnect()
+        return connected, code
+
+    assert async_to_sync(run)() == (False, 4401)
+
+
+def test_foreign_origin_is_refused(member_user):
+    headers = [
+        (b"origin", b"http://evil.example"),
+        (b"host", b"localhost"),
+        (b"cookie", _session_cookie(member_user).encode()),
+    ]
+
+    async def run():
+        communicator, connected, _ = await _connect(headers)
+        await communicator.disconnect()
+        return connected
+
+    assert async_to_sync(run)() is False
+
+
+def test_logged_in_socket_gets_the_fleet_then_pushed_updates(member_user):
+    Node.objects.create(name="gpu-a", agent_url="http://127.0.0.1:1")
+    cookie = _session_cookie(member_user)
+
+    async def run():
+        communicator, connected, _ = await _connect(_headers(cookie))
+        assert connected
+        first = await communicator.receive_json_from(timeout=5)
+        await get_channel_layer().group_send(
+            FLEET_GROUP, {"type": "fleet.update", "nodes": [{"id": 1, "name": "x", "gpus": []}]}
+        )
+        second = await communicator.receive_json_from(timeout=5)
+        # Whatever the browser sends is ignored, and the socket stays open.
+        await communicator.send_json_to({"type": "anything"})
+        assert await communicator.receive_nothing(timeout=0.2)
+        await communicator.disconnect()
+        return first, second
+
+    first, second = async_to_sync(run)()
+    assert first["type"] == "fleet.snapshot"
+    assert [n["name"] for n in first["nodes"]] == ["gpu-a"]
+    assert second == {"type": "fleet.update", "nodes": [{"id": 1, "name": "x", "gpus": []}]}

@@ -1,0 +1,155 @@
+"""Recording poll results: inventory, node health, latest readings, live push."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from asgiref.sync import async_to_sync
+from channels.layers import get_channel_layer
+from django.core.cache import cache
+
+from agents import readings, services
+from agents.choices import GpuHealth, NodeState
+from agents.models import GPU, Node
+from agents.poller import PollResult
+
+
+def snapshot(hostname: str, *gpus: dict) -> dict:
+    return {
+        "agent": {"version": "0.1.0", "backend": "sim"},
+        "hostname": hostname,
+        "driver_version": "550.54.15",
+        "cuda_version": "12.4",
+        "collected_at": 1764500000.0,
+        "gpus": list(gpus),
+    }
+
+
+def gpu(uuid: str, index: int = 0, **readings_) -> dict:
+    return {
+        "uuid": uuid,
+        "index": index,
+        "name": "NVIDIA A100-SXM4-80GB",
+        "memory_total_mib": 81920,
+        "health": "ok",
+        "utilization_gpu_pct": 50,
+        **readings_,
+    }
+
+
+def ok(node: Node, snap: dict) -> PollResult:
+    return PollResult(node.pk, snap, "", 0.01)
+
+
+def failed(node: Node, error: str = "connection refused") -> PollResult:
+    return PollResult(node.pk, None, error, 0.01)
+
+
+@pytest.fixture
+def node(db) -> Node:
+    return Node.objects.create(name="gpu-a", agent_url="http://127.0.0.1:1", agent_token="t")
+
+
+def test_first_answer_creates_the_gpus_and_brings_the_node_online(node):
+    summary = services.record_poll_results(
+        [ok(node, snapshot("host-a", gpu("GPU-1", 0), gpu("GPU-2", 1)))]
+    )
+    node.refresh_from_db()
+    assert node.state == NodeState.ONLINE
+    assert node.hostname == "host-a"
+    assert node.driver_version == "550.54.15"
+    assert node.last_seen is not None
+    assert summary.gpus_created == 2
+    gpus = list(node.gpus.order_by("index").values_list("uuid", "index", "health"))
+    assert gpus == [("GPU-1", 0, GpuHealth.OK), ("GPU-2", 1, GpuHealth.OK)]
+
+
+def test_repeated_answers_update_rather_than_duplicate(node):
+    for _ in range(3):
+        services.record_poll_results([ok(node, snapshot("host-a", gpu("GPU-1")))])
+    assert GPU.objects.count() == 1
+
+
+def test_node_goes_offline_only_after_the_configured_misses(node, settings):
+    settings.NODE_OFFLINE_AFTER_MISSES = 3
+    services.record_poll_results([ok(node, snapshot("host-a", gpu("GPU-1")))])
+    for expected in [NodeState.ONLINE, NodeState.ONLINE, NodeState.OFFLINE]:
+        services.record_poll_results([failed(node)])
+        node.refresh_from_db()
+        assert node.state == expected
+    assert node.missed_polls == 3
+    assert node.last_error == "connection refused"
+    # Nothing is deleted: the cards stay in the inventory with their last-seen time.
+    assert node.gpus.count() == 1
+
+
+def test_node_comes_back_online_when_it_answers_again(node, settings):
+    settings.NODE_OFFLINE_AFTER_MISSES = 1
+    services.record_poll_results([failed(node)])
+    services.record_poll_results([ok(node, snapshot("host-a", gpu("GPU-1")))])
+    node.refresh_from_db()
+    assert (node.state, node.missed_polls, node.last_error) == (NodeState.ONLINE, 0, "")
+
+
+def test_polling_never_overrides_an_admins_drain(node):
+    node.state = NodeState.DRAINING
+    node.save()
+    services.record_poll_results([ok(node, snapshot("host-a", gpu("GPU-1")))])
+    node.refresh_from_db()
+    assert node.state == NodeState.DRAINING
+
+
+def test_a_card_the_agent_reports_lost_or_stops_listing_is_marked_lost(node):
+    services.record_poll_results([ok(node, snapshot("h", gpu("GPU-1", 0), gpu("GPU-2", 1)))])
+    services.record_poll_results([ok(node, snapshot("h", {**gpu("GPU-1", 0), "health": "lost"}))])
+    health = dict(GPU.objects.values_list("uuid", "health"))
+    assert health == {"GPU-1": GpuHealth.LOST, "GPU-2": GpuHealth.LOST}
+
+
+def test_a_card_moved_to_another_node_follows_its_uuid(node):
+    other = Node.objects.create(name="gpu-b", agent_url="http://127.0.0.1:2")
+    services.record_poll_results([ok(node, snapshot("a", gpu("GPU-1")))])
+    services.record_poll_results([ok(other, snapshot("b", gpu("GPU-1", 3)))])
+    card = GPU.objects.get(uuid="GPU-1")
+    assert (card.node, card.index) == (other, 3)
+
+
+def test_latest_readings_are_cached_and_joined_to_the_inventory(node):
+    cache.clear()
+    services.record_poll_results(
+        [ok(node, snapshot("a", gpu("GPU-1", temperature_c=61, power_w=250.5)))]
+    )
+    [payload] = readings.fleet_payload()
+    [card] = payload["gpus"]
+    assert card["uuid"] == "GPU-1"
+    assert card["utilization_gpu_pct"] == 50
+    assert card["temperature_c"] == 61
+    assert card["power_w"] == 250.5
+    assert payload["state"] == NodeState.ONLINE
+
+
+@pytest.mark.django_db(transaction=True)
+def test_each_recorded_poll_is_pushed_to_the_fleet_group_after_commit():
+    node = Node.objects.create(name="gpu-a", agent_url="http://127.0.0.1:1")
+    layer = get_channel_layer()
+    channel = async_to_sync(layer.new_channel)()
+    async_to_sync(layer.group_add)(services.FLEET_GROUP, channel)
+    try:
+        services.record_poll_results([ok(node, snapshot("a", gpu("GPU-1", 0)))])
+        message = async_to_sync(asyncio.wait_for)(layer.receive(channel), 5)
+    finally:
+        async_to_sync(layer.group_discard)(services.FLEET_GROUP, channel)
+    assert message["type"] == "fleet.update"
+    [pushed] = message["nodes"]
+    assert pushed["name"] == "gpu-a"
+    assert pushed["gpus"][0]["uuid"] == "GPU-1"
+
+
+def test_results_for_a_node_deleted_mid_poll_are_ignored(node):
+    gone = Node.objects.create(name="gone")
+    result = ok(gone, snapshot("x", gpu("GPU-9")))
+    gone.delete()
+    summary = services.record_poll_results([result, ok(node, snapshot("a", gpu("GPU-1")))])
+    assert summary.answered == 1
+    assert not GPU.objects.filter(uuid="GPU-9").exists()

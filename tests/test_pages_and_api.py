@@ -1,0 +1,179 @@
+"""Pages and REST endpoints: who may see what, and what bad input gets."""
+
+from __future__ import annotations
+
+import pytest
+from django.urls import reverse
+from rest_framework.authtoken.models import Token
+from rest_framework.test import APIClient
+
+from agents import services
+from agents.models import GPU, Node
+from agents.poller import PollResult
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def fleet() -> Node:
+    node = Node.objects.create(
+        name="gpu-a", agent_url="http://127.0.0.1:1", agent_token="s3cret-agent-token"
+    )
+    snap = {
+        "hostname": "host-a",
+        "gpus": [
+            {
+                "uuid": "GPU-1",
+                "index": 0,
+                "name": "NVIDIA H100 80GB HBM3",
+                "memory_total_mib": 81559,
+                "utilization_gpu_pct": 42,
+                "health": "ok",
+            },
+            {
+                "uuid": "GPU-2",
+                "index": 1,
+                "name": "NVIDIA H100 80GB HBM3",
+                "memory_total_mib": 81559,
+                "health": "lost",
+            },
+        ],
+    }
+    services.record_poll_results([PollResult(node.pk, snap, "", 0.01)])
+    return node
+
+
+def test_dashboard_requires_login(client):
+    response = client.get(reverse("agents:dashboard"))
+    assert response.status_code == 302
+    assert response["Location"].startswith(reverse("login"))
+
+
+def test_dashboard_renders_the_fleet_for_a_member(client, member_user, fleet):
+    client.force_login(member_user)
+    response = client.get(reverse("agents:dashboard"))
+    assert response.status_code == 200
+    body = response.content.decode()
+    assert "1 node, 2 GPUs" in body
+    assert 'id="fleet-initial"' in body and "GPU-1" in body
+    assert "s3cret-agent-token" not in body
+
+
+def test_dashboard_speaks_simplified_chinese(client, member_user, fleet):
+    client.force_login(member_user)
+    response = client.get(reverse("agents:dashboard"), HTTP_ACCEPT_LANGUAGE="zh-hans")
+    body = response.content.decode()
+    assert '<html lang="zh-hans">' in body
+    assert "利用率" in body  # Utilization
+    assert "1 个节点" in body
+
+
+def test_login_page_shows_an_error_for_a_wrong_password(client, member_user):
+    response = client.post(reverse("login"), {"username": "bob", "password": "nope"})
+    assert response.status_code == 200
+    assert "didn" in response.content.decode()
+
+
+def test_healthz_answers_without_login(client):
+    assert client.get("/healthz").json() == {"status": "ok"}
+
+
+@pytest.mark.parametrize("url", ["/api/v1/nodes/", "/api/v1/gpus/"])
+def test_api_refuses_anonymous_callers(url, fleet):
+    assert APIClient().get(url).status_code in (401, 403)
+
+
+def test_api_lists_nodes_without_their_tokens(member_user, fleet):
+    client = APIClient()
+    client.force_authenticate(member_user)
+    data = client.get("/api/v1/nodes/").json()
+    [node] = data["results"]
+    assert node["name"] == "gpu-a" and node["gpu_count"] == 2 and node["state"] == "online"
+    assert "agent_token" not in node
+    assert "s3cret" not in str(data)
+
+
+def test_api_gpus_carry_their_latest_readings_and_filter(member_user, fleet):
+    token = Token.objects.create(user=member_user)
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Token {token.key}")
+    data = client.get("/api/v1/gpus/", {"health": "ok"}).json()
+    [gpu] = data["results"]
+    assert gpu["uuid"] == "GPU-1" and gpu["node"] == "gpu-a"
+    assert gpu["latest"]["utilization_gpu_pct"] == 42
+    detail = client.get(f"/api/v1/gpus/{GPU.objects.get(uuid='GPU-2').pk}/").json()
+    assert detail["health"] == "lost"
+    assert client.get("/api/v1/gpus/", {"node": "nope"}).json()["count"] == 0
+
+
+def test_api_is_read_only_for_now(admin_user, fleet):
+    client = APIClient()
+    client.force_authenticate(admin_user)
+    response = client.post("/api/v1/nodes/", {"name": "x"}, format="json")
+    assert response.status_code == 405
+    assert Node.objects.count() == 1
+
+
+def test_api_schema_is_served(member_user):
+    client = APIClient()
+    client.force_authenticate(member_user)
+    response = client.get("/api/schema/")
+    assert response.status_code == 200
+    assert b"/api/v1/gpus/" in response.content
+
+
+def test_admin_never_echoes_the_agent_token(client, admin_user, fleet):
+    client.force_login(admin_user)
+    response = client.get(reverse("admin:agents_node_change", args=[fleet.pk]))
+    assert response.status_code == 200
+    assert "s3cret-agent-token" not in response.content.decode()
+
+
+def test_admin_keeps_the_token_when_the_field_is_left_empty(client, admin_user, fleet):
+    client.force_login(admin_user)
+    url = reverse("admin:agents_node_change", args=[fleet.pk])
+    response = client.post(
+        url,
+        {
+            "name": "gpu-a",
+            "source": "agent",
+            "agent_url": "http://127.0.0.1:1",
+            "agent_token": "",
+            "labels": "{}",
+            "state": "draining",
+            "gpus-TOTAL_FORMS": "2",
+            "gpus-INITIAL_FORMS": "2",
+            "gpus-MIN_NUM_FORMS": "0",
+            "gpus-MAX_NUM_FORMS": "1000",
+            "gpus-0-id": GPU.objects.get(uuid="GPU-1").pk,
+            "gpus-0-node": fleet.pk,
+            "gpus-1-id": GPU.objects.get(uuid="GPU-2").pk,
+            "gpus-1-node": fleet.pk,
+        },
+    )
+    assert response.status_code == 302, response.content.decode()[:2000]
+    fleet.refresh_from_db()
+    assert fleet.agent_token == "s3cret-agent-token"
+    assert fleet.state == "draining"
+
+
+def test_admin_rejects_a_malformed_agent_url_and_changes_nothing(client, admin_user, fleet):
+    client.force_login(admin_user)
+    response = client.post(
+        reverse("admin:agents_node_add"),
+        {
+            "name": "gpu-b",
+            "source": "agent",
+            "agent_url": "not a url",
+            "agent_token": "t",
+            "labels": "{}",
+            "state": "offline",
+            "gpus-TOTAL_FORMS": "0",
+            "gpus-INITIAL_FORMS": "0",
+            "gpus-MIN_NUM_FORMS": "0",
+            "gpus-MAX_NUM_FORMS": "1000",
+        },
+    )
+    assert response.status_code == 200
+    assert "agent_url" in response.context["adminform"].form.errors
+    assert not Node.objects.filter(name="gpu-b").exists()
