@@ -7,6 +7,7 @@ surfacing later as a confusing error deep inside Django or Celery.
 from __future__ import annotations
 
 import os
+from typing import TypeVar
 
 from django.core.exceptions import ImproperlyConfigured
 
@@ -30,30 +31,28 @@ def env_bool(name: str, default: bool = False) -> bool:
     raise ImproperlyConfigured(f"{name} must be a boolean (1/0, true/false), not {raw!r}")
 
 
-def env_int(name: str, default: int, *, minimum: int | None = None) -> int:
+N = TypeVar("N", int, float)
+
+
+def _env_number(name: str, default: N, kind: type[N], minimum: N | None, what: str) -> N:
     raw = os.environ.get(name)
     if raw is None or not raw.strip():
         return default
     try:
-        value = int(raw)
+        value = kind(raw)
     except ValueError:
-        raise ImproperlyConfigured(f"{name} must be an integer, not {raw!r}") from None
+        raise ImproperlyConfigured(f"{name} must be {what}, not {raw!r}") from None
     if minimum is not None and value < minimum:
         raise ImproperlyConfigured(f"{name} must be at least {minimum}, not {value}")
     return value
+
+
+def env_int(name: str, default: int, *, minimum: int | None = None) -> int:
+    return _env_number(name, default, int, minimum, "an integer")
 
 
 def env_float(name: str, default: float, *, minimum: float | None = None) -> float:
-    raw = os.environ.get(name)
-    if raw is None or not raw.strip():
-        return default
-    try:
-        value = float(raw)
-    except ValueError:
-        raise ImproperlyConfigured(f"{name} must be a number, not {raw!r}") from None
-    if minimum is not None and value < minimum:
-        raise ImproperlyConfigured(f"{name} must be at least {minimum}, not {value}")
-    return value
+    return _env_number(name, default, float, minimum, "a number")
 
 
 def env_list(name: str, default: list[str]) -> list[str]:

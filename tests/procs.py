@@ -104,6 +104,19 @@ def start(name: str, command: Sequence[str], env: dict[str, str] | None = None) 
     return proc
 
 
+def start_celery_worker(env: dict[str, str], name: str) -> Proc:
+    """A real Celery worker (solo pool) on the configured broker; waits until it is ready."""
+    worker = start(
+        f"celery-worker-{name}",
+        [str(BIN / "celery"), "-A", "portal", "worker", "--pool", "solo", "--loglevel", "INFO",
+         "--without-gossip", "--without-mingle", "--without-heartbeat",
+         "--hostname", f"{name}@%h"],
+        env,
+    )  # fmt: skip
+    worker.wait_for("ready.", timeout=60)
+    return worker
+
+
 def database_url(db: dict) -> str:
     """A DATABASE_URL for child processes that points at the test database."""
     user = quote(db.get("USER") or "")

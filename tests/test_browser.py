@@ -130,56 +130,14 @@ def full_stack(transactional_db, child_env_for_test_db, sim_agents, tmp_path):
     get_user_model().objects.create_user("dana", password="dana-pw-1")
     port = procs.free_port()
     env = child_env_for_test_db
-    celery = str(procs.BIN / "celery")
-    started = [
-        procs.start(
-            "daphne",
-            [
-                str(procs.BIN / "daphne"),
-                "-b",
-                "127.0.0.1",
-                "-p",
-                str(port),
-                "portal.asgi:application",
-            ],
-            env,
-        ),
-        procs.start(
-            "worker",
-            [
-                celery,
-                "-A",
-                "portal",
-                "worker",
-                "--pool",
-                "solo",
-                "--loglevel",
-                "INFO",
-                "--without-gossip",
-                "--without-mingle",
-                "--hostname",
-                "browser@%h",
-            ],
-            env,
-        ),
-        procs.start(
-            "beat",
-            [
-                celery,
-                "-A",
-                "portal",
-                "beat",
-                "--loglevel",
-                "INFO",
-                "--schedule",
-                str(tmp_path / "beat-schedule"),
-            ],
-            env,
-        ),
-    ]
+    daphne = [str(procs.BIN / "daphne"), "-b", "127.0.0.1", "-p", str(port),
+              "portal.asgi:application"]  # fmt: skip
+    beat = [str(procs.BIN / "celery"), "-A", "portal", "beat", "--loglevel", "INFO",
+            "--schedule", str(tmp_path / "beat-schedule")]  # fmt: skip
+    started = [procs.start("daphne", daphne, env), procs.start("beat", beat, env)]
     try:
         procs.wait_http(f"http://127.0.0.1:{port}/healthz", proc=started[0])
-        started[1].wait_for("ready.", timeout=60)
+        started.append(procs.start_celery_worker(env, "browser"))
         yield f"http://127.0.0.1:{port}/"
     finally:
         for proc in started:

@@ -12,26 +12,7 @@ from tests import procs
 
 @pytest.fixture
 def celery_worker(transactional_db, child_env_for_test_db):
-    worker = procs.start(
-        "celery-worker",
-        [
-            str(procs.BIN / "celery"),
-            "-A",
-            "portal",
-            "worker",
-            "--pool",
-            "solo",
-            "--loglevel",
-            "INFO",
-            "--without-gossip",
-            "--without-mingle",
-            "--without-heartbeat",
-            "--hostname",
-            "test-poller@%h",
-        ],
-        child_env_for_test_db,
-    )
-    worker.wait_for("ready.", timeout=60)
+    worker = procs.start_celery_worker(child_env_for_test_db, "test-poller")
     yield worker
     worker.stop()
 
