@@ -3,6 +3,10 @@
 Units live in the key names so the portal never has to guess. A field a card
 cannot report is ``None`` here and absent from the JSON: zero would be a lie
 (a T4 without an energy counter has not consumed 0 mJ).
+
+Keys are only ever added to this contract, never renamed or removed: the portal's
+poller and services read ``hostname``, ``agent.version``, the versions and the
+identity and live fields of ``gpus[]``.
 """
 
 from __future__ import annotations
@@ -11,6 +15,83 @@ from dataclasses import dataclass, field, fields
 from typing import Any, Literal
 
 Health = Literal["ok", "lost"]
+
+
+def _present(obj: Any, skip: frozenset[str] = frozenset()) -> dict[str, Any]:
+    # Iterating fields() keeps the declared key order, which reads better in curl output.
+    out: dict[str, Any] = {}
+    for f in fields(obj):
+        if f.name in skip:
+            continue
+        value = getattr(obj, f.name)
+        if value is None:
+            continue
+        if isinstance(value, list):
+            value = [v.to_dict() if hasattr(v, "to_dict") else v for v in value]
+        out[f.name] = value
+    return out
+
+
+@dataclass
+class ProcessReading:
+    """A compute process on one card, with who runs it and what it belongs to."""
+
+    pid: int
+    # None when the driver cannot tell (Windows WDDM, some MIG setups): absent, not 0.
+    memory_used_mib: int | None = None
+    user: str | None = None
+    uid: int | None = None
+    command: str | None = None
+    # Kubernetes or MIG placement, when known.
+    gpu_instance_id: int | None = None
+    compute_instance_id: int | None = None
+    # The allocation named by the process's environment; the environment itself never
+    # leaves the node (it holds the user's secrets), only this one value does.
+    allocation_env: str | None = None
+    # Filled in by attribution, not by backends.
+    allocation_id: str | None = None
+    attributed_by: Literal["environment", "owner"] | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return _present(self, frozenset({"allocation_env"}))
+
+
+@dataclass
+class XidCount:
+    """How often one XID code was seen on a card since the agent started, and when last."""
+
+    xid: int
+    count: int
+    last_seen_at: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return _present(self)
+
+
+@dataclass
+class MigDevice:
+    index: int
+    uuid: str | None = None
+    gpu_instance_id: int | None = None
+    compute_instance_id: int | None = None
+    profile: str | None = None
+    memory_total_mib: int | None = None
+    memory_used_mib: int | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return _present(self)
+
+
+@dataclass
+class PodRef:
+    """A Kubernetes container holding a card, from the kubelet's pod-resources API."""
+
+    pod: str
+    namespace: str
+    container: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return _present(self)
 
 
 @dataclass
@@ -32,15 +113,34 @@ class GpuReading:
     mem_clock_mhz: int | None = None
     energy_mj: int | None = None
     health: Health = "ok"
+    # Added by the node-agent issue; all optional, all absent where unsupported.
+    memory_reserved_mib: int | None = None
+    memory_temperature_c: int | None = None
+    fan_speed_pct: int | None = None
+    encoder_utilization_pct: int | None = None
+    decoder_utilization_pct: int | None = None
+    pcie_tx_bytes_per_s: int | None = None
+    pcie_rx_bytes_per_s: int | None = None
+    pcie_replay_total: int | None = None
+    # Profiling ratios (0.0-1.0), as DCGM's PROF fields; NVML has them through GPM on Hopper+.
+    gr_engine_active_ratio: float | None = None
+    tensor_active_ratio: float | None = None
+    dram_active_ratio: float | None = None
+    # Volatile ECC counters (since the driver loaded), as nvidia-smi's "Volatile" column.
+    ecc_corrected_total: int | None = None
+    ecc_uncorrected_total: int | None = None
+    remapped_rows_correctable: int | None = None
+    remapped_rows_uncorrectable: int | None = None
+    row_remap_failure: bool | None = None
+    xid_last: int | None = None
+    xid_errors: list[XidCount] | None = None
+    mig_mode: Literal["enabled", "disabled"] | None = None
+    mig_devices: list[MigDevice] | None = None
+    processes: list[ProcessReading] | None = None
+    pods: list[PodRef] | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        # Iterating fields() keeps the declared key order, which reads better in curl output.
-        out: dict[str, Any] = {}
-        for f in fields(self):
-            value = getattr(self, f.name)
-            if value is not None:
-                out[f.name] = value
-        return out
+        return _present(self)
 
 
 @dataclass(frozen=True)
@@ -54,6 +154,37 @@ class AgentInfo:
 
 
 @dataclass
+class Violation:
+    """A process using a card outside what the portal allocated."""
+
+    kind: Literal["unallocated", "over_memory", "wrong_gpu"]
+    gpu_uuid: str | None
+    pid: int
+    user: str | None = None
+    allocation_id: str | None = None
+    memory_used_mib: int | None = None
+    memory_limit_mib: int | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return _present(self)
+
+
+@dataclass
+class AllocationUsage:
+    """What one allocation's processes use on its card right now."""
+
+    allocation_id: str
+    gpu_uuid: str
+    memory_limit_mib: int
+    compute_pct: int
+    process_count: int = 0
+    memory_used_mib: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return _present(self)
+
+
+@dataclass
 class NodeSnapshot:
     hostname: str
     collected_at: float
@@ -63,6 +194,9 @@ class NodeSnapshot:
     collect_duration_s: float = 0.0
     # Filled in by the collector, which knows the interval; backends leave it alone.
     agent: AgentInfo | None = None
+    # Filled in by the collector from the desired slices; None when none were sent.
+    allocations: list[AllocationUsage] | None = None
+    violations: list[Violation] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {}
@@ -76,4 +210,8 @@ class NodeSnapshot:
         out["collected_at"] = self.collected_at
         out["collect_duration_s"] = self.collect_duration_s
         out["gpus"] = [gpu.to_dict() for gpu in self.gpus]
+        if self.allocations is not None:
+            out["allocations"] = [a.to_dict() for a in self.allocations]
+        if self.violations is not None:
+            out["violations"] = [v.to_dict() for v in self.violations]
         return out

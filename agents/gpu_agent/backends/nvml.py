@@ -3,8 +3,9 @@
 pynvml is imported inside the constructor so the simulator and the tests run on
 machines that have neither the module nor a driver. Every field is read on its
 own: cards differ in what they support (no energy counter on older boards, no
-power reading on some consumer cards), and one unsupported call must not hide
-the rest.
+fan on passively cooled ones, no ECC on consumer cards), and one unsupported call
+must not hide the rest. ``NVMLError_GpuIsLost`` from any call abandons that card
+for this collection and reports it lost.
 """
 
 from __future__ import annotations
@@ -15,16 +16,21 @@ from collections.abc import Callable
 from typing import Any
 
 from agents.gpu_agent.backends.base import BackendUnavailable
+from agents.gpu_agent.backends.nvml_reads import (
+    GpuLost,
+    read_extended,
+    read_mig_devices,
+    read_processes,
+)
+from agents.gpu_agent.backends.nvml_xid import XidWatcher
+from agents.gpu_agent.backends.procinfo import ProcessInspector
 from agents.gpu_agent.model import GpuReading, NodeSnapshot
 
 log = logging.getLogger(__name__)
 
 SIM_HINT = "use --backend sim to run without a GPU"
 _MIB = 1024 * 1024
-
-
-class _GpuLost(Exception):
-    """Raised inside one GPU's read to abandon it as soon as NVML reports it lost."""
+_IDENTITY = ("name", "uuid", "serial", "pci_bus_id")
 
 
 def _text(value: str | bytes) -> str:
@@ -40,7 +46,7 @@ def _cuda_version(raw: int) -> str:
 class NvmlBackend:
     name = "nvml"
 
-    def __init__(self, hostname: str) -> None:
+    def __init__(self, hostname: str, inspector: ProcessInspector | None = None) -> None:
         try:
             import pynvml
         except ImportError as exc:
@@ -54,10 +60,15 @@ class NvmlBackend:
             raise BackendUnavailable(self._init_problem(exc)) from exc
         self.hostname = hostname
         self._warned: set[tuple[int, str, int]] = set()
+        # Identity never changes while the driver is loaded: read it once per card, and
+        # still know which card it was when it is lost.
+        self._identity: dict[int, dict[str, str | None]] = {}
+        self._inspector = inspector or ProcessInspector()
         driver = self._system(pynvml.nvmlSystemGetDriverVersion)
         cuda = self._system(pynvml.nvmlSystemGetCudaDriverVersion)
         self.driver_version: str | None = _text(driver) if driver is not None else None
         self.cuda_version: str | None = _cuda_version(cuda) if cuda is not None else None
+        self._xids = XidWatcher(pynvml)
 
     def _init_problem(self, exc: Exception) -> str:
         code = getattr(exc, "value", None)
@@ -86,7 +97,7 @@ class NvmlBackend:
             return fn(*args)
         except nv.NVMLError as exc:
             if exc.value == nv.NVML_ERROR_GPU_IS_LOST:
-                raise _GpuLost from exc
+                raise GpuLost from exc
             # NotSupported is a permanent property of the card, not worth a log line;
             # anything else is logged once so a flapping field does not flood the log.
             key = (index, field, exc.value)
@@ -98,40 +109,69 @@ class NvmlBackend:
     def collect(self) -> NodeSnapshot:
         now = time.time()
         count = self._nv.nvmlDeviceGetCount()
+        handles = [self._handle(i) for i in range(count)]
+        # Events first and without waiting: the XIDs since the last pass belong to this one.
+        self._xids.poll(handles, now)
+        gpus = [self._read_gpu(i, handle) for i, handle in enumerate(handles)]
+        self._inspector.retain({p.pid for g in gpus for p in g.processes or ()})
         return NodeSnapshot(
             hostname=self.hostname,
             collected_at=now,
-            gpus=[self._read_gpu(i) for i in range(count)],
+            gpus=gpus,
             driver_version=self.driver_version,
             cuda_version=self.cuda_version,
         )
 
-    def _read_gpu(self, index: int) -> GpuReading:
+    def _handle(self, index: int) -> Any:
         nv = self._nv
-        reading = GpuReading(index=index)
         try:
-            handle = nv.nvmlDeviceGetHandleByIndex(index)
+            return nv.nvmlDeviceGetHandleByIndex(index)
         except nv.NVMLError as exc:
-            if exc.value == nv.NVML_ERROR_GPU_IS_LOST:
-                reading.health = "lost"
-            else:
+            if exc.value != nv.NVML_ERROR_GPU_IS_LOST:
                 log.warning("GPU %d: no NVML handle: %s", index, exc)
+            return None
+
+    def _read_gpu(self, index: int, handle: Any) -> GpuReading:
+        reading = GpuReading(index=index, **self._identity.get(index, {}))
+        if handle is None or self._xids.fatal(index):
+            reading.health = "lost"
             return reading
         try:
-            reading.name = self._get(index, "name", nv.nvmlDeviceGetName, handle)
-            reading.uuid = self._get(index, "uuid", nv.nvmlDeviceGetUUID, handle)
-            reading.serial = self._get(index, "serial", nv.nvmlDeviceGetSerial, handle)
-            pci = self._get(index, "pci_bus_id", nv.nvmlDeviceGetPciInfo, handle)
-            if pci is not None:
-                reading.pci_bus_id = _text(pci.busId)
+            if index not in self._identity:
+                self._identity[index] = self._read_identity(index, handle)
+                for key, value in self._identity[index].items():
+                    setattr(reading, key, value)
             measurements = self._measure(index, handle)
-        except _GpuLost:
+            measurements.update(read_extended(self._nv, self._get, index, handle))
+            measurements["mig_devices"] = None
+            if measurements.get("mig_mode") == "enabled":
+                measurements["mig_devices"] = read_mig_devices(self._nv, self._get, index, handle)
+            measurements["processes"] = read_processes(
+                self._nv, self._get, index, handle, self._inspector
+            )
+        except GpuLost:
             # Whatever identity was read before the loss stays, so the portal can say which card.
             reading.health = "lost"
             return reading
         for key, value in measurements.items():
             setattr(reading, key, value)
+        if self._xids.registered(index):
+            reading.xid_last = self._xids.tally.last(index)
+            reading.xid_errors = self._xids.tally.counts(index)
         return reading
+
+    def _read_identity(self, index: int, handle: Any) -> dict[str, str | None]:
+        nv = self._nv
+        identity: dict[str, str | None] = {
+            "name": self._get(index, "name", nv.nvmlDeviceGetName, handle),
+            "uuid": self._get(index, "uuid", nv.nvmlDeviceGetUUID, handle),
+            "serial": self._get(index, "serial", nv.nvmlDeviceGetSerial, handle),
+            "pci_bus_id": None,
+        }
+        pci = self._get(index, "pci_bus_id", nv.nvmlDeviceGetPciInfo, handle)
+        if pci is not None:
+            identity["pci_bus_id"] = _text(pci.busId)
+        return identity
 
     def _measure(self, index: int, handle: Any) -> dict[str, Any]:
         nv = self._nv
@@ -166,6 +206,7 @@ class NvmlBackend:
         return out
 
     def close(self) -> None:
+        self._xids.close()
         try:
             self._nv.nvmlShutdown()
         except self._nv.NVMLError as exc:
