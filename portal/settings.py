@@ -195,6 +195,10 @@ GPU_POLL_TIMEOUT = env_float("GPU_POLL_TIMEOUT", 3.0, minimum=0.1)
 GPU_POLL_CONCURRENCY = env_int("GPU_POLL_CONCURRENCY", 200, minimum=1)
 # A node is marked offline after this many polls in a row without an answer.
 NODE_OFFLINE_AFTER_MISSES = env_int("NODE_OFFLINE_AFTER_MISSES", 3, minimum=1)
+# Clusters that run dcgm-exporter without our agent, read through their Prometheus
+# (docs/prometheus.md). Empty: off. Polled every GPU_POLL_INTERVAL with one query.
+PROMETHEUS_URL = env_str("PROMETHEUS_URL")
+PROMETHEUS_TIMEOUT = env_float("PROMETHEUS_TIMEOUT", 10.0, minimum=0.1)
 
 CELERY_BROKER_URL = REDIS_URL or "memory://"
 CELERY_RESULT_BACKEND = REDIS_URL or None
@@ -214,6 +218,12 @@ CELERY_BEAT_SCHEDULE = {
         "options": {"expires": GPU_POLL_INTERVAL},
     },
 }
+if PROMETHEUS_URL:
+    CELERY_BEAT_SCHEDULE["poll-prometheus"] = {
+        "task": "agents.tasks.poll_prometheus",
+        "schedule": timedelta(seconds=GPU_POLL_INTERVAL),
+        "options": {"expires": GPU_POLL_INTERVAL},
+    }
 
 LOGGING = {
     "version": 1,
