@@ -59,6 +59,14 @@ def test_snapshot_has_the_documented_keys(cluster: Any, get: Callable[..., Any])
         "memory_total_mib", "memory_used_mib", "memory_free_mib",
         "utilization_gpu_pct", "utilization_memory_pct", "temperature_c",
         "power_w", "power_limit_w", "sm_clock_mhz", "mem_clock_mhz", "energy_mj", "health",
+        # An A100-SXM4 (HBM, passively cooled): memory temperature and row remapping, no fan.
+        "memory_reserved_mib", "memory_temperature_c",
+        "encoder_utilization_pct", "decoder_utilization_pct",
+        "pcie_tx_bytes_per_s", "pcie_rx_bytes_per_s", "pcie_replay_total",
+        "gr_engine_active_ratio", "tensor_active_ratio", "dram_active_ratio",
+        "ecc_corrected_total", "ecc_uncorrected_total",
+        "remapped_rows_correctable", "remapped_rows_uncorrectable", "row_remap_failure",
+        "xid_last", "xid_errors", "mig_mode", "processes",
     }  # fmt: skip
     assert gpu["health"] == "ok"
     assert gpu["memory_total_mib"] == 81920

@@ -61,7 +61,9 @@ def test_readings_stay_within_physical_bounds_for_every_model(model: str) -> Non
             assert 0 <= gpu.utilization_memory_pct <= 100
             assert gpu.memory_total_mib == spec.memory_mib
             assert 0 <= gpu.memory_used_mib <= gpu.memory_total_mib
-            assert gpu.memory_used_mib + gpu.memory_free_mib == gpu.memory_total_mib
+            # nvidia-smi's Used + Free + Reserved adds up to Total.
+            reserved = gpu.memory_reserved_mib
+            assert gpu.memory_used_mib + gpu.memory_free_mib + reserved == gpu.memory_total_mib
             assert 0 < gpu.power_w <= gpu.power_limit_w * 1.05
             assert gpu.power_limit_w == spec.power_limit_w
             assert 15 <= gpu.temperature_c <= 95
