@@ -16,11 +16,15 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from types import FrameType
+from typing import Any
 
 from agents.gpu_agent import __version__
 from agents.gpu_agent.backends.base import Backend, BackendUnavailable
 from agents.gpu_agent.collector import Collector
+from agents.gpu_agent.desired import DesiredStateStore
+from agents.gpu_agent.logs import configure_logging
 from agents.gpu_agent.server import AgentHTTPServer
 
 log = logging.getLogger("gpu_agent")
@@ -88,7 +92,31 @@ def build_parser() -> argparse.ArgumentParser:
         help="node name to report (default: this machine's hostname)",
     )
     p.add_argument(
+        "--metrics-auth",
+        action="store_true",
+        help="require the token on /metrics too (default: open, as dcgm-exporter's)",
+    )
+    p.add_argument(
+        "--state-dir",
+        type=Path,
+        metavar="DIR",
+        help="keep the portal's desired slices here across restarts (default: memory only)",
+    )
+    p.add_argument(
+        "--kubelet-socket",
+        type=Path,
+        metavar="PATH",
+        help="label GPUs with the pods holding them, from the kubelet pod-resources API "
+        "(usually /var/lib/kubelet/pod-resources/kubelet.sock; needs grpcio and protobuf)",
+    )
+    p.add_argument(
         "--log-level", default="INFO", choices=("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+    )
+    p.add_argument(
+        "--log-format",
+        default="text",
+        choices=("text", "json"),
+        help="json writes one object per line for log collectors",
     )
     sim = p.add_argument_group("simulator (--backend sim)")
     sim.add_argument("--gpus", type=_count(0), help="GPUs per node (default 8)")
@@ -102,6 +130,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--nodes", type=_count(1), help="virtual nodes on consecutive ports (default 1)"
     )
     sim.add_argument("--seed", type=int, help="random seed (default: derived from --hostname)")
+    sim.add_argument(
+        "--scenario",
+        type=Path,
+        metavar="FILE",
+        help="YAML or JSON script of loads and faults (see docs/agent.md)",
+    )
     return p
 
 
@@ -125,15 +159,43 @@ def make_backends(args: argparse.Namespace) -> list[Backend]:
         from agents.gpu_agent.backends.nvml import NvmlBackend
 
         return [NvmlBackend(args.hostname)]
+    from agents.gpu_agent.backends.scenario import ScenarioError, load_scenario
     from agents.gpu_agent.backends.sim import SimulatedBackend
 
-    models = args.model or [DEFAULT_MODEL]
+    scenario = None
+    if args.scenario is not None:
+        try:
+            scenario = load_scenario(args.scenario)
+        except ScenarioError as exc:
+            raise BackendUnavailable(f"bad scenario: {exc}") from exc
+    models = args.model or [(scenario and scenario.model) or DEFAULT_MODEL]
     seed = args.seed if args.seed is not None else default_seed(args.hostname)
-    gpus = 8 if args.gpus is None else args.gpus
+    gpus = args.gpus
+    if gpus is None:
+        gpus = scenario.gpus if scenario and scenario.gpus is not None else 8
     return [
-        SimulatedBackend(name, gpus, models[i % len(models)], seed)
+        SimulatedBackend(name, gpus, models[i % len(models)], seed, scenario=scenario)
         for i, name in enumerate(node_hostnames(args.hostname, args.nodes or 1))
     ]
+
+
+def desired_store(state_dir: Path | None, hostname: str) -> DesiredStateStore:
+    # One file per virtual node, so a simulator serving several keeps them apart.
+    path = state_dir / f"desired-state-{hostname}.json" if state_dir is not None else None
+    return DesiredStateStore(path)
+
+
+def make_pod_labeller(socket_path: Path | None) -> Any:
+    if socket_path is None:
+        return None
+    try:
+        from agents.gpu_agent.kubelet import KubeletPodLabeller
+    except ImportError as exc:
+        raise BackendUnavailable(
+            f"--kubelet-socket needs grpcio and protobuf (pip install 'gpu-agent[kubernetes]'): "
+            f"{exc}"
+        ) from exc
+    return KubeletPodLabeller(socket_path)
 
 
 def _url_host(host: str) -> str:
@@ -143,11 +205,7 @@ def _url_host(host: str) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    logging.basicConfig(
-        level=args.log_level,
-        stream=sys.stderr,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+    configure_logging(args.log_level, args.log_format)
     if not args.token and not args.no_auth:
         parser.error(
             "no token: pass --token or set GPU_AGENT_TOKEN (or --no-auth to serve "
@@ -156,9 +214,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.no_auth and args.token:
         log.warning("--no-auth given: the token is ignored and /v1/snapshot is open")
     if args.backend == "nvml" and any(
-        v is not None for v in (args.gpus, args.model, args.nodes, args.seed)
+        v is not None for v in (args.gpus, args.model, args.nodes, args.seed, args.scenario)
     ):
-        parser.error("--gpus, --model, --nodes and --seed only apply to --backend sim")
+        parser.error("--gpus, --model, --nodes, --seed and --scenario only apply to --backend sim")
     host, port = args.listen
     if port and port + (args.nodes or 1) - 1 > 65535:
         parser.error(f"--nodes {args.nodes} from port {port} runs past port 65535")
@@ -180,14 +238,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
 
     token = None if args.no_auth else args.token
-    collectors = [Collector(backend, args.interval) for backend in backends]
+    try:
+        pods = make_pod_labeller(args.kubelet_socket)
+    except BackendUnavailable as exc:
+        print(f"gpu-agent: {exc}", file=sys.stderr)
+        return 2
+    collectors = [
+        Collector(backend, args.interval, desired_store(args.state_dir, backend.hostname), pods)
+        for backend in backends
+    ]
     servers: list[AgentHTTPServer] = []
     try:
         for i, collector in enumerate(collectors):
             # Port 0 asks the OS for a free port per node, handy for tests.
             address = (host, port + i if port else 0)
             try:
-                servers.append(AgentHTTPServer(address, collector, token))
+                servers.append(AgentHTTPServer(address, collector, token, args.metrics_auth))
             except OSError as exc:
                 print(f"gpu-agent: cannot listen on {host}:{address[1]}: {exc}", file=sys.stderr)
                 return 1

@@ -11,11 +11,14 @@ import logging
 import threading
 import time
 from dataclasses import dataclass, replace
+from typing import Protocol
 
 from agents.gpu_agent import __version__
+from agents.gpu_agent.attribution import attribute
 from agents.gpu_agent.backends.base import Backend
+from agents.gpu_agent.desired import DesiredStateStore
 from agents.gpu_agent.metrics import render
-from agents.gpu_agent.model import AgentInfo, NodeSnapshot
+from agents.gpu_agent.model import AgentInfo, GpuReading, NodeSnapshot
 
 log = logging.getLogger(__name__)
 
@@ -30,12 +33,27 @@ class Published:
     monotonic_at: float
 
 
+class PodLabeller(Protocol):
+    """Adds Kubernetes pods to readings (see ``kubelet.py``); a protocol so grpc stays optional."""
+
+    def label(self, gpus: list[GpuReading]) -> None: ...
+
+
 class Collector:
-    def __init__(self, backend: Backend, interval_s: float) -> None:
+    def __init__(
+        self,
+        backend: Backend,
+        interval_s: float,
+        desired: DesiredStateStore | None = None,
+        pods: PodLabeller | None = None,
+    ) -> None:
         if interval_s <= 0:
             raise ValueError("interval_s must be positive")
         self.backend = backend
         self.interval_s = interval_s
+        # Always present, so the portal can send slices to an agent started without --state-dir.
+        self.desired = desired if desired is not None else DesiredStateStore(None)
+        self.pods = pods
         self._agent = AgentInfo(__version__, backend.name, interval_s)
         # Replaced wholesale, never mutated: readers need no lock to see a consistent value.
         self._published: Published | None = None
@@ -48,6 +66,18 @@ class Collector:
     def published(self) -> Published | None:
         return self._published
 
+    def known_gpu_uuids(self) -> set[str] | None:
+        """This node's card and MIG UUIDs from the latest collection; None before the first."""
+        published = self._published
+        if published is None:
+            return None
+        uuids = set()
+        for gpu in published.snapshot.gpus:
+            if gpu.uuid:
+                uuids.add(gpu.uuid)
+            uuids.update(m.uuid for m in gpu.mig_devices or () if m.uuid)
+        return uuids
+
     def last_collect_age_s(self) -> float | None:
         published = self._published
         return None if published is None else time.monotonic() - published.monotonic_at
@@ -55,6 +85,11 @@ class Collector:
     def collect_once(self) -> Published:
         started = time.perf_counter()
         snapshot = self.backend.collect()
+        if self.pods is not None:
+            self.pods.label(snapshot.gpus)
+        slices = self.desired.slices
+        if slices is not None:
+            snapshot.allocations, snapshot.violations = attribute(snapshot.gpus, slices)
         duration = time.perf_counter() - started
         snapshot = replace(snapshot, collect_duration_s=round(duration, 6), agent=self._agent)
         published = Published(

@@ -28,6 +28,8 @@ def _present(obj: Any, skip: frozenset[str] = frozenset()) -> dict[str, Any]:
             continue
         if isinstance(value, list):
             value = [v.to_dict() if hasattr(v, "to_dict") else v for v in value]
+        elif hasattr(value, "to_dict"):
+            value = value.to_dict()
         out[f.name] = value
     return out
 
@@ -159,7 +161,7 @@ class Violation:
 
     kind: Literal["unallocated", "over_memory", "wrong_gpu"]
     gpu_uuid: str | None
-    pid: int
+    pids: list[int]
     user: str | None = None
     allocation_id: str | None = None
     memory_used_mib: int | None = None

@@ -1,8 +1,10 @@
 """The agent's HTTP endpoints, on the standard library's threading HTTP server.
 
-``/v1/snapshot`` (bearer token) is what the portal polls; ``/metrics`` is for a
-Prometheus that already scrapes dcgm-exporter; ``/healthz`` is for liveness
-probes. Handlers only copy bytes the collector prepared, so they answer in
+``/v1/snapshot`` (bearer token) is what the portal polls; ``/v1/desired-state``
+(bearer token, GET and PUT) is where it sends this node's slices; ``/metrics`` is
+for a Prometheus that already scrapes dcgm-exporter (a token only with
+``--metrics-auth``); ``/healthz`` is for liveness probes and tells nothing else.
+Handlers only copy bytes the collector prepared, so they answer in
 microseconds whatever the card is doing.
 """
 
@@ -18,6 +20,7 @@ from urllib.parse import urlsplit
 
 from agents.gpu_agent import __version__
 from agents.gpu_agent.collector import Collector
+from agents.gpu_agent.desired_http import DESIRED_PATH, put_desired_state
 from agents.gpu_agent.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 
 log = logging.getLogger(__name__)
@@ -30,12 +33,20 @@ STALE_AFTER_INTERVALS = 5
 class AgentHTTPServer(ThreadingHTTPServer):
     daemon_threads = True
 
-    def __init__(self, address: tuple[str, int], collector: Collector, token: str | None) -> None:
+    def __init__(
+        self,
+        address: tuple[str, int],
+        collector: Collector,
+        token: str | None,
+        metrics_auth: bool = False,
+    ) -> None:
         if ":" in address[0]:
             self.address_family = socket.AF_INET6
         self.collector = collector
         # None means --no-auth: the snapshot is served to anyone who can reach the port.
         self.token = token.encode() if token is not None else None
+        # Off by default: Prometheus scrape configs for dcgm-exporter carry no token.
+        self.metrics_auth = metrics_auth
         super().__init__(address, AgentRequestHandler)
 
     def handle_error(self, request: Any, client_address: Any) -> None:
@@ -65,15 +76,42 @@ class AgentRequestHandler(BaseHTTPRequestHandler):
             self._metrics()
         elif path == "/healthz":
             self._healthz()
+        elif path == DESIRED_PATH:
+            if self._require_token():
+                self._json(200, self.server.collector.desired.document())
         else:
             self._json(404, {"error": f"not found: {path}"})
+
+    def do_PUT(self) -> None:
+        path = urlsplit(self.path).path
+        if path != DESIRED_PATH:
+            self._not_allowed()
+            return
+        # Check the token before reading a byte of the body.
+        if not self._require_token():
+            self.close_connection = True
+            return
+        status, body = put_desired_state(self)
+        self._json(status, body)
 
     def _not_allowed(self) -> None:
         # The request body (if any) is not read, so the connection cannot be reused.
         self.close_connection = True
-        self._json(405, {"error": f"method {self.command} not allowed"}, {"Allow": "GET"})
+        path = urlsplit(self.path).path
+        allow = "GET, PUT" if path == DESIRED_PATH else "GET"
+        self._json(405, {"error": f"method {self.command} not allowed"}, {"Allow": allow})
 
-    do_POST = do_PUT = do_PATCH = do_DELETE = do_OPTIONS = do_HEAD = _not_allowed
+    do_POST = do_PATCH = do_DELETE = do_OPTIONS = do_HEAD = _not_allowed
+
+    def _require_token(self) -> bool:
+        if self._authorized():
+            return True
+        self._json(
+            401,
+            {"error": "missing or invalid bearer token"},
+            {"WWW-Authenticate": 'Bearer realm="gpu-agent"'},
+        )
+        return False
 
     def _authorized(self) -> bool:
         token = self.server.token
@@ -85,12 +123,7 @@ class AgentRequestHandler(BaseHTTPRequestHandler):
         return hmac.compare_digest(credentials.strip().encode("utf-8", "replace"), token)
 
     def _snapshot(self) -> None:
-        if not self._authorized():
-            self._json(
-                401,
-                {"error": "missing or invalid bearer token"},
-                {"WWW-Authenticate": 'Bearer realm="gpu-agent"'},
-            )
+        if not self._require_token():
             return
         published = self.server.collector.published
         if published is None:
@@ -99,6 +132,8 @@ class AgentRequestHandler(BaseHTTPRequestHandler):
         self._send(200, published.snapshot_json, JSON_CONTENT_TYPE)
 
     def _metrics(self) -> None:
+        if self.server.metrics_auth and not self._require_token():
+            return
         published = self.server.collector.published
         if published is None:
             self._send(503, b"# no collection has completed yet\n", METRICS_CONTENT_TYPE)
