@@ -109,8 +109,10 @@ class SimGpu:
     def _temp_target(self) -> float:
         s = self.spec
         heat = (self.power - s.idle_power_w) / (s.power_limit_w - s.idle_power_w)
-        target = s.idle_temp_c + (s.max_temp_c - s.idle_temp_c) * _clamp(heat, 0, 1)
-        return target + (_OVERHEAT_EXTRA_C if self.overheat else 0.0)
+        if self.overheat:
+            # Cooling has failed: the card heads past its slowdown point whatever the load.
+            return s.max_temp_c + _OVERHEAT_EXTRA_C
+        return s.idle_temp_c + (s.max_temp_c - s.idle_temp_c) * _clamp(heat, 0, 1)
 
     def step(self, t: float, dt: float) -> GpuReading:
         s, rng = self.spec, self.rng
