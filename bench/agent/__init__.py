@@ -1,0 +1,1 @@
+"""Benchmarks of the node agent: ``python -m bench.agent`` (see run.py)."""

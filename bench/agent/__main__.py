@@ -1,0 +1,5 @@
+import sys
+
+from bench.agent.run import main
+
+sys.exit(main())
