@@ -1,8 +1,9 @@
 """Latest readings per node, kept in the cache (Redis in production).
 
 The database holds inventory (what exists, its health, when it was last seen);
-the cache holds what the cards read a moment ago. The dashboard and its
-websocket are built from both through ``fleet_payload``.
+the cache holds what the cards read a moment ago, one key per node. Pages and
+websockets are built from both: the fleet page from per-node summaries, a node
+page from its cards.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from django.core.cache import cache
+from django.db.models import Count
 
 from agents.models import GPU, Node
 
@@ -27,24 +29,32 @@ LIVE_GPU_FIELDS = (
     "power_limit_w",
     "sm_clock_mhz",
 )
+_NODE_FIELDS = ("pk", "name", "state", "last_seen", "last_error")
 
 
 def _key(node_id: int) -> str:
     return f"fleet:latest:{node_id}"
 
 
-def store_latest(snapshots: dict[int, dict[str, Any]]) -> None:
-    """Keep the newest snapshot of each node, reduced to what the live view needs."""
-    reduced = {}
-    for node_id, snapshot in snapshots.items():
-        reduced[_key(node_id)] = {
-            "collected_at": snapshot.get("collected_at"),
-            "gpus": {
-                gpu["uuid"]: {f: gpu[f] for f in LIVE_GPU_FIELDS if f in gpu}
-                for gpu in snapshot["gpus"]
-            },
-        }
-    cache.set_many(reduced, timeout=LATEST_TTL_S)
+def reduce_snapshot(snapshot: dict[str, Any]) -> dict[str, Any]:
+    """What the live views need of a snapshot: per card, identity and the live fields."""
+    gpus = {}
+    for gpu in snapshot["gpus"]:
+        reduced = {f: gpu[f] for f in LIVE_GPU_FIELDS if f in gpu}
+        reduced["index"] = gpu["index"]
+        reduced["model"] = gpu.get("name", "")
+        reduced["memory_total_mib"] = gpu.get("memory_total_mib", 0)
+        reduced["health"] = "lost" if gpu.get("health") == "lost" else "ok"
+        gpus[gpu["uuid"]] = reduced
+    return {"collected_at": snapshot.get("collected_at"), "gpus": gpus}
+
+
+def store_latest(snapshots: dict[int, dict[str, Any]]) -> dict[int, dict[str, Any]]:
+    """Keep the newest snapshot of each node, reduced; returns what was stored."""
+    reduced = {node_id: reduce_snapshot(s) for node_id, s in snapshots.items()}
+    if reduced:
+        cache.set_many({_key(i): r for i, r in reduced.items()}, timeout=LATEST_TTL_S)
+    return reduced
 
 
 def latest_for(node_ids: Iterable[int]) -> dict[int, dict[str, Any]]:
@@ -53,36 +63,84 @@ def latest_for(node_ids: Iterable[int]) -> dict[int, dict[str, Any]]:
     return {i: found[_key(i)] for i in node_ids if _key(i) in found}
 
 
-def node_payload(node: Node, gpus: Iterable[GPU], latest: dict[str, Any] | None) -> dict:
-    """One node as the dashboard draws it: inventory plus its latest readings."""
-    readings = (latest or {}).get("gpus", {})
+def _node_fields(node: dict[str, Any]) -> dict[str, Any]:
     return {
-        "id": node.pk,
-        "name": node.name,
-        "hostname": node.hostname,
-        "state": node.state,
-        "last_seen": node.last_seen.isoformat() if node.last_seen else None,
-        "last_error": node.last_error,
-        "collected_at": (latest or {}).get("collected_at"),
-        "gpus": [
-            {
-                "uuid": gpu.uuid,
-                "index": gpu.index,
-                "model": gpu.model,
-                "memory_total_mib": gpu.memory_total_mib,
-                "health": gpu.health,
-                **readings.get(gpu.uuid, {}),
-            }
-            for gpu in gpus
-        ],
+        "id": node["pk"],
+        "name": node["name"],
+        "state": node["state"],
+        "last_seen": node["last_seen"].isoformat() if node["last_seen"] else None,
+        "last_error": node["last_error"],
     }
 
 
-def fleet_payload(node_ids: Iterable[int] | None = None) -> list[dict]:
-    """Nodes (all, or the given ones) with their GPUs and latest readings."""
-    nodes = Node.objects.prefetch_related("gpus").order_by("name")
+def summarize(node: dict[str, Any], latest: dict[str, Any] | None, gpu_count: int) -> dict:
+    """One node as a fleet tile: its cards aggregated, never listed."""
+    cards = list((latest or {}).get("gpus", {}).values())
+    util = [c["utilization_gpu_pct"] for c in cards if "utilization_gpu_pct" in c]
+    temps = [c["temperature_c"] for c in cards if "temperature_c" in c]
+    models: dict[str, int] = {}
+    for card in cards:
+        models[card["model"]] = models.get(card["model"], 0) + 1
+    return {
+        **_node_fields(node),
+        "collected_at": (latest or {}).get("collected_at"),
+        "gpu_count": max(gpu_count, len(cards)),
+        "gpus_lost": sum(1 for c in cards if c["health"] == "lost"),
+        "util_avg": round(sum(util) / len(util), 1) if util else None,
+        "memory_used_mib": sum(c.get("memory_used_mib", 0) for c in cards),
+        "memory_total_mib": sum(c["memory_total_mib"] for c in cards),
+        "temperature_max_c": max(temps) if temps else None,
+        "power_w": round(sum(c.get("power_w", 0) for c in cards), 1),
+        "models": models,
+    }
+
+
+def node_summaries(
+    node_ids: Iterable[int] | None = None,
+    latest: dict[int, dict[str, Any]] | None = None,
+) -> list[dict]:
+    """Fleet tiles for the given nodes (all by default); ``latest`` saves a cache read."""
+    nodes = Node.objects.order_by("name")
     if node_ids is not None:
         nodes = nodes.filter(pk__in=list(node_ids))
-    nodes = list(nodes)
-    latest = latest_for(n.pk for n in nodes)
-    return [node_payload(n, n.gpus.all(), latest.get(n.pk)) for n in nodes]
+    rows = [dict(zip(_NODE_FIELDS, r, strict=True)) for r in nodes.values_list(*_NODE_FIELDS)]
+    latest = dict(latest or {})
+    missing = [r["pk"] for r in rows if r["pk"] not in latest]
+    if missing:
+        latest.update(latest_for(missing))
+    counts = _gpu_counts([r["pk"] for r in rows] if node_ids is not None else None)
+    return [summarize(r, latest.get(r["pk"]), counts.get(r["pk"], 0)) for r in rows]
+
+
+def _gpu_counts(node_ids: list[int] | None) -> dict[int, int]:
+    gpus = GPU.objects.all()
+    if node_ids is not None:
+        gpus = gpus.filter(node_id__in=node_ids)
+    return dict(gpus.values("node_id").annotate(n=Count("pk")).values_list("node_id", "n"))
+
+
+def node_detail(node: Node, latest: dict[str, Any] | None = None) -> dict:
+    """One node with all its cards (inventory joined to the latest readings)."""
+    if latest is None:
+        latest = latest_for([node.pk]).get(node.pk)
+    readings = (latest or {}).get("gpus", {})
+    gpus = node.gpus.order_by("index").values_list(
+        "pk", "uuid", "index", "model", "memory_total_mib", "health"
+    )
+    row = {f: getattr(node, f) for f in _NODE_FIELDS}
+    return {
+        **_node_fields(row),
+        "collected_at": (latest or {}).get("collected_at"),
+        "gpus": [
+            {
+                **{k: v for k, v in readings.get(uuid, {}).items() if k in LIVE_GPU_FIELDS},
+                "id": pk,
+                "uuid": uuid,
+                "index": index,
+                "model": model,
+                "memory_total_mib": memory,
+                "health": health,
+            }
+            for pk, uuid, index, model, memory, health in gpus
+        ],
+    }

@@ -1,47 +1,34 @@
-"""Fleet services: turn poll results into inventory, latest readings and live pushes."""
+"""Fleet services: turn poll results into inventory, latest readings and live pushes.
+
+Built for one cycle of 1,000 nodes x 8 GPUs in well under a second: inventory is
+written with a handful of set-based statements (rows change only when something
+about a card changes; ``last_seen`` moves with one UPDATE per table), readings
+go to the cache, rollup samples to the sample buffer, and the live push is built
+from the snapshots in hand rather than read back from the database.
+"""
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any
 
-from asgiref.sync import async_to_sync
-from channels.layers import get_channel_layer
 from django.conf import settings
 from django.db import transaction
+from django.db.models import F
 from django.utils import timezone
 
-from agents import poller, readings
-from agents.choices import ADMIN_STATES, GpuHealth, NodeSource, NodeState
+from agents import live, poller, readings, rollups
+from agents.choices import GpuHealth, NodeSource, NodeState
 from agents.models import GPU, Node
 
 logger = logging.getLogger(__name__)
 
-FLEET_GROUP = "fleet"
-
-_NODE_FIELDS = [
-    "hostname",
-    "state",
-    "missed_polls",
-    "last_seen",
-    "last_error",
-    "agent_version",
-    "driver_version",
-    "cuda_version",
-    "updated",
-]
-_GPU_FIELDS = [
-    "node",
-    "index",
-    "model",
-    "memory_total_mib",
-    "pci_bus_id",
-    "serial",
-    "health",
-    "last_seen",
-    "updated",
-]
+# Identity fields of a card as the agent reports them: (model field, snapshot key, max length).
+_GPU_IDENTITY = (("model", "name", 128), ("pci_bus_id", "pci_bus_id", 32), ("serial", "serial", 64))
+_NODE_IDENTITY = ("hostname", "agent_version", "driver_version", "cuda_version")
 
 
 @dataclass
@@ -51,116 +38,150 @@ class PollSummary:
     failed: dict[int, str] = field(default_factory=dict)
     gpus_seen: int = 0
     gpus_created: int = 0
+    went_offline: list[str] = field(default_factory=list)
 
 
-def agent_targets() -> list[poller.AgentTarget]:
+def agent_targets(node_ids: Iterable[int] | None = None) -> list[poller.AgentTarget]:
     nodes = Node.objects.filter(source=NodeSource.AGENT).exclude(agent_url="")
+    if node_ids is not None:
+        nodes = nodes.filter(pk__in=list(node_ids))
     return [
         poller.AgentTarget(node_id=pk, url=url, token=token)
         for pk, url, token in nodes.values_list("pk", "agent_url", "agent_token")
     ]
 
 
-def poll_fleet() -> PollSummary:
-    """One poll cycle: read every agent, record what they said, push it live."""
-    targets = agent_targets()
+def poll_fleet(node_ids: Iterable[int] | None = None) -> PollSummary:
+    """One poll cycle over the given agent nodes (all of them by default)."""
     results = poller.poll(
-        targets,
+        agent_targets(node_ids),
         timeout=settings.GPU_POLL_TIMEOUT,
         concurrency=settings.GPU_POLL_CONCURRENCY,
     )
     return record_poll_results(results)
 
 
-def _apply_snapshot(node: Node, snapshot: dict, now: datetime) -> None:
-    node.hostname = str(snapshot.get("hostname") or node.hostname)[:255]
-    node.agent_version = str((snapshot.get("agent") or {}).get("version") or "")[:64]
-    node.driver_version = str(snapshot.get("driver_version") or "")[:64]
-    node.cuda_version = str(snapshot.get("cuda_version") or "")[:32]
-    node.last_seen = now
-    node.last_error = ""
-    node.missed_polls = 0
-    if node.state not in ADMIN_STATES:
-        node.state = NodeState.ONLINE
-
-
-def _apply_failure(node: Node, error: str) -> None:
-    node.missed_polls += 1
-    node.last_error = error[:1000]
-    if node.state == NodeState.ONLINE and node.missed_polls >= settings.NODE_OFFLINE_AFTER_MISSES:
-        node.state = NodeState.OFFLINE
-        logger.warning(
-            "node %s is offline after %d missed polls: %s", node.name, node.missed_polls, error
-        )
-
-
-def _upsert_gpus(
-    answered: dict[int, dict], nodes: dict[int, Node], now: datetime
-) -> tuple[int, int]:
-    """Create or update the cards the agents reported; cards that vanished are lost."""
-    reported = {
-        gpu["uuid"]: (node_id, gpu)
-        for node_id, snapshot in answered.items()
-        for gpu in snapshot["gpus"]
+def _node_identity(snapshot: dict[str, Any]) -> dict[str, str]:
+    return {
+        "hostname": str(snapshot.get("hostname") or "")[:255],
+        "agent_version": str((snapshot.get("agent") or {}).get("version") or "")[:64],
+        "driver_version": str(snapshot.get("driver_version") or "")[:64],
+        "cuda_version": str(snapshot.get("cuda_version") or "")[:32],
     }
-    existing = {g.uuid: g for g in GPU.objects.select_for_update().filter(uuid__in=reported)}
+
+
+def _record_answers(answered: dict[int, dict], known: dict[int, dict], now: datetime) -> None:
+    for pk, snapshot in answered.items():
+        identity = _node_identity(snapshot)
+        if any(identity[f] != known[pk][f] for f in _NODE_IDENTITY):
+            Node.objects.filter(pk=pk).update(**identity)
+    nodes = Node.objects.filter(pk__in=answered)
+    nodes.update(last_seen=now, missed_polls=0, last_error="", updated=now)
+    # Admin states (draining, maintenance) are never overridden by polling.
+    nodes.filter(state=NodeState.OFFLINE).update(state=NodeState.ONLINE)
+
+
+def _record_failures(failed: dict[int, str], known: dict[int, dict], now: datetime) -> list[str]:
+    by_error: dict[str, list[int]] = {}
+    for pk, error in failed.items():
+        by_error.setdefault(error[:1000], []).append(pk)
+    for error, pks in by_error.items():
+        Node.objects.filter(pk__in=pks).update(
+            missed_polls=F("missed_polls") + 1, last_error=error, updated=now
+        )
+    going = Node.objects.filter(
+        pk__in=failed,
+        state=NodeState.ONLINE,
+        missed_polls__gte=settings.NODE_OFFLINE_AFTER_MISSES,
+    )
+    went_offline = list(going.values_list("name", flat=True))
+    if went_offline:
+        going.update(state=NodeState.OFFLINE)
+        logger.warning("offline after missed polls: %s", ", ".join(went_offline))
+    return went_offline
+
+
+def _record_gpus(answered: dict[int, dict], now: datetime) -> tuple[dict[str, int], int]:
+    """Upsert the reported cards; returns {uuid: pk} of the reported cards and the count created.
+
+    Cards an answering agent no longer lists have fallen off the bus: kept, marked lost.
+    """
+    reported: dict[str, tuple[int, dict]] = {
+        gpu["uuid"]: (node_id, gpu) for node_id, snap in answered.items() for gpu in snap["gpus"]
+    }
+    columns = ("uuid", "pk", "node_id", "index", "memory_total_mib", "health")
+    columns += tuple(f for f, _, _ in _GPU_IDENTITY)
+    rows = {
+        r[0]: dict(zip(columns, r, strict=True))
+        for r in GPU.objects.filter(node_id__in=answered).values_list(*columns)
+    }
+    # Cards that moved here from another node, or were never seen before.
+    elsewhere = [uuid for uuid in reported if uuid not in rows]
+    if elsewhere:
+        for r in GPU.objects.filter(uuid__in=elsewhere).values_list(*columns):
+            rows[r[0]] = dict(zip(columns, r, strict=True))
+
     to_create, to_update = [], []
     for uuid, (node_id, data) in reported.items():
-        gpu = existing.get(uuid) or GPU(uuid=uuid)
-        gpu.node = nodes[node_id]
-        gpu.index = data["index"]
-        gpu.model = str(data.get("name") or gpu.model or "unknown")[:128]
-        gpu.memory_total_mib = int(data.get("memory_total_mib") or gpu.memory_total_mib or 0)
-        gpu.pci_bus_id = str(data.get("pci_bus_id") or gpu.pci_bus_id)[:32]
-        gpu.serial = str(data.get("serial") or gpu.serial)[:64]
-        gpu.health = GpuHealth.LOST if data.get("health") == "lost" else GpuHealth.OK
-        gpu.last_seen = now
-        gpu.updated = now
-        (to_update if gpu.pk else to_create).append(gpu)
-    GPU.objects.bulk_create(to_create)
-    GPU.objects.bulk_update(to_update, _GPU_FIELDS)
-    # A card its own agent no longer lists has fallen off the bus: keep it, marked lost.
-    GPU.objects.filter(node_id__in=answered).exclude(uuid__in=reported).exclude(
-        health=GpuHealth.LOST
-    ).update(health=GpuHealth.LOST, updated=now)
-    return len(reported), len(to_create)
+        wanted = {
+            "node_id": node_id,
+            "index": data["index"],
+            "health": GpuHealth.LOST if data.get("health") == "lost" else GpuHealth.OK,
+        }
+        if data.get("memory_total_mib"):
+            wanted["memory_total_mib"] = int(data["memory_total_mib"])
+        for model_field, key, size in _GPU_IDENTITY:
+            if data.get(key):
+                wanted[model_field] = str(data[key])[:size]
+        row = rows.get(uuid)
+        if row is None:
+            wanted.setdefault("model", "unknown")
+            to_create.append(GPU(uuid=uuid, last_seen=now, **wanted))
+        elif any(row[k] != v for k, v in wanted.items()):
+            fields = {k: v for k, v in row.items() if k not in ("pk", "uuid")}
+            to_update.append(GPU(pk=row["pk"], uuid=uuid, **{**fields, **wanted}, updated=now))
+    if to_create:
+        GPU.objects.bulk_create(to_create)
+    if to_update:
+        fields = ["node_id", "index", "memory_total_mib", "health", "updated"]
+        GPU.objects.bulk_update(to_update, fields + [f for f, _, _ in _GPU_IDENTITY])
+
+    vanished = [r["pk"] for uuid, r in rows.items() if uuid not in reported]
+    if vanished:
+        GPU.objects.filter(pk__in=vanished).exclude(health=GpuHealth.LOST).update(
+            health=GpuHealth.LOST, updated=now
+        )
+    GPU.objects.filter(node_id__in=answered).exclude(pk__in=vanished).update(last_seen=now)
+    ids = {uuid: rows[uuid]["pk"] for uuid in reported if uuid in rows}
+    ids.update({g.uuid: g.pk for g in to_create})
+    return ids, len(to_create)
 
 
 def record_poll_results(
     results: list[poller.PollResult], *, now: datetime | None = None
 ) -> PollSummary:
-    """Record one cycle's answers and failures, then publish the changed nodes."""
+    """Record one cycle's answers and failures, then publish them once committed."""
     now = now or timezone.now()
     summary = PollSummary(polled=len(results))
     if not results:
         return summary
+    columns = ("pk", "name", "state", *_NODE_IDENTITY)
     with transaction.atomic():
-        nodes = Node.objects.select_for_update().in_bulk([r.node_id for r in results])
-        answered: dict[int, dict] = {}
-        for result in results:
-            node = nodes.get(result.node_id)
-            if node is None:  # deleted while we were polling
-                continue
-            if result.ok:
-                _apply_snapshot(node, result.snapshot, now)
-                answered[node.pk] = result.snapshot
-            else:
-                _apply_failure(node, result.error)
-                summary.failed[node.pk] = result.error
-            node.updated = now
-        Node.objects.bulk_update(nodes.values(), _NODE_FIELDS)
-        summary.answered = len(answered)
-        summary.gpus_seen, summary.gpus_created = _upsert_gpus(answered, nodes, now)
-        readings.store_latest(answered)
-        node_ids = list(nodes)
-        transaction.on_commit(lambda: publish_fleet_update(node_ids))
+        known = {
+            row[0]: dict(zip(columns, row, strict=True))
+            for row in Node.objects.filter(pk__in=[r.node_id for r in results]).values_list(
+                *columns
+            )
+        }
+        # A node deleted while we were polling is simply skipped.
+        answered = {r.node_id: r.snapshot for r in results if r.ok and r.node_id in known}
+        failed = {r.node_id: r.error for r in results if not r.ok and r.node_id in known}
+        _record_answers(answered, known, now)
+        summary.went_offline = _record_failures(failed, known, now)
+        gpu_ids, summary.gpus_created = _record_gpus(answered, now)
+        summary.answered, summary.failed, summary.gpus_seen = len(answered), failed, len(gpu_ids)
+        latest = readings.store_latest(answered)
+        rollups.buffer_samples(answered, gpu_ids, now)
+        node_ids = list(known)
+        transaction.on_commit(lambda: live.publish_nodes(node_ids, latest))
     return summary
-
-
-def publish_fleet_update(node_ids: list[int]) -> None:
-    """Push the given nodes to every dashboard; called after commit, never before."""
-    payload = readings.fleet_payload(node_ids)
-    layer = get_channel_layer()
-    if layer is None or not payload:
-        return
-    async_to_sync(layer.group_send)(FLEET_GROUP, {"type": "fleet.update", "nodes": payload})

@@ -3,20 +3,57 @@ from __future__ import annotations
 import logging
 from dataclasses import asdict
 
-from celery import shared_task
+from celery import group, shared_task
+from django.conf import settings
+from django.utils import timezone
 
-from agents import services
+from agents import rollups, services
+from agents.choices import NodeSource
+from agents.models import Node
 
 logger = logging.getLogger(__name__)
 
 
 @shared_task(ignore_result=False)
 def poll_agents() -> dict:
-    """Poll every registered agent once. Idempotent: a repeat only refreshes readings."""
-    summary = services.poll_fleet()
+    """Poll every registered agent once, in chunks spread over the workers.
+
+    Small fleets are polled in this task; a fleet larger than one chunk is split
+    so that several workers share the cycle. Idempotent: a repeat only refreshes.
+    """
+    node_ids = list(
+        Node.objects.filter(source=NodeSource.AGENT)
+        .exclude(agent_url="")
+        .order_by("pk")
+        .values_list("pk", flat=True)
+    )
+    size = settings.GPU_POLL_CHUNK
+    if len(node_ids) <= size:
+        return asdict(services.poll_fleet(node_ids))
+    chunks = [node_ids[i : i + size] for i in range(0, len(node_ids), size)]
+    group(poll_agent_chunk.s(chunk) for chunk in chunks).apply_async(
+        expires=settings.GPU_POLL_INTERVAL
+    )
+    return {"polled": len(node_ids), "chunks": len(chunks)}
+
+
+@shared_task(ignore_result=True)
+def poll_agent_chunk(node_ids: list[int]) -> dict:
+    summary = services.poll_fleet(node_ids)
     if summary.failed:
-        logger.info("poll: %d/%d agents answered", summary.answered, summary.polled)
+        logger.info("poll chunk: %d/%d agents answered", summary.answered, summary.polled)
     return asdict(summary)
+
+
+@shared_task(ignore_result=True)
+def flush_rollups() -> int:
+    """Write the finished minutes of the sample buffer as 1-minute and 1-hour rollups."""
+    return rollups.flush(timezone.now())
+
+
+@shared_task(ignore_result=True)
+def prune_rollups() -> dict:
+    return rollups.prune(timezone.now())
 
 
 @shared_task(ignore_result=False)

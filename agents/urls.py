@@ -6,4 +6,6 @@ app_name = "agents"
 
 urlpatterns = [
     path("", views.dashboard, name="dashboard"),
+    path("nodes/<int:pk>/", views.node_detail, name="node"),
+    path("gpus/<int:pk>/", views.gpu_detail, name="gpu"),
 ]

@@ -1,28 +1,87 @@
+from __future__ import annotations
+
 from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse
-from django.shortcuts import render
+from django.shortcuts import get_object_or_404, render
 from django.utils.translation import gettext as _
 
 from agents import readings
 from agents.choices import GpuHealth, NodeState
+from agents.history import RANGES
+from agents.models import GPU, Node
+
+
+def _labels() -> dict:
+    """Translated words the page scripts need, handed over as JSON."""
+    return {
+        "states": {value: str(label) for value, label in NodeState.choices},
+        "health": {value: str(label) for value, label in GpuHealth.choices},
+        "ui": {
+            "live": _("Live"),
+            "reconnecting": _("Reconnecting…"),
+            "never": _("never"),
+            "seconds_ago": _("%(seconds)s s ago"),
+            "no_data": _("No history yet for this range."),
+            "utilization": _("Utilization (%)"),
+            "memory": _("Memory used (GiB)"),
+            "power": _("Power (W)"),
+            "temperature": _("Temperature (°C)"),
+            "average": _("average"),
+            "peak": _("peak"),
+            "time": _("Time"),
+        },
+    }
 
 
 @login_required
 def dashboard(request: HttpRequest) -> HttpResponse:
-    nodes = readings.fleet_payload()
+    tiles = readings.node_summaries()
+    by_state: dict[str, int] = {}
+    models: dict[str, int] = {}
+    for tile in tiles:
+        by_state[tile["state"]] = by_state.get(tile["state"], 0) + 1
+        for model, count in tile["models"].items():
+            models[model] = models.get(model, 0) + count
     return render(
         request,
         "agents/dashboard.html",
         {
-            "nodes": nodes,
-            "gpu_count": sum(len(n["gpus"]) for n in nodes),
-            "state_labels": {value: str(label) for value, label in NodeState.choices},
-            "health_labels": {value: str(label) for value, label in GpuHealth.choices},
-            "ui_labels": {
-                "live": _("Live"),
-                "reconnecting": _("Reconnecting…"),
-                "never": _("never"),
-                "seconds_ago": _("%(seconds)s s ago"),
-            },
+            "tiles": tiles,
+            "gpu_count": sum(t["gpu_count"] for t in tiles),
+            "by_state": [(NodeState(s).label, n) for s, n in sorted(by_state.items())],
+            "models": sorted(models.items(), key=lambda item: -item[1]),
+            "labels": _labels(),
+        },
+    )
+
+
+@login_required
+def node_detail(request: HttpRequest, pk: int) -> HttpResponse:
+    node = get_object_or_404(Node, pk=pk)
+    return render(
+        request,
+        "agents/node_detail.html",
+        {
+            "node": node,
+            "detail": readings.node_detail(node),
+            "ranges": RANGES,
+            "labels": _labels(),
+        },
+    )
+
+
+@login_required
+def gpu_detail(request: HttpRequest, pk: int) -> HttpResponse:
+    gpu = get_object_or_404(GPU.objects.select_related("node"), pk=pk)
+    latest = readings.latest_for([gpu.node_id]).get(gpu.node_id, {})
+    reading = latest.get("gpus", {}).get(gpu.uuid, {})
+    return render(
+        request,
+        "agents/gpu_detail.html",
+        {
+            "gpu": gpu,
+            "reading": {k: v for k, v in reading.items() if k in readings.LIVE_GPU_FIELDS},
+            "ranges": RANGES,
+            "labels": _labels(),
         },
     )

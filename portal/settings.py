@@ -159,6 +159,9 @@ USE_TZ = True
 
 STATIC_URL = "static/"
 STATICFILES_DIRS = [BASE_DIR / "static"]
+# Front-end libraries come from npm (package.json); `./dev up` runs `npm ci`.
+if (BASE_DIR / "node_modules" / "uplot" / "dist").is_dir():
+    STATICFILES_DIRS.append(("vendor/uplot", BASE_DIR / "node_modules" / "uplot" / "dist"))
 STATIC_ROOT = Path(env_str("STATIC_ROOT") or VAR_DIR / "staticfiles")
 STATIC_ROOT.mkdir(parents=True, exist_ok=True)
 # WhiteNoise serves static files under daphne too; no manifest needed in the demo.
@@ -195,6 +198,11 @@ GPU_POLL_TIMEOUT = env_float("GPU_POLL_TIMEOUT", 3.0, minimum=0.1)
 GPU_POLL_CONCURRENCY = env_int("GPU_POLL_CONCURRENCY", 200, minimum=1)
 # A node is marked offline after this many polls in a row without an answer.
 NODE_OFFLINE_AFTER_MISSES = env_int("NODE_OFFLINE_AFTER_MISSES", 3, minimum=1)
+# Agents per Celery task: a large fleet's cycle is split across the workers.
+GPU_POLL_CHUNK = env_int("GPU_POLL_CHUNK", 250, minimum=1)
+# How long history is kept, in days, at 1-minute and at 1-hour resolution.
+ROLLUP_MINUTE_DAYS = env_int("ROLLUP_MINUTE_DAYS", 7, minimum=1)
+ROLLUP_HOUR_DAYS = env_int("ROLLUP_HOUR_DAYS", 400, minimum=1)
 # Clusters that run dcgm-exporter without our agent, read through their Prometheus
 # (docs/prometheus.md). Empty: off. Polled every GPU_POLL_INTERVAL with one query.
 PROMETHEUS_URL = env_str("PROMETHEUS_URL")
@@ -216,6 +224,15 @@ CELERY_BEAT_SCHEDULE = {
         "schedule": timedelta(seconds=GPU_POLL_INTERVAL),
         # A poll that waited longer than one interval is stale: the next one is due.
         "options": {"expires": GPU_POLL_INTERVAL},
+    },
+    "flush-rollups": {
+        "task": "agents.tasks.flush_rollups",
+        "schedule": timedelta(seconds=20),
+        "options": {"expires": 20},
+    },
+    "prune-rollups": {
+        "task": "agents.tasks.prune_rollups",
+        "schedule": timedelta(hours=1),
     },
 }
 if PROMETHEUS_URL:

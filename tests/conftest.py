@@ -33,9 +33,10 @@ def pytest_sessionstart(session: pytest.Session) -> None:
         pytest.exit("; ".join(problems) + ". Run the suite with ./dev test.", returncode=3)
 
 
-@pytest.fixture(scope="session", autouse=True)
+@pytest.fixture(autouse=True)
 def _clean_redis() -> None:
-    # The test Redis database is the suite's own: start every run from empty.
+    # The test Redis database is the suite's own: every test starts from empty, so no
+    # cached reading, rollup buffer or channel group leaks from one test into the next.
     redis.Redis.from_url(settings.REDIS_URL).flushdb()
 
 

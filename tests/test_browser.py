@@ -54,6 +54,13 @@ def log_in_and_watch_a_card_change(
         page.fill("#id_username", user)
         page.fill("#id_password", password)
         page.click("button[type=submit]")
+        tiles = page.locator(".tile")
+        expect(tiles.first).to_be_visible(timeout=20_000)
+        expect(page.locator("#live-status")).to_have_attribute("data-state", "live")
+        # The fleet page shows nodes, not cards; a node's tile leads to its cards.
+        assert page.locator(".gpu-card").count() == 0
+        tiles.first.click()
+        expect(page).to_have_url(re.compile(r"/nodes/\d+/$"))
         cards = page.locator(".gpu-card")
         expect(cards.first).to_be_visible(timeout=20_000)
         expect(page.locator("#live-status")).to_have_attribute("data-state", "live")

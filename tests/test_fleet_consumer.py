@@ -9,8 +9,9 @@ from channels.testing import WebsocketCommunicator
 from django.conf import settings
 from django.test import Client
 
+from agents import live
+from agents.live import FLEET_GROUP, node_group
 from agents.models import Node
-from agents.services import FLEET_GROUP
 from portal.asgi import application
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -29,8 +30,8 @@ def _session_cookie(user) -> str:
     return f"{settings.SESSION_COOKIE_NAME}={client.cookies[settings.SESSION_COOKIE_NAME].value}"
 
 
-async def _connect(headers):
-    communicator = WebsocketCommunicator(application, "/ws/fleet/", headers=headers)
+async def _connect(headers, path="/ws/fleet/"):
+    communicator = WebsocketCommunicator(application, path, headers=headers)
     connected, code = await communicator.connect(timeout=5)
     return communicator, connected, code
 
@@ -68,7 +69,7 @@ def test_logged_in_socket_gets_the_fleet_then_pushed_updates(member_user):
         assert connected
         first = await communicator.receive_json_from(timeout=5)
         await get_channel_layer().group_send(
-            FLEET_GROUP, {"type": "fleet.update", "nodes": [{"id": 1, "name": "x", "gpus": []}]}
+            FLEET_GROUP, {"type": "fleet.nodes", "nodes": [{"id": 1, "name": "x"}]}
         )
         second = await communicator.receive_json_from(timeout=5)
         # Whatever the browser sends is ignored, and the socket stays open.
@@ -78,6 +79,38 @@ def test_logged_in_socket_gets_the_fleet_then_pushed_updates(member_user):
         return first, second
 
     first, second = async_to_sync(run)()
-    assert first["type"] == "fleet.snapshot"
+    assert first["type"] == "fleet.nodes"
     assert [n["name"] for n in first["nodes"]] == ["gpu-a"]
-    assert second == {"type": "fleet.update", "nodes": [{"id": 1, "name": "x", "gpus": []}]}
+    assert second == {"type": "fleet.nodes", "nodes": [{"id": 1, "name": "x"}]}
+
+
+def test_node_socket_sends_the_cards_and_marks_the_node_watched(member_user):
+    node = Node.objects.create(name="gpu-a", agent_url="http://127.0.0.1:1")
+    cookie = _session_cookie(member_user)
+
+    async def run():
+        communicator, connected, _ = await _connect(_headers(cookie), f"/ws/nodes/{node.pk}/")
+        assert connected
+        first = await communicator.receive_json_from(timeout=5)
+        await get_channel_layer().group_send(
+            node_group(node.pk), {"type": "node.detail", "node": {"id": node.pk, "gpus": []}}
+        )
+        second = await communicator.receive_json_from(timeout=5)
+        await communicator.disconnect()
+        return first, second
+
+    first, second = async_to_sync(run)()
+    assert first["type"] == "node.detail" and first["node"]["name"] == "gpu-a"
+    assert second["node"] == {"id": node.pk, "gpus": []}
+    assert live.watched([node.pk]) == [node.pk]
+
+
+def test_socket_for_a_missing_node_is_closed_with_not_found(member_user):
+    cookie = _session_cookie(member_user)
+
+    async def run():
+        communicator, connected, code = await _connect(_headers(cookie), "/ws/nodes/999999/")
+        await communicator.disconnect()
+        return connected, code
+
+    assert async_to_sync(run)() == (False, 4404)

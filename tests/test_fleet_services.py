@@ -9,7 +9,7 @@ from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 from django.core.cache import cache
 
-from agents import readings, services
+from agents import live, readings, services
 from agents.choices import GpuHealth, NodeState
 from agents.models import GPU, Node
 from agents.poller import PollResult
@@ -120,13 +120,16 @@ def test_latest_readings_are_cached_and_joined_to_the_inventory(node):
     services.record_poll_results(
         [ok(node, snapshot("a", gpu("GPU-1", temperature_c=61, power_w=250.5)))]
     )
-    [payload] = readings.fleet_payload()
-    [card] = payload["gpus"]
+    node.refresh_from_db()
+    detail = readings.node_detail(node)
+    [card] = detail["gpus"]
     assert card["uuid"] == "GPU-1"
     assert card["utilization_gpu_pct"] == 50
     assert card["temperature_c"] == 61
     assert card["power_w"] == 250.5
-    assert payload["state"] == NodeState.ONLINE
+    assert detail["state"] == NodeState.ONLINE
+    [tile] = readings.node_summaries()
+    assert (tile["gpu_count"], tile["util_avg"], tile["temperature_max_c"]) == (1, 50.0, 61)
 
 
 @pytest.mark.django_db(transaction=True)
@@ -134,16 +137,39 @@ def test_each_recorded_poll_is_pushed_to_the_fleet_group_after_commit():
     node = Node.objects.create(name="gpu-a", agent_url="http://127.0.0.1:1")
     layer = get_channel_layer()
     channel = async_to_sync(layer.new_channel)()
-    async_to_sync(layer.group_add)(services.FLEET_GROUP, channel)
+    async_to_sync(layer.group_add)(live.FLEET_GROUP, channel)
     try:
-        services.record_poll_results([ok(node, snapshot("a", gpu("GPU-1", 0)))])
+        services.record_poll_results([ok(node, snapshot("a", gpu("GPU-1", 0), gpu("GPU-2", 1)))])
         message = async_to_sync(asyncio.wait_for)(layer.receive(channel), 5)
     finally:
-        async_to_sync(layer.group_discard)(services.FLEET_GROUP, channel)
-    assert message["type"] == "fleet.update"
-    [pushed] = message["nodes"]
-    assert pushed["name"] == "gpu-a"
-    assert pushed["gpus"][0]["uuid"] == "GPU-1"
+        async_to_sync(layer.group_discard)(live.FLEET_GROUP, channel)
+    assert message["type"] == "fleet.nodes"
+    [tile] = message["nodes"]
+    # The fleet page gets a tile per node, never the cards themselves.
+    assert (tile["name"], tile["gpu_count"], tile["util_avg"]) == ("gpu-a", 2, 50.0)
+    assert "gpus" not in tile
+
+
+@pytest.mark.django_db(transaction=True)
+def test_card_details_are_pushed_only_to_watched_nodes():
+    watched_node = Node.objects.create(name="gpu-a", agent_url="http://127.0.0.1:1")
+    quiet_node = Node.objects.create(name="gpu-b", agent_url="http://127.0.0.1:2")
+    layer = get_channel_layer()
+    channels = {n.pk: async_to_sync(layer.new_channel)() for n in (watched_node, quiet_node)}
+    for pk, channel in channels.items():
+        async_to_sync(layer.group_add)(live.node_group(pk), channel)
+    live.watch(watched_node.pk)
+    services.record_poll_results(
+        [
+            ok(watched_node, snapshot("a", gpu("GPU-1", 0))),
+            ok(quiet_node, snapshot("b", gpu("GPU-2", 0))),
+        ]
+    )
+    message = async_to_sync(asyncio.wait_for)(layer.receive(channels[watched_node.pk]), 5)
+    assert message["type"] == "node.detail"
+    assert [g["uuid"] for g in message["node"]["gpus"]] == ["GPU-1"]
+    with pytest.raises(TimeoutError):
+        async_to_sync(asyncio.wait_for)(layer.receive(channels[quiet_node.pk]), 0.5)
 
 
 def test_results_for_a_node_deleted_mid_poll_are_ignored(node):

@@ -55,8 +55,34 @@ def test_dashboard_renders_the_fleet_for_a_member(client, member_user, fleet):
     assert response.status_code == 200
     body = response.content.decode()
     assert "1 node, 2 GPUs" in body
-    assert 'id="fleet-initial"' in body and "GPU-1" in body
+    assert 'id="initial-data"' in body and "gpu-a" in body
+    # Tiles aggregate; the cards themselves are on the node's page.
+    assert "GPU-1" not in body
     assert "s3cret-agent-token" not in body
+
+
+def test_node_page_lists_its_cards(client, member_user, fleet):
+    client.force_login(member_user)
+    response = client.get(reverse("agents:node", args=[fleet.pk]))
+    assert response.status_code == 200
+    body = response.content.decode()
+    assert "GPU-1" in body and "GPU-2" in body
+    assert reverse("api:node-history", args=[fleet.pk]) in body
+
+
+def test_gpu_page_shows_identity_and_latest_reading(client, member_user, fleet):
+    client.force_login(member_user)
+    gpu = GPU.objects.get(uuid="GPU-1")
+    response = client.get(reverse("agents:gpu", args=[gpu.pk]))
+    body = response.content.decode()
+    assert response.status_code == 200
+    assert "GPU-1" in body and "NVIDIA H100 80GB HBM3" in body and "42 %" in body
+
+
+@pytest.mark.parametrize("name", ["agents:node", "agents:gpu"])
+def test_detail_pages_answer_404_for_unknown_ids(client, member_user, name):
+    client.force_login(member_user)
+    assert client.get(reverse(name, args=[999999])).status_code == 404
 
 
 def test_dashboard_speaks_simplified_chinese(client, member_user, fleet):
@@ -104,6 +130,48 @@ def test_api_gpus_carry_their_latest_readings_and_filter(member_user, fleet):
     detail = client.get(f"/api/v1/gpus/{GPU.objects.get(uuid='GPU-2').pk}/").json()
     assert detail["health"] == "lost"
     assert client.get("/api/v1/gpus/", {"node": "nope"}).json()["count"] == 0
+
+
+def test_history_api_returns_rollups_for_a_gpu_and_a_node(member_user, fleet):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from agents import rollups
+
+    now = timezone.now()
+    gpu = GPU.objects.get(uuid="GPU-1")
+    snap = {
+        "gpus": [
+            {
+                "uuid": "GPU-1",
+                "index": 0,
+                "utilization_gpu_pct": 80,
+                "memory_used_mib": 1000,
+                "processes": [{"pid": 1, "user": "carol", "memory_used_mib": 600}],
+            }
+        ]
+    }
+    rollups.buffer_samples({fleet.pk: snap}, {"GPU-1": gpu.pk}, now - timedelta(minutes=2))
+    rollups.flush(now)
+    client = APIClient()
+    client.force_authenticate(member_user)
+    data = client.get(f"/api/v1/gpus/{gpu.pk}/history/", {"range": "1h"}).json()
+    assert data["resolution"] == "1m"
+    [point] = data["points"]
+    assert (point["util_avg"], point["memory_used_avg_mib"]) == (80, 1000)
+    assert data["owners"][0]["owner"] == "carol"
+    node_data = client.get(f"/api/v1/nodes/{fleet.pk}/history/", {"range": "7d"}).json()
+    assert node_data["resolution"] == "1h" and node_data["points"][0]["util_max"] == 80
+
+
+def test_history_api_refuses_an_unknown_range(member_user, fleet):
+    client = APIClient()
+    client.force_authenticate(member_user)
+    gpu = GPU.objects.get(uuid="GPU-1")
+    response = client.get(f"/api/v1/gpus/{gpu.pk}/history/", {"range": "1y"})
+    assert response.status_code == 400
+    assert "range" in response.json()
 
 
 def test_api_is_read_only_for_now(admin_user, fleet):

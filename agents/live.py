@@ -1,0 +1,60 @@
+"""The live path: what each websocket page is sent after a poll commits.
+
+The fleet page gets one tile per node (aggregates, never 8,000 cards); a node
+page gets that node's cards, and only while someone watches it: a node page's
+consumer keeps a short-lived "watched" key fresh, and the publisher sends card
+details only for nodes whose key exists. One cache read per cycle decides that.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from asgiref.sync import async_to_sync
+from channels.layers import get_channel_layer
+from django.core.cache import cache
+
+from agents import readings
+from agents.models import Node
+
+FLEET_GROUP = "fleet"
+# A watcher refreshes its key on every update it gets; a vanished one lapses after this.
+WATCH_TTL_S = 60
+
+
+def node_group(node_id: int) -> str:
+    return f"node.{node_id}"
+
+
+def _watch_key(node_id: int) -> str:
+    return f"live:watched:{node_id}"
+
+
+def watch(node_id: int) -> None:
+    cache.set(_watch_key(node_id), 1, timeout=WATCH_TTL_S)
+
+
+def watched(node_ids: Iterable[int]) -> list[int]:
+    found = cache.get_many([_watch_key(i) for i in node_ids])
+    return [int(key.rsplit(":", 1)[1]) for key in found]
+
+
+def publish_nodes(node_ids: list[int], latest: dict[int, dict[str, Any]] | None = None) -> None:
+    """Push fresh tiles to the fleet page and fresh cards to watched node pages."""
+    layer = get_channel_layer()
+    if layer is None or not node_ids:
+        return
+    summaries = readings.node_summaries(node_ids, latest)
+    send = async_to_sync(_send_all)
+    details = []
+    for node in Node.objects.filter(pk__in=watched(node_ids)):
+        details.append(readings.node_detail(node, (latest or {}).get(node.pk)))
+    send(layer, summaries, details)
+
+
+async def _send_all(layer, summaries: list[dict], details: list[dict]) -> None:
+    # One event-loop hop for the whole cycle, not one per group.
+    await layer.group_send(FLEET_GROUP, {"type": "fleet.nodes", "nodes": summaries})
+    for detail in details:
+        await layer.group_send(node_group(detail["id"]), {"type": "node.detail", "node": detail})

@@ -1,0 +1,323 @@
+"""History: 1-minute and 1-hour rollups per GPU and per process owner.
+
+Each poll cycle appends one compact blob of its readings to a buffer for the
+current minute (one Redis RPUSH, whatever the fleet size). Once a minute has
+passed, ``flush`` claims its buffer atomically (a Redis RENAME, so two workers
+never flush the same minute), aggregates it into ``GpuMinute``/``OwnerMinute``
+rows and recomputes the hours it touched from those minutes. Retention prunes
+both. Queries take a set of GPU ids and a time range, so per-allocation and
+per-tenant history can be built on top by mapping them to GPUs and intervals.
+"""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from collections import defaultdict
+from collections.abc import Iterable
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import orjson
+import redis
+from django.conf import settings
+from django.db import transaction
+from django.db.models import Avg, Count, Max, Sum
+
+from agents.models import GPU, GpuHour, GpuMinute, OwnerHour, OwnerMinute
+
+# Per GPU, in this order; None where the card did not report the field.
+SAMPLE_FIELDS = ("utilization_gpu_pct", "memory_used_mib", "power_w", "temperature_c")
+_ROLLUP_FIELDS = ("util", "memory_used", "power", "temperature")
+_ROLLUP_COLUMNS = {
+    "util": ("util_avg", "util_max"),
+    "memory_used": ("memory_used_avg_mib", "memory_used_max_mib"),
+    "power": ("power_avg_w", "power_max_w"),
+    "temperature": ("temperature_avg_c", "temperature_max_c"),
+}
+# A claimed minute whose flush died is retried after this long.
+STALE_CLAIM_S = 300
+
+
+def minute_of(moment: datetime) -> int:
+    return int(moment.timestamp()) // 60
+
+
+def _moment(minute: int) -> datetime:
+    return datetime.fromtimestamp(minute * 60, tz=UTC)
+
+
+# --- the buffer -----------------------------------------------------------------
+
+
+class _RedisBuffer:
+    def __init__(self, url: str, prefix: str) -> None:
+        self.client = redis.Redis.from_url(url)
+        self.prefix = f"{prefix}:rollup"
+
+    def append(self, minute: int, blob: bytes) -> None:
+        key = f"{self.prefix}:buf:{minute}"
+        pipe = self.client.pipeline(transaction=False)
+        pipe.rpush(key, blob)
+        pipe.expire(key, 3600 * 6)
+        pipe.sadd(f"{self.prefix}:pending", minute)
+        pipe.execute()
+
+    def claim(self, before: int) -> list[tuple[int, str, list[bytes]]]:
+        claimed = []
+        for raw in self.client.smembers(f"{self.prefix}:pending"):
+            minute = int(raw)
+            if minute >= before:
+                continue
+            claim_key = f"{self.prefix}:claim:{minute}:{uuid.uuid4().hex}"
+            try:
+                self.client.rename(f"{self.prefix}:buf:{minute}", claim_key)
+            except redis.ResponseError:  # another worker claimed it first
+                self.client.srem(f"{self.prefix}:pending", minute)
+                continue
+            self.client.srem(f"{self.prefix}:pending", minute)
+            claimed.append((minute, claim_key, self.client.lrange(claim_key, 0, -1)))
+        # Claims left behind by a worker that died mid-flush are retried.
+        for key in self.client.scan_iter(f"{self.prefix}:claim:*", count=1000):
+            key = key.decode()
+            minute = int(key.split(":")[-2])
+            if minute < before - STALE_CLAIM_S // 60 and all(c[1] != key for c in claimed):
+                claimed.append((minute, key, self.client.lrange(key, 0, -1)))
+        return claimed
+
+    def done(self, claim_key: str) -> None:
+        self.client.delete(claim_key)
+
+
+class _MemoryBuffer:
+    """The embedded default's buffer: one process, so a dict and a lock suffice."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.minutes: dict[int, list[bytes]] = defaultdict(list)
+
+    def append(self, minute: int, blob: bytes) -> None:
+        with self.lock:
+            self.minutes[minute].append(blob)
+
+    def claim(self, before: int) -> list[tuple[int, str, list[bytes]]]:
+        with self.lock:
+            ready = sorted(m for m in self.minutes if m < before)
+            return [(m, str(m), self.minutes.pop(m)) for m in ready]
+
+    def done(self, claim_key: str) -> None:
+        pass
+
+
+_buffer: _RedisBuffer | _MemoryBuffer | None = None
+
+
+def buffer() -> _RedisBuffer | _MemoryBuffer:
+    global _buffer
+    if _buffer is None:
+        if settings.REDIS_URL:
+            _buffer = _RedisBuffer(settings.REDIS_URL, settings.CACHES["default"]["KEY_PREFIX"])
+        else:
+            _buffer = _MemoryBuffer()
+    return _buffer
+
+
+def buffer_samples(answered: dict[int, dict], gpu_ids: dict[str, int], now: datetime) -> None:
+    """Append this cycle's readings (per GPU, and per process owner) to the minute's buffer."""
+    gpus: dict[int, list] = {}
+    owners: list[list] = []
+    for snapshot in answered.values():
+        for gpu in snapshot["gpus"]:
+            pk = gpu_ids.get(gpu["uuid"])
+            if pk is None:
+                continue
+            gpus[pk] = [gpu.get(f) for f in SAMPLE_FIELDS]
+            per_owner: dict[str, list[float | None]] = {}
+            for process in gpu.get("processes") or ():
+                owner = str(process.get("user") or "")[:64]
+                if not owner:
+                    continue
+                used = per_owner.setdefault(owner, [0.0, None])
+                used[0] += process.get("memory_used_mib") or 0
+                # Per-process SM utilization only where the agent reports it.
+                if process.get("sm_util_pct") is not None:
+                    used[1] = (used[1] or 0) + process["sm_util_pct"]
+            owners.extend([pk, owner, mem, util] for owner, (mem, util) in per_owner.items())
+    if gpus:
+        blob = orjson.dumps({"g": gpus, "o": owners}, option=orjson.OPT_NON_STR_KEYS)
+        buffer().append(minute_of(now), blob)
+
+
+# --- flushing ---------------------------------------------------------------------
+
+
+def _aggregate(values: list[float | None]) -> tuple[float | None, float | None]:
+    present = [v for v in values if v is not None]
+    if not present:
+        return None, None
+    return sum(present) / len(present), max(present)
+
+
+def _minute_rows(minute: int, blobs: list[bytes]) -> tuple[list[GpuMinute], list[OwnerMinute]]:
+    per_gpu: dict[int, list[list]] = defaultdict(list)
+    per_owner: dict[tuple[int, str], list[tuple[float, float]]] = defaultdict(list)
+    for blob in blobs:
+        data = orjson.loads(blob)
+        for pk, sample in data["g"].items():
+            per_gpu[int(pk)].append(sample)
+        for pk, owner, mem, util in data["o"]:
+            per_owner[(pk, owner)].append((mem, util))
+    bucket = _moment(minute)
+    gpu_rows = []
+    for pk, samples in per_gpu.items():
+        columns = {}
+        for i, name in enumerate(_ROLLUP_FIELDS):
+            avg_col, max_col = _ROLLUP_COLUMNS[name]
+            columns[avg_col], columns[max_col] = _aggregate([s[i] for s in samples])
+        gpu_rows.append(GpuMinute(gpu_id=pk, bucket=bucket, samples=len(samples), **columns))
+    owner_rows = []
+    for (pk, owner), samples in per_owner.items():
+        mem_avg, mem_max = _aggregate([s[0] for s in samples])
+        util_avg, util_max = _aggregate([s[1] for s in samples])
+        owner_rows.append(
+            OwnerMinute(
+                gpu_id=pk, owner=owner, bucket=bucket, samples=len(samples),
+                memory_used_avg_mib=mem_avg, memory_used_max_mib=mem_max,
+                util_avg=util_avg, util_max=util_max,
+            )
+        )  # fmt: skip
+    return gpu_rows, owner_rows
+
+
+def _roll_hours(hours: set[datetime]) -> None:
+    """Recompute whole hours from their minutes: idempotent, so repeats are harmless."""
+    gpu_columns = [c for pair in _ROLLUP_COLUMNS.values() for c in pair]
+    aggregates = {}
+    for avg_col, max_col in _ROLLUP_COLUMNS.values():
+        aggregates[avg_col], aggregates[max_col] = Avg(avg_col), Max(max_col)
+    for hour in sorted(hours):
+        in_hour = {"bucket__gte": hour, "bucket__lt": hour + timedelta(hours=1)}
+        rows = [
+            GpuHour(bucket=hour, **r)
+            for r in GpuMinute.objects.filter(**in_hour).values("gpu_id").annotate(
+                samples=Sum("samples"), **aggregates
+            )
+        ]  # fmt: skip
+        GpuHour.objects.bulk_create(
+            rows, update_conflicts=True, unique_fields=["gpu", "bucket"],
+            update_fields=["samples", *gpu_columns],
+        )  # fmt: skip
+        owner_rows = [
+            OwnerHour(bucket=hour, **r)
+            for r in OwnerMinute.objects.filter(**in_hour).values("gpu_id", "owner").annotate(
+                samples=Sum("samples"),
+                memory_used_avg_mib=Avg("memory_used_avg_mib"),
+                memory_used_max_mib=Max("memory_used_max_mib"),
+                util_avg=Avg("util_avg"),
+                util_max=Max("util_max"),
+            )
+        ]  # fmt: skip
+        OwnerHour.objects.bulk_create(
+            owner_rows, update_conflicts=True, unique_fields=["gpu", "owner", "bucket"],
+            update_fields=["samples", "memory_used_avg_mib", "memory_used_max_mib",
+                           "util_avg", "util_max"],
+        )  # fmt: skip
+
+
+def flush(now: datetime) -> int:
+    """Turn every finished minute in the buffer into rows; returns the GPU-minutes written."""
+    written = 0
+    source = buffer()
+    for minute, claim_key, blobs in source.claim(before=minute_of(now)):
+        gpu_rows, owner_rows = _minute_rows(minute, blobs)
+        # Cards deleted since they were sampled have no history to keep.
+        alive = set(
+            GPU.objects.filter(pk__in={r.gpu_id for r in gpu_rows}).values_list("pk", flat=True)
+        )
+        gpu_rows = [r for r in gpu_rows if r.gpu_id in alive]
+        owner_rows = [r for r in owner_rows if r.gpu_id in alive]
+        with transaction.atomic():
+            # A minute flushed twice (a retried claim) keeps its first rows.
+            GpuMinute.objects.bulk_create(gpu_rows, ignore_conflicts=True, batch_size=2000)
+            OwnerMinute.objects.bulk_create(owner_rows, ignore_conflicts=True, batch_size=2000)
+            moment = _moment(minute)
+            _roll_hours({moment.replace(minute=0, second=0, microsecond=0)})
+        source.done(claim_key)
+        written += len(gpu_rows)
+    return written
+
+
+def prune(now: datetime) -> dict[str, int]:
+    """Drop rollups past their retention (settings ROLLUP_MINUTE_DAYS and ROLLUP_HOUR_DAYS)."""
+    minute_cut = now - timedelta(days=settings.ROLLUP_MINUTE_DAYS)
+    hour_cut = now - timedelta(days=settings.ROLLUP_HOUR_DAYS)
+    return {
+        "minutes": GpuMinute.objects.filter(bucket__lt=minute_cut).delete()[0]
+        + OwnerMinute.objects.filter(bucket__lt=minute_cut).delete()[0],
+        "hours": GpuHour.objects.filter(bucket__lt=hour_cut).delete()[0]
+        + OwnerHour.objects.filter(bucket__lt=hour_cut).delete()[0],
+    }
+
+
+# --- queries -----------------------------------------------------------------------
+
+# Ranges up to this long are drawn from minutes; longer ones from hours.
+MINUTE_RANGE_LIMIT = timedelta(hours=36)
+
+
+def series(
+    gpu_ids: Iterable[int], start: datetime, end: datetime, resolution: str | None = None
+) -> dict[str, Any]:
+    """History of a set of GPUs: per bucket, utilization averaged over the cards,
+    memory and power summed, maxima as maxima.
+    """
+    if resolution is None:
+        resolution = "1m" if end - start <= MINUTE_RANGE_LIMIT else "1h"
+    model = {"1m": GpuMinute, "1h": GpuHour}[resolution]
+    rows = (
+        model.objects.filter(gpu_id__in=list(gpu_ids), bucket__gte=start, bucket__lt=end)
+        .values("bucket")
+        .annotate(
+            gpus=Count("gpu_id"),
+            util_avg=Avg("util_avg"),
+            util_max=Max("util_max"),
+            memory_used_avg_mib=Sum("memory_used_avg_mib"),
+            memory_used_max_mib=Sum("memory_used_max_mib"),
+            power_avg_w=Sum("power_avg_w"),
+            power_max_w=Sum("power_max_w"),
+            temperature_avg_c=Avg("temperature_avg_c"),
+            temperature_max_c=Max("temperature_max_c"),
+        )
+        .order_by("bucket")
+    )
+    return {
+        "resolution": resolution,
+        "start": start.isoformat(),
+        "end": end.isoformat(),
+        "points": [
+            {**{k: (round(v, 2) if isinstance(v, float) else v) for k, v in r.items()
+                if k != "bucket"}, "t": r["bucket"].isoformat()}
+            for r in rows
+        ],
+    }  # fmt: skip
+
+
+def owner_usage(
+    gpu_ids: Iterable[int], start: datetime, end: datetime, resolution: str | None = None
+) -> list[dict[str, Any]]:
+    """Per process owner over a range: average and peak memory, average utilization."""
+    if resolution is None:
+        resolution = "1m" if end - start <= MINUTE_RANGE_LIMIT else "1h"
+    model = {"1m": OwnerMinute, "1h": OwnerHour}[resolution]
+    rows = (
+        model.objects.filter(gpu_id__in=list(gpu_ids), bucket__gte=start, bucket__lt=end)
+        .values("owner")
+        .annotate(
+            memory_used_avg_mib=Avg("memory_used_avg_mib"),
+            memory_used_max_mib=Max("memory_used_max_mib"),
+            util_avg=Avg("util_avg"),
+            samples=Sum("samples"),
+        )
+        .order_by("-memory_used_avg_mib")
+    )
+    return list(rows)

@@ -1,0 +1,80 @@
+// Shared by the live pages: translated labels, small DOM helpers, and one
+// self-reconnecting websocket per page.
+
+const readJson = (id) => JSON.parse(document.getElementById(id).textContent);
+
+export const labels = readJson("labels");
+export const initialData = () => readJson("initial-data");
+
+export const GiB = 1024;
+export const fmt = (value, digits = 0) =>
+  value === undefined || value === null ? "–" : Number(value).toFixed(digits);
+
+export function setField(root, name, text) {
+  const el = root.querySelector(`[data-field="${name}"]`);
+  if (el && el.textContent !== String(text)) el.textContent = text;
+  return el;
+}
+
+export function setMeter(root, name, value) {
+  const el = root.querySelector(`[data-meter="${name}"]`);
+  if (el) el.value = value ?? 0;
+}
+
+export function memoryText(used, total) {
+  const usedGiB = used === undefined || used === null ? undefined : used / GiB;
+  return `${fmt(usedGiB, 1)} / ${fmt(total / GiB, 1)} GiB`;
+}
+
+export function setState(el, state) {
+  el.textContent = labels.states[state] ?? state;
+  el.dataset.state = state;
+}
+
+export function setHealth(el, health) {
+  el.textContent = labels.health[health] ?? health;
+  el.dataset.health = health;
+}
+
+// "12 s ago" for every <time data-field="last_seen"> below root, refreshed each second.
+export function keepAgesFresh(root) {
+  const refresh = () => {
+    const now = Date.now();
+    for (const el of root.querySelectorAll('time[data-field="last_seen"]')) {
+      if (!el.dateTime) { el.textContent = labels.ui.never; continue; }
+      const seconds = Math.max(0, Math.round((now - Date.parse(el.dateTime)) / 1000));
+      el.textContent = labels.ui.seconds_ago.replace("%(seconds)s", seconds);
+    }
+  };
+  refresh();
+  setInterval(refresh, 1000);
+}
+
+// Clone a <template>'s first element, pointing its link at the object's URL.
+export function fromTemplate(id, objectId) {
+  const el = document.getElementById(id).content.firstElementChild.cloneNode(true);
+  if (el.href) el.href = el.getAttribute("href").replace(/\/0\/$/, `/${objectId}/`);
+  return el;
+}
+
+export function connect(path, onMessage) {
+  const status = document.getElementById("live-status");
+  const setStatus = (state, text) => {
+    if (!status) return;
+    status.dataset.state = state;
+    status.textContent = text;
+  };
+  const open = (attempt) => {
+    const scheme = location.protocol === "https:" ? "wss" : "ws";
+    const socket = new WebSocket(`${scheme}://${location.host}${path}`);
+    socket.addEventListener("open", () => { attempt = 0; setStatus("live", labels.ui.live); });
+    socket.addEventListener("message", (event) => onMessage(JSON.parse(event.data)));
+    socket.addEventListener("close", (event) => {
+      setStatus("reconnecting", labels.ui.reconnecting);
+      if (event.code === 4401) { location.reload(); return; }  // logged out: log in again
+      if (event.code === 4404) return;  // the object is gone
+      setTimeout(() => open(attempt + 1), Math.min(30000, 1000 * 2 ** attempt));
+    });
+  };
+  open(0);
+}
