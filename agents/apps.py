@@ -11,3 +11,9 @@ class AgentsConfig(AppConfig):
 
     name = "agents"
     verbose_name = _("Nodes and GPUs")
+
+    def ready(self) -> None:
+        from agents.metrics import FleetCollector
+        from portal.metrics import register
+
+        register(FleetCollector())

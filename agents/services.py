@@ -10,6 +10,7 @@ from the snapshots in hand rather than read back from the database.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -20,7 +21,7 @@ from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
 
-from agents import live, poller, readings, rollups
+from agents import live, metrics, poller, readings, rollups
 from agents.choices import GpuHealth, NodeSource, NodeState
 from agents.models import GPU, Node
 
@@ -53,12 +54,15 @@ def agent_targets(node_ids: Iterable[int] | None = None) -> list[poller.AgentTar
 
 def poll_fleet(node_ids: Iterable[int] | None = None) -> PollSummary:
     """One poll cycle over the given agent nodes (all of them by default)."""
+    started = time.perf_counter()
     results = poller.poll(
         agent_targets(node_ids),
         timeout=settings.GPU_POLL_TIMEOUT,
         concurrency=settings.GPU_POLL_CONCURRENCY,
     )
-    return record_poll_results(results)
+    summary = record_poll_results(results)
+    metrics.record_poll(time.perf_counter() - started, summary.polled, len(summary.failed))
+    return summary
 
 
 def _node_identity(snapshot: dict[str, Any]) -> dict[str, str]:

@@ -198,6 +198,10 @@ GPU_POLL_TIMEOUT = env_float("GPU_POLL_TIMEOUT", 3.0, minimum=0.1)
 GPU_POLL_CONCURRENCY = env_int("GPU_POLL_CONCURRENCY", 200, minimum=1)
 # A node is marked offline after this many polls in a row without an answer.
 NODE_OFFLINE_AFTER_MISSES = env_int("NODE_OFFLINE_AFTER_MISSES", 3, minimum=1)
+# The portal's /metrics: a bearer token to require (empty: open, like most exporters),
+# and the node label keys that utilization and memory aggregates are broken down by.
+PORTAL_METRICS_TOKEN = env_str("PORTAL_METRICS_TOKEN")
+METRICS_NODE_LABELS = env_list("METRICS_NODE_LABELS", [])
 # Agents per Celery task: a large fleet's cycle is split across the workers.
 GPU_POLL_CHUNK = env_int("GPU_POLL_CHUNK", 250, minimum=1)
 # How long history is kept, in days, at 1-minute and at 1-hour resolution.

@@ -4,6 +4,7 @@ from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from portal import views
+from portal.metrics import metrics_view
 
 urlpatterns = [
     path("", include("agents.urls")),
@@ -11,6 +12,7 @@ urlpatterns = [
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("i18n/", include("django.conf.urls.i18n")),
     path("healthz", views.healthz, name="healthz"),
+    path("metrics", metrics_view, name="metrics"),
     path("api/v1/", include(("agents.api.urls", "api"))),
     path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),
