@@ -99,6 +99,21 @@ def sim_agents() -> Iterator[Callable[..., SimAgents]]:
 
 
 @pytest.fixture
+def prometheus(tmp_path) -> Iterator[Callable[[dict[str, list[str]]], str]]:
+    """Start a real Prometheus scraping ``{job: [host:port, ...]}`` every second; its URL."""
+    started: list[procs.Proc] = []
+
+    def start(jobs: dict[str, list[str]], metrics_path: str = "/metrics") -> str:
+        proc, url = procs.start_prometheus(tmp_path, jobs, metrics_path=metrics_path)
+        started.append(proc)
+        return url
+
+    yield start
+    for proc in started:
+        proc.stop()
+
+
+@pytest.fixture
 def child_env_for_test_db() -> dict[str, str]:
     """Environment for portal processes (daphne, Celery) that must see the test database."""
     return procs.child_env(

@@ -155,3 +155,52 @@ def wait_http(url: str, *, timeout: float = 60, proc: Proc | None = None) -> Non
             time.sleep(0.2)
     output = "".join(proc.lines[-40:]) if proc else ""
     raise AssertionError(f"{url} did not answer within {timeout} s\n{output}")
+
+
+PROMETHEUS = os.environ.get("PROMETHEUS_PATH", "/usr/bin/prometheus")
+
+
+def start_prometheus(
+    tmp: Path, jobs: dict[str, list[str]], *, metrics_path: str = "/metrics"
+) -> tuple[Proc, str]:
+    """The real Prometheus scraping ``{job: [host:port, ...]}`` every second; waits until ready."""
+    import json
+
+    if not Path(PROMETHEUS).is_file():
+        raise AssertionError(
+            f"Prometheus not found at {PROMETHEUS}: install Debian's prometheus package "
+            "(./dev test does) or set PROMETHEUS_PATH"
+        )
+    port = free_port()
+    config = {
+        "global": {"scrape_interval": "1s", "scrape_timeout": "1s", "evaluation_interval": "1s"},
+        "scrape_configs": [
+            {"job_name": job, "metrics_path": metrics_path,
+             "static_configs": [{"targets": addresses}]}
+            for job, addresses in jobs.items()
+        ],
+    }  # fmt: skip
+    # JSON is YAML: no YAML writer needed.
+    (tmp / "prometheus.yml").write_text(json.dumps(config))
+    proc = start(
+        "prometheus",
+        [PROMETHEUS, f"--config.file={tmp / 'prometheus.yml'}",
+         f"--storage.tsdb.path={tmp / 'prometheus-data'}",
+         f"--web.listen-address=127.0.0.1:{port}", "--log.level=warn"],
+    )  # fmt: skip
+    url = f"http://127.0.0.1:{port}"
+    wait_http(f"{url}/-/ready", timeout=30, proc=proc)
+    return proc, url
+
+
+def instant_query(url: str, query: str) -> list[dict]:
+    """Evaluate PromQL through Prometheus's HTTP API; the result vector."""
+    import json
+    import urllib.parse
+    import urllib.request
+
+    address = f"{url}/api/v1/query?{urllib.parse.urlencode({'query': query})}"
+    with urllib.request.urlopen(address, timeout=5) as response:  # noqa: S310 (loopback)
+        body = json.loads(response.read())
+    assert body["status"] == "success", body
+    return body["data"]["result"]

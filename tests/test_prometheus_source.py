@@ -8,15 +8,10 @@ served here on loopback, and polls it exactly as the Celery task does.
 from __future__ import annotations
 
 import http.server
-import os
 import threading
 import time
-import urllib.parse
-import urllib.request
 from collections.abc import Callable, Iterator
-from pathlib import Path
 
-import orjson
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -26,7 +21,6 @@ from agents.models import GPU, Node
 from tests import procs
 
 ANCHORS = procs.REPO.parent / "shared" / "anchors" / "dcgm-exporter"
-PROMETHEUS = os.environ.get("PROMETHEUS_PATH", "/usr/bin/prometheus")
 TS = 1764500000.0
 MIB = 1024 * 1024
 
@@ -393,50 +387,6 @@ def targets() -> Iterator[Callable[[], Target]]:
         target.stop()
 
 
-@pytest.fixture
-def prometheus(tmp_path: Path) -> Iterator[Callable[[dict[str, list[str]]], str]]:
-    """Start the real Prometheus scraping ``{job: [host:port, ...]}`` every second; its URL."""
-    if not Path(PROMETHEUS).is_file():
-        pytest.fail(
-            f"Prometheus not found at {PROMETHEUS}: install Debian's prometheus package "
-            "(./dev test does) or set PROMETHEUS_PATH"
-        )
-    started: list[procs.Proc] = []
-
-    def start(jobs: dict[str, list[str]]) -> str:
-        port = procs.free_port()
-        config = {
-            "global": {"scrape_interval": "1s", "scrape_timeout": "1s"},
-            "scrape_configs": [
-                {"job_name": job, "static_configs": [{"targets": addresses}]}
-                for job, addresses in jobs.items()
-            ],
-        }
-        # JSON is YAML: no YAML writer needed.
-        (tmp_path / "prometheus.yml").write_bytes(orjson.dumps(config))
-        proc = procs.start(
-            "prometheus",
-            [PROMETHEUS, f"--config.file={tmp_path / 'prometheus.yml'}",
-             f"--storage.tsdb.path={tmp_path / 'data'}",
-             f"--web.listen-address=127.0.0.1:{port}", "--log.level=warn"],
-        )  # fmt: skip
-        started.append(proc)
-        url = f"http://127.0.0.1:{port}"
-        procs.wait_http(f"{url}/-/ready", timeout=30, proc=proc)
-        return url
-
-    yield start
-    for proc in started:
-        proc.stop()
-
-
-def instant_query(url: str, query: str) -> list[dict]:
-    with urllib.request.urlopen(  # noqa: S310 (loopback)
-        f"{url}/api/v1/query?{urllib.parse.urlencode({'query': query})}", timeout=5
-    ) as response:
-        return orjson.loads(response.read())["data"]["result"]
-
-
 def wait_until(check: Callable[[], bool], what: str, timeout: float = 20) -> None:
     deadline = time.monotonic() + timeout
     while not check():
@@ -446,7 +396,9 @@ def wait_until(check: Callable[[], bool], what: str, timeout: float = 20) -> Non
 
 
 def hosts_in(url: str) -> set[str]:
-    return set(prometheus_source.snapshots_from_series(instant_query(url, prometheus_source.QUERY)))
+    return set(
+        prometheus_source.snapshots_from_series(procs.instant_query(url, prometheus_source.QUERY))
+    )
 
 
 def test_a_real_prometheus_scraping_dcgm_exporters_fills_the_inventory_and_health(
