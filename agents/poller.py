@@ -1,14 +1,20 @@
 """Fetch snapshots from node agents concurrently.
 
 Pure I/O over plain data: no ORM here, so the services can be tested and the
-fetch benchmarked on its own. One aiohttp session per cycle shares keep-alive
-connections; a semaphore bounds concurrency and each agent has its own timeout,
-so a slow or broken agent never delays the others beyond that timeout.
+fetch benchmarked on its own. Each process keeps one event loop in a background
+thread with one long-lived aiohttp session, so keep-alive connections to the
+agents survive from one cycle to the next (no TCP handshake per agent per
+cycle). A semaphore bounds concurrency and each agent has its own timeout, so a
+slow or broken agent never delays the others beyond that timeout.
 """
 
 from __future__ import annotations
 
 import asyncio
+import atexit
+import contextlib
+import os
+import threading
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -92,22 +98,76 @@ async def _fetch_one(
 
 
 async def fetch_all(
-    targets: Iterable[AgentTarget], *, timeout: float, concurrency: int
+    targets: Iterable[AgentTarget],
+    *,
+    timeout: float,
+    concurrency: int,
+    session: aiohttp.ClientSession | None = None,
 ) -> list[PollResult]:
     targets = list(targets)
     if not targets:
         return []
+    if session is None:
+        async with _new_session(concurrency) as own:
+            return await fetch_all(targets, timeout=timeout, concurrency=concurrency, session=own)
     semaphore = asyncio.Semaphore(concurrency)
     client_timeout = aiohttp.ClientTimeout(total=timeout)
-    connector = aiohttp.TCPConnector(limit=concurrency, ttl_dns_cache=300)
-    async with aiohttp.ClientSession(connector=connector, raise_for_status=False) as session:
-        return list(
-            await asyncio.gather(
-                *(_fetch_one(session, semaphore, t, client_timeout) for t in targets)
-            )
+    return list(
+        await asyncio.gather(*(_fetch_one(session, semaphore, t, client_timeout) for t in targets))
+    )
+
+
+def _new_session(concurrency: int) -> aiohttp.ClientSession:
+    connector = aiohttp.TCPConnector(limit=concurrency, ttl_dns_cache=300, keepalive_timeout=60)
+    return aiohttp.ClientSession(connector=connector, raise_for_status=False)
+
+
+class _LoopThread:
+    """One event loop and session per process, reused by every poll of that process."""
+
+    def __init__(self, concurrency: int) -> None:
+        self.pid = os.getpid()
+        self.closed = False
+        self.concurrency = concurrency
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(
+            target=self.loop.run_forever, name="agent-poller", daemon=True
         )
+        self.thread.start()
+        self.session = asyncio.run_coroutine_threadsafe(self._open(), self.loop).result()
+        atexit.register(self.close)
+
+    async def _open(self) -> aiohttp.ClientSession:
+        return _new_session(self.concurrency)
+
+    def close(self) -> None:
+        if self.pid != os.getpid() or self.closed:
+            return
+        self.closed = True
+        # The process is going away either way: a slow close is not worth waiting for.
+        with contextlib.suppress(TimeoutError, RuntimeError):
+            asyncio.run_coroutine_threadsafe(self.session.close(), self.loop).result(timeout=5)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+
+    def run(self, targets: list[AgentTarget], timeout: float) -> list[PollResult]:
+        coroutine = fetch_all(
+            targets, timeout=timeout, concurrency=self.concurrency, session=self.session
+        )
+        return asyncio.run_coroutine_threadsafe(coroutine, self.loop).result()
+
+
+_loop_lock = threading.Lock()
+_loop: _LoopThread | None = None
 
 
 def poll(targets: Iterable[AgentTarget], *, timeout: float, concurrency: int) -> list[PollResult]:
-    """Synchronous entry point for Celery tasks (which run outside any event loop)."""
-    return asyncio.run(fetch_all(targets, timeout=timeout, concurrency=concurrency))
+    """Synchronous entry point for tasks; safe from any thread of any (forked) process."""
+    global _loop
+    with _loop_lock:
+        # A Celery prefork child inherits the parent's object but not its thread.
+        if _loop is None or _loop.pid != os.getpid() or _loop.concurrency != concurrency:
+            if _loop is not None:
+                _loop.close()
+            _loop = _LoopThread(concurrency)
+        loop = _loop
+    return loop.run(list(targets), timeout)

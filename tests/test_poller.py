@@ -111,3 +111,40 @@ def test_hanging_agent_does_not_delay_the_others(sim_agents, bad_server):
 def test_snapshot_validation_rejects_wrong_shapes(snapshot):
     with pytest.raises(poller.SnapshotError):
         poller.validate_snapshot(snapshot)
+
+
+class _KeepAliveHandler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def do_GET(self) -> None:
+        body = b'{"gpus": [{"uuid": "GPU-1", "index": 0}]}'
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args) -> None:
+        pass
+
+
+def test_connections_to_an_agent_are_kept_alive_from_one_cycle_to_the_next():
+    accepted = []
+
+    class CountingServer(ThreadingHTTPServer):
+        daemon_threads = True
+
+        def get_request(self):
+            request = super().get_request()
+            accepted.append(request[1])
+            return request
+
+    server = CountingServer(("127.0.0.1", 0), _KeepAliveHandler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        target = poller.AgentTarget(1, f"http://127.0.0.1:{server.server_address[1]}", "t")
+        for _ in range(3):
+            assert _poll([target])[1].ok
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert len(accepted) == 1
