@@ -1,7 +1,9 @@
 """Command line entry point: ``gpu-agent`` / ``python -m agents.gpu_agent``.
 
-One process can serve several simulated nodes (``--nodes``), each with its own
-port, backend and collector thread, so a laptop can stand in for a small cluster.
+One process can serve many simulated nodes (``--nodes``), each on its own port, so a
+laptop can stand in for a cluster: the simulator always runs in ``fleet.py``'s single
+event loop with on-demand collection; a real (NVML) node gets a collector thread and
+``server.py``.
 """
 
 from __future__ import annotations
@@ -243,6 +245,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BackendUnavailable as exc:
         print(f"gpu-agent: {exc}", file=sys.stderr)
         return 2
+    if args.backend == "sim":
+        try:
+            return _serve_simulated(args, backends, pods, token, stop)
+        finally:
+            for backend in backends:
+                backend.close()
     collectors = [
         Collector(backend, args.interval, desired_store(args.state_dir, backend.hostname), pods)
         for backend in backends
@@ -263,6 +271,26 @@ def main(argv: Sequence[str] | None = None) -> int:
             server.server_close()
         for backend in backends:
             backend.close()
+
+
+def _serve_simulated(
+    args: argparse.Namespace,
+    backends: list[Backend],
+    pods: Any,
+    token: str | None,
+    stop: StopFlag,
+) -> int:
+    """Every virtual node in one event loop, collecting only when asked (``fleet.py``)."""
+    from agents.gpu_agent.fleet import serve_fleet
+    from agents.gpu_agent.lazy import LazyNode
+
+    epoch = time.monotonic()
+    nodes = [
+        LazyNode(b, args.interval, desired_store(args.state_dir, b.hostname), pods, epoch)
+        for b in backends
+    ]
+    host, port = args.listen
+    return serve_fleet(nodes, host, port, token, args.metrics_auth, stop)
 
 
 def _serve(

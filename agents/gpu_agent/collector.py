@@ -39,6 +39,28 @@ class PodLabeller(Protocol):
     def label(self, gpus: list[GpuReading]) -> None: ...
 
 
+def collect_snapshot(
+    backend: Backend,
+    agent: AgentInfo,
+    desired: DesiredStateStore,
+    pods: PodLabeller | None = None,
+) -> NodeSnapshot:
+    """One pass: read the backend, label pods, attribute processes to the desired slices.
+
+    Shared by the polling ``Collector`` and the simulator's on-demand ``LazyNode``
+    (``lazy.py``), so both serve exactly the same snapshot.
+    """
+    started = time.perf_counter()
+    snapshot = backend.collect()
+    if pods is not None:
+        pods.label(snapshot.gpus)
+    slices = desired.slices
+    if slices is not None:
+        snapshot.allocations, snapshot.violations = attribute(snapshot.gpus, slices)
+    duration = time.perf_counter() - started
+    return replace(snapshot, collect_duration_s=round(duration, 6), agent=agent)
+
+
 class Collector:
     def __init__(
         self,
@@ -83,15 +105,7 @@ class Collector:
         return None if published is None else time.monotonic() - published.monotonic_at
 
     def collect_once(self) -> Published:
-        started = time.perf_counter()
-        snapshot = self.backend.collect()
-        if self.pods is not None:
-            self.pods.label(snapshot.gpus)
-        slices = self.desired.slices
-        if slices is not None:
-            snapshot.allocations, snapshot.violations = attribute(snapshot.gpus, slices)
-        duration = time.perf_counter() - started
-        snapshot = replace(snapshot, collect_duration_s=round(duration, 6), agent=self._agent)
+        snapshot = collect_snapshot(self.backend, self._agent, self.desired, self.pods)
         published = Published(
             snapshot=snapshot,
             snapshot_json=json.dumps(snapshot.to_dict(), separators=(",", ":")).encode(),

@@ -77,6 +77,11 @@ class SimulatedBackend:
             self._runner.advance(self._last_t, self._gpus)  # the events at 0 s
 
     @property
+    def gpu_count(self) -> int:
+        """Known without collecting, so the fleet can announce a node before its first request."""
+        return len(self._gpus)
+
+    @property
     def profiles(self) -> list[LoadProfile]:
         return [gpu.profile for gpu in self._gpus]
 
