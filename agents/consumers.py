@@ -55,7 +55,7 @@ class FleetConsumer(_LiveConsumer):
         return {"type": "fleet.nodes", "nodes": nodes}
 
     async def fleet_nodes(self, event: dict) -> None:
-        await self.send_json({"type": "fleet.nodes", "nodes": event["nodes"]})
+        await self.send(text_data=event["text"])
 
 
 class NodeConsumer(_LiveConsumer):
@@ -76,4 +76,4 @@ class NodeConsumer(_LiveConsumer):
 
     async def node_detail(self, event: dict) -> None:
         await sync_to_async(live.watch)(self.node_id)
-        await self.send_json({"type": "node.detail", "node": event["node"]})
+        await self.send(text_data=event["text"])

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+import orjson
 from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 from django.core.cache import cache
@@ -53,8 +54,17 @@ def publish_nodes(node_ids: list[int], latest: dict[int, dict[str, Any]] | None 
     send(layer, summaries, details)
 
 
+def encode(kind: str, key: str, value: Any) -> dict:
+    """A group message carrying the browser's JSON already encoded.
+
+    Encoding once here, instead of once per consumer, is what keeps 200 dashboards
+    on a 1,000-node fleet cheap: each consumer only forwards the text.
+    """
+    return {"type": kind, "text": orjson.dumps({"type": kind, key: value}).decode()}
+
+
 async def _send_all(layer, summaries: list[dict], details: list[dict]) -> None:
     # One event-loop hop for the whole cycle, not one per group.
-    await layer.group_send(FLEET_GROUP, {"type": "fleet.nodes", "nodes": summaries})
+    await layer.group_send(FLEET_GROUP, encode("fleet.nodes", "nodes", summaries))
     for detail in details:
-        await layer.group_send(node_group(detail["id"]), {"type": "node.detail", "node": detail})
+        await layer.group_send(node_group(detail["id"]), encode("node.detail", "node", detail))

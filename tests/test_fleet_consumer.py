@@ -69,7 +69,7 @@ def test_logged_in_socket_gets_the_fleet_then_pushed_updates(member_user):
         assert connected
         first = await communicator.receive_json_from(timeout=5)
         await get_channel_layer().group_send(
-            FLEET_GROUP, {"type": "fleet.nodes", "nodes": [{"id": 1, "name": "x"}]}
+            FLEET_GROUP, live.encode("fleet.nodes", "nodes", [{"id": 1, "name": "x"}])
         )
         second = await communicator.receive_json_from(timeout=5)
         # Whatever the browser sends is ignored, and the socket stays open.
@@ -93,7 +93,7 @@ def test_node_socket_sends_the_cards_and_marks_the_node_watched(member_user):
         assert connected
         first = await communicator.receive_json_from(timeout=5)
         await get_channel_layer().group_send(
-            node_group(node.pk), {"type": "node.detail", "node": {"id": node.pk, "gpus": []}}
+            node_group(node.pk), live.encode("node.detail", "node", {"id": node.pk, "gpus": []})
         )
         second = await communicator.receive_json_from(timeout=5)
         await communicator.disconnect()

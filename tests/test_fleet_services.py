@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 
 import pytest
 from asgiref.sync import async_to_sync
@@ -144,7 +145,7 @@ def test_each_recorded_poll_is_pushed_to_the_fleet_group_after_commit():
     finally:
         async_to_sync(layer.group_discard)(live.FLEET_GROUP, channel)
     assert message["type"] == "fleet.nodes"
-    [tile] = message["nodes"]
+    [tile] = json.loads(message["text"])["nodes"]
     # The fleet page gets a tile per node, never the cards themselves.
     assert (tile["name"], tile["gpu_count"], tile["util_avg"]) == ("gpu-a", 2, 50.0)
     assert "gpus" not in tile
@@ -167,7 +168,7 @@ def test_card_details_are_pushed_only_to_watched_nodes():
     )
     message = async_to_sync(asyncio.wait_for)(layer.receive(channels[watched_node.pk]), 5)
     assert message["type"] == "node.detail"
-    assert [g["uuid"] for g in message["node"]["gpus"]] == ["GPU-1"]
+    assert [g["uuid"] for g in json.loads(message["text"])["node"]["gpus"]] == ["GPU-1"]
     with pytest.raises(TimeoutError):
         async_to_sync(asyncio.wait_for)(layer.receive(channels[quiet_node.pk]), 0.5)
 
