@@ -17,9 +17,7 @@ T0 = datetime(2026, 11, 30, 10, 0, tzinfo=UTC)
 @pytest.fixture
 def cards() -> list[GPU]:
     node = Node.objects.create(name="n1")
-    return [
-        GPU.objects.create(node=node, index=i, uuid=f"GPU-{i}", model="H100") for i in range(2)
-    ]
+    return [GPU.objects.create(node=node, index=i, uuid=f"GPU-{i}", model="H100") for i in range(2)]
 
 
 def sample(cards, at, util, mem=1000, power=300.0, temp=60, processes=()):
@@ -136,3 +134,41 @@ def test_the_embedded_buffer_keeps_samples_in_process(cards, monkeypatch):
     sample(cards, T0, 10)
     assert rollups.flush(T0 + timedelta(minutes=1)) == 2
     assert rollups.flush(T0 + timedelta(minutes=1)) == 0
+
+
+EMBEDDED_FLUSH = """
+import django, json
+django.setup()
+from datetime import UTC, datetime, timedelta
+from django.core.management import call_command
+call_command("migrate", verbosity=0)
+from agents import rollups
+from agents.models import GPU, GpuHour, Node
+node = Node.objects.create(name="n")
+gpu = GPU.objects.create(node=node, index=0, uuid="GPU-0", model="T4")
+t0 = datetime(2026, 11, 30, 10, 0, tzinfo=UTC)
+for minute, util in [(0, 10), (1, 30)]:
+    snap = {"gpus": [{"uuid": "GPU-0", "index": 0, "utilization_gpu_pct": util}]}
+    rollups.buffer_samples({node.pk: snap}, {"GPU-0": gpu.pk}, t0 + timedelta(minutes=minute))
+    rollups.flush(t0 + timedelta(minutes=minute + 1))
+hour = GpuHour.objects.get()
+print(json.dumps([hour.samples, hour.util_avg, hour.util_max, hour.power_avg_w]))
+"""
+
+
+def test_flushing_works_on_the_embedded_sqlite_default(tmp_path):
+    import json
+    import subprocess
+
+    from tests import procs
+
+    env = procs.child_env(
+        DATABASE_URL=None, REDIS_URL=None, SECRET_KEY=None, PORTAL_VAR_DIR=str(tmp_path),
+        DJANGO_SETTINGS_MODULE="portal.settings",
+    )  # fmt: skip
+    result = subprocess.run(
+        [procs.PYTHON, "-c", EMBEDDED_FLUSH], cwd=procs.REPO, env=env,
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout.strip().splitlines()[-1]) == [2, 20.0, 30.0, None]

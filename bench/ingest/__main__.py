@@ -1,0 +1,5 @@
+import sys
+
+from bench.ingest.run import main
+
+sys.exit(main())

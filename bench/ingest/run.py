@@ -1,0 +1,208 @@
+"""bench/ingest: one poll cycle for a fleet of simulated nodes, every stage counted.
+
+    DATABASE_URL=postgres://postgres@127.0.0.1:5432/gpuportal_bench \\
+    REDIS_URL=redis://127.0.0.1:6379/8 SECRET_KEY=bench python -m bench.ingest --nodes 1000
+
+One simulator process serves the virtual nodes; this process polls them the way a
+Celery worker does (``services.poll_fleet``: fetch, parse, inventory, latest readings,
+rollup buffer, live push) every ``--interval`` seconds, flushes the minute rollups as
+beat would, and reports wall time, CPU of this process, of its PostgreSQL backend and
+of Redis, and rows written. With ``--prometheus`` a real Prometheus scrapes the same
+fleet at the same interval, and its CPU per cycle is reported beside ours.
+The database named in DATABASE_URL is migrated and emptied: use a scratch one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import timedelta
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+def proc_cpu_s(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / CLK_TCK
+
+
+def self_cpu_s() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+def start_simulator(nodes: int, gpus: int, first_port: int, interval: float) -> subprocess.Popen:
+    command = [
+        sys.executable, "-m", "agents.gpu_agent", "--backend", "sim", "--nodes", str(nodes),
+        "--gpus", str(gpus), "--interval", str(interval), "--hostname", "bench",
+        "--listen", f"127.0.0.1:{first_port}", "--log-level", "WARNING",
+    ]  # fmt: skip
+    env = {**os.environ, "GPU_AGENT_TOKEN": "bench-token"}
+    agent = subprocess.Popen(command, cwd=REPO, env=env, stdout=subprocess.PIPE, text=True)
+    seen = 0
+    deadline = time.monotonic() + 120
+    for line in agent.stdout:
+        seen += line.startswith("gpu-agent listening on")
+        if seen == nodes or time.monotonic() > deadline:
+            break
+    if seen < nodes:
+        agent.kill()
+        raise SystemExit(f"simulator started only {seen}/{nodes} nodes")
+    return agent
+
+
+def start_prometheus(tmp: Path, nodes: int, first_port: int, interval: float) -> subprocess.Popen:
+    targets = [f"127.0.0.1:{first_port + i}" for i in range(nodes)]
+    config = {
+        "global": {"scrape_interval": f"{interval:g}s", "scrape_timeout": f"{interval:g}s"},
+        "scrape_configs": [{"job_name": "gpu-agent", "static_configs": [{"targets": targets}]}],
+    }
+    (tmp / "prometheus.yml").write_text(json.dumps(config))
+    port = first_port + nodes + 10
+    return subprocess.Popen(
+        [os.environ.get("PROMETHEUS_PATH", "/usr/bin/prometheus"),
+         f"--config.file={tmp / 'prometheus.yml'}", f"--storage.tsdb.path={tmp / 'data'}",
+         f"--web.listen-address=127.0.0.1:{port}", "--log.level=warn"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--nodes", type=int, default=1000)
+    parser.add_argument("--gpus", type=int, default=8)
+    parser.add_argument("--cycles", type=int, default=12)
+    parser.add_argument("--interval", type=float, default=5.0)
+    parser.add_argument("--first-port", type=int, default=21000)
+    parser.add_argument("--prometheus", action="store_true", help="also run a real Prometheus")
+    parser.add_argument("--json", type=Path, help="write the results here too")
+    args = parser.parse_args(argv)
+
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "portal.settings")
+    import django
+
+    django.setup()
+    import redis
+    from django.conf import settings
+    from django.core.cache import cache
+    from django.core.management import call_command
+    from django.db import connection
+    from django.utils import timezone
+
+    from agents import rollups, services
+    from agents.models import GPU, GpuMinute, Node
+
+    if connection.vendor != "postgresql" or not settings.REDIS_URL:
+        raise SystemExit(
+            "bench/ingest measures the production stack: set DATABASE_URL and REDIS_URL"
+        )
+    call_command("migrate", verbosity=0)
+    Node.objects.all().delete()
+    cache.clear()
+    redis_client = redis.Redis.from_url(settings.REDIS_URL)
+    redis_client.flushdb()
+
+    gpu_count = args.nodes * args.gpus
+    agent = start_simulator(args.nodes, args.gpus, args.first_port, args.interval)
+    tmp = Path(tempfile.mkdtemp(prefix="bench-ingest-"))
+    prometheus = (
+        start_prometheus(tmp, args.nodes, args.first_port, args.interval)
+        if args.prometheus
+        else None
+    )
+    try:
+        Node.objects.bulk_create(
+            Node(name=f"bench-{i:04d}", agent_url=f"http://127.0.0.1:{args.first_port + i}",
+                 agent_token="bench-token")
+            for i in range(args.nodes)
+        )  # fmt: skip
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_backend_pid()")
+            backend_pid = cursor.fetchone()[0]
+        services.poll_fleet()  # first cycle creates the GPUs: not part of the steady state
+        assert GPU.objects.count() == gpu_count, GPU.objects.count()
+
+        cycles = []
+        for _ in range(args.cycles):
+            started = time.monotonic()
+            cpu0, pg0 = self_cpu_s(), proc_cpu_s(backend_pid)
+            redis0 = redis_client.info("cpu")
+            summary = services.poll_fleet()
+            wall = time.monotonic() - started
+            redis1 = redis_client.info("cpu")
+            cycles.append({
+                "wall_s": wall,
+                "cpu_s": self_cpu_s() - cpu0,
+                "pg_cpu_s": proc_cpu_s(backend_pid) - pg0,
+                "redis_cpu_s": (redis1["used_cpu_user"] + redis1["used_cpu_sys"])
+                - (redis0["used_cpu_user"] + redis0["used_cpu_sys"]),
+                "answered": summary.answered,
+            })  # fmt: skip
+            time.sleep(max(0.0, args.interval - (time.monotonic() - started)))
+
+        # Beat flushes the finished minutes; at one cycle per interval, a minute holds
+        # 60/interval cycles, so its flush cost is shared by that many cycles.
+        cpu0, pg0, started = self_cpu_s(), proc_cpu_s(backend_pid), time.monotonic()
+        written = rollups.flush(timezone.now() + timedelta(minutes=2))
+        flush = {"wall_s": time.monotonic() - started, "cpu_s": self_cpu_s() - cpu0,
+                 "pg_cpu_s": proc_cpu_s(backend_pid) - pg0, "gpu_minutes": written,
+                 "rows": GpuMinute.objects.count()}  # fmt: skip
+    finally:
+        agent_cpu = proc_cpu_s(agent.pid)
+        agent.terminate()
+        if prometheus is not None:
+            prom_cpu = proc_cpu_s(prometheus.pid)
+            prometheus.terminate()
+        for proc in (agent, prometheus):
+            if proc is not None:
+                try:
+                    proc.wait(10)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+
+    cycles_per_minute = 60 / args.interval
+    walls = [c["wall_s"] for c in cycles]
+    per_cycle_cpu = [c["cpu_s"] + c["pg_cpu_s"] + c["redis_cpu_s"] for c in cycles]
+    # The flush covered every buffered cycle, the warm-up one included.
+    flush_share = (flush["cpu_s"] + flush["pg_cpu_s"]) / (len(cycles) + 1)
+    all_in = statistics.mean(per_cycle_cpu) + flush_share
+    result = {
+        "nodes": args.nodes,
+        "gpus": gpu_count,
+        "cycles": len(cycles),
+        "cycle_wall_p50_s": percentile(walls, 0.5),
+        "cycle_wall_p95_s": percentile(walls, 0.95),
+        "portal_cpu_per_cycle_s": statistics.mean(c["cpu_s"] for c in cycles),
+        "postgres_cpu_per_cycle_s": statistics.mean(c["pg_cpu_s"] for c in cycles),
+        "redis_cpu_per_cycle_s": statistics.mean(c["redis_cpu_s"] for c in cycles),
+        "rollup_flush": flush,
+        "cpu_per_1000_gpu_samples_s": all_in / gpu_count * 1000,
+        "cpu_per_gpu_sample_us": all_in / gpu_count * 1e6,
+        "rows_written_per_cycle": {"nodes_updated": args.nodes, "gpus_updated": gpu_count,
+                                    "rollup_rows_per_cycle": written / cycles_per_minute},
+        "simulator_cpu_s_total": agent_cpu,
+        "answered_min": min(c["answered"] for c in cycles),
+    }  # fmt: skip
+    if prometheus is not None:
+        # Prometheus scraped for the whole run (warm-up included): per interval elapsed.
+        run_s = (len(cycles) + 1) * args.interval
+        result["prometheus_cpu_per_cycle_s"] = prom_cpu / (run_s / args.interval)
+        result["prometheus_cpu_per_gpu_us"] = result["prometheus_cpu_per_cycle_s"] / gpu_count * 1e6
+    print(json.dumps(result, indent=2))
+    if args.json:
+        args.json.write_text(json.dumps(result, indent=2) + "\n")
+    return 0
