@@ -1,0 +1,5 @@
+import sys
+
+from bench.live.run import main
+
+sys.exit(main())
