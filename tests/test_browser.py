@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import re
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -155,3 +156,50 @@ def test_full_stack_shows_live_cards(full_stack, browser):
     log_in_and_watch_a_card_change(
         browser, full_stack, "dana", "dana-pw-1", ARTIFACTS / "dashboard-full-stack.png"
     )
+
+
+@pytest.fixture
+def gpu_with_history(full_stack):
+    """A card of the full stack with 30 minutes of rollups behind it."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from agents import rollups
+    from agents.models import GPU
+
+    deadline = time.monotonic() + 30
+    while not (gpu := GPU.objects.order_by("pk").first()):
+        assert time.monotonic() < deadline, "the worker never recorded a poll"
+        time.sleep(0.3)
+    now = timezone.now()
+    for minutes_ago in range(30, 0, -1):
+        snapshot = {"gpus": [{
+            "uuid": gpu.uuid, "index": gpu.index, "utilization_gpu_pct": 40 + minutes_ago,
+            "memory_used_mib": 1000 * minutes_ago, "power_w": 200.0, "temperature_c": 60,
+            "processes": [{"pid": 7, "user": "carol", "memory_used_mib": 900}],
+        }]}  # fmt: skip
+        at = now - timedelta(minutes=minutes_ago)
+        rollups.buffer_samples({gpu.node_id: snapshot}, {gpu.uuid: gpu.pk}, at)
+    # The worker's own flush may take some minutes first; together they cover all.
+    rollups.flush(now)
+    return f"{full_stack}gpus/{gpu.pk}/"
+
+
+def test_gpu_page_draws_history_charts_and_owners(gpu_with_history, full_stack, browser):
+    page = browser.new_page()
+    try:
+        page.goto(full_stack)
+        page.fill("#id_username", "dana")
+        page.fill("#id_password", "dana-pw-1")
+        page.click("button[type=submit]")
+        expect(page.locator(".tile").first).to_be_visible(timeout=20_000)
+        page.goto(gpu_with_history)
+        expect(page.locator(".chart canvas")).to_have_count(4, timeout=10_000)
+        expect(page.locator(".owners-table")).to_contain_text("carol")
+        page.click("[data-range='24h']")
+        expect(page.locator(".history")).to_have_attribute("data-loaded", "24h")
+        expect(page.locator(".chart canvas")).to_have_count(4)
+        page.screenshot(path=str(ARTIFACTS / "gpu-history.png"), full_page=True)
+    finally:
+        page.close()
