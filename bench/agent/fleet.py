@@ -28,7 +28,7 @@ from pathlib import Path
 import aiohttp
 
 REPO = Path(__file__).resolve().parents[2]
-TOKEN = "bench"  # noqa: S105 (a loopback benchmark)
+TOKEN = "bench"
 
 
 def _cpu_s(pid: int) -> float:
@@ -124,11 +124,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--nodes", type=int, default=1000)
     parser.add_argument("--gpus", type=int, default=8)
     parser.add_argument("--interval", type=float, default=5.0)
-    parser.add_argument("--rounds", type=int, default=6, help="polling rounds (one per interval)")
+    parser.add_argument("--rounds", type=int, default=6, help="polling rounds")
+    parser.add_argument(
+        "--poll-every",
+        type=float,
+        help="seconds between rounds (default: --interval; set it below --interval to "
+        "measure serving from the cache alone)",
+    )
     parser.add_argument("--idle-seconds", type=float, default=20.0)
     parser.add_argument("--concurrency", type=int, default=100)
     parser.add_argument("--port", type=int, default=20000, help="first node's port")
     args = parser.parse_args(argv)
+    poll_every = args.interval if args.poll_every is None else args.poll_every
+    # Turn `timeout`'s or a user's SIGTERM into an exception, so the agent is still stopped.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))
 
     proc, startup_s = _start(args.nodes, args.gpus, args.interval, args.port)
     try:
@@ -141,7 +150,7 @@ def main(argv: list[str] | None = None) -> int:
 
         urls = [f"http://127.0.0.1:{args.port + i}/v1/snapshot" for i in range(args.nodes)]
         fetched, cpu, wall, rounds = asyncio.run(
-            _poll(proc.pid, urls, args.rounds, args.interval, args.concurrency)
+            _poll(proc.pid, urls, args.rounds, poll_every, args.concurrency)
         )
         print(
             f"polled: {fetched} snapshots in {args.rounds} rounds; agent CPU "
