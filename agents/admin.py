@@ -1,6 +1,5 @@
 from django import forms
 from django.contrib import admin
-from django.db import models
 from django.utils.translation import gettext_lazy as _
 
 from agents.models import GPU, Node
@@ -14,9 +13,45 @@ class GPUInline(admin.TabularInline):
     can_delete = False
 
 
+class NodeAdminForm(forms.ModelForm):
+    # Agents on a private network usually speak plain HTTP.
+    agent_url = forms.URLField(label=_("agent URL"), required=False, assume_scheme="http")
+    # Not a model field: the token is written encrypted and never read back into the page.
+    agent_token = forms.CharField(
+        label=_("agent token"),
+        required=False,
+        max_length=1024,
+        strip=True,
+        widget=forms.PasswordInput(render_value=False),
+    )
+
+    class Meta:
+        model = Node
+        fields = ["name", "source", "agent_url", "labels", "state"]
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        if self.instance.pk:
+            self.fields["agent_token"].help_text = _("Leave empty to keep the current token.")
+
+    def save(self, commit: bool = True) -> Node:
+        if token := self.cleaned_data.get("agent_token"):
+            self.instance.set_agent_token(token)
+        return super().save(commit)
+
+
 @admin.register(Node)
 class NodeAdmin(admin.ModelAdmin):
-    list_display = ["name", "hostname", "state", "source", "agent_url", "last_seen"]
+    form = NodeAdminForm
+    list_display = [
+        "name",
+        "hostname",
+        "state",
+        "source",
+        "agent_url",
+        "agent_token_hint",
+        "last_seen",
+    ]
     list_filter = ["state", "source"]
     search_fields = ["name", "hostname"]
     readonly_fields = [
@@ -35,23 +70,6 @@ class NodeAdmin(admin.ModelAdmin):
         (_("Status"), {"fields": readonly_fields}),
     ]
     inlines = [GPUInline]
-    # Agents on a private network usually speak plain HTTP.
-    formfield_overrides = {models.URLField: {"assume_scheme": "http"}}
-
-    def get_form(self, request, obj=None, **kwargs):
-        form = super().get_form(request, obj, **kwargs)
-        token = form.base_fields["agent_token"]
-        # Never echo the token back into the page.
-        token.widget = forms.PasswordInput(render_value=False)
-        token.required = False
-        if obj is not None:
-            token.help_text = _("Leave empty to keep the current token.")
-        return form
-
-    def save_model(self, request, obj, form, change):
-        if change and not form.cleaned_data.get("agent_token"):
-            obj.agent_token = Node.objects.get(pk=obj.pk).agent_token
-        super().save_model(request, obj, form, change)
 
 
 @admin.register(GPU)

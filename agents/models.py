@@ -5,6 +5,7 @@ from django.urls import reverse
 from django.utils.translation import gettext_lazy as _
 
 from agents.choices import GpuHealth, NodeSource, NodeState
+from portal import crypto
 
 
 class Node(models.Model):
@@ -16,8 +17,10 @@ class Node(models.Model):
         _("source"), max_length=16, choices=NodeSource, default=NodeSource.AGENT
     )
     agent_url = models.URLField(_("agent URL"), blank=True)
-    # The portal must present this token to the agent, so it cannot be hashed.
-    agent_token = models.CharField(_("agent token"), max_length=255, blank=True)
+    # The portal must present this token to the agent, so it cannot be hashed: it is kept
+    # encrypted (portal.crypto) and only its hint (last characters) is ever shown.
+    agent_token_encrypted = models.TextField(_("agent token (encrypted)"), blank=True)
+    agent_token_hint = models.CharField(_("agent token hint"), max_length=8, blank=True)
     labels = models.JSONField(_("labels"), default=dict, blank=True)
     state = models.CharField(
         _("state"), max_length=16, choices=NodeState, default=NodeState.OFFLINE
@@ -41,6 +44,27 @@ class Node(models.Model):
 
     def get_absolute_url(self) -> str:
         return reverse("admin:agents_node_change", args=[self.pk])
+
+    @property
+    def agent_token(self) -> str:
+        """The token in clear, for the poller and the connection test only."""
+        return crypto.decrypt(self.agent_token_encrypted) if self.agent_token_encrypted else ""
+
+    @agent_token.setter
+    def agent_token(self, token: str) -> None:
+        # A property setter, so Node(agent_token=...) and objects.create(...) encrypt too.
+        self.set_agent_token(token)
+
+    def set_agent_token(self, token: str) -> None:
+        self.agent_token_encrypted = crypto.encrypt(token) if token else ""
+        self.agent_token_hint = token_hint(token)
+
+
+def token_hint(token: str) -> str:
+    """The last four characters, and only for tokens long enough that they give little away."""
+    if not token:
+        return ""
+    return "…" + token[-4:] if len(token) >= 12 else "…"
 
 
 class GPU(models.Model):

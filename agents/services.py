@@ -24,6 +24,7 @@ from django.utils import timezone
 from agents import live, metrics, poller, readings, rollups
 from agents.choices import GpuHealth, NodeSource, NodeState
 from agents.models import GPU, Node
+from portal import crypto
 
 logger = logging.getLogger(__name__)
 
@@ -47,8 +48,8 @@ def agent_targets(node_ids: Iterable[int] | None = None) -> list[poller.AgentTar
     if node_ids is not None:
         nodes = nodes.filter(pk__in=list(node_ids))
     return [
-        poller.AgentTarget(node_id=pk, url=url, token=token)
-        for pk, url, token in nodes.values_list("pk", "agent_url", "agent_token")
+        poller.AgentTarget(node_id=pk, url=url, token=crypto.decrypt_or_blank(token))
+        for pk, url, token in nodes.values_list("pk", "agent_url", "agent_token_encrypted")
     ]
 
 

@@ -48,6 +48,10 @@ def _secret_key() -> str:
 
 
 SECRET_KEY = _secret_key()
+# Fernet keys for secrets the portal must read back (agent tokens), comma-separated: the
+# first encrypts, all decrypt, so a key is rotated by putting a new one first. Empty: a key
+# derived from SECRET_KEY (demo and DEBUG; production is told by `check --deploy`).
+FIELD_ENCRYPTION_KEYS = env_list("FIELD_ENCRYPTION_KEY", [])
 ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["localhost", "127.0.0.1", "[::1]"])
 CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])
 

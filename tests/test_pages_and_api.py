@@ -174,11 +174,12 @@ def test_history_api_refuses_an_unknown_range(member_user, fleet):
     assert "range" in response.json()
 
 
-def test_api_is_read_only_for_now(admin_user, fleet):
+def test_api_node_writes_are_refused_to_members(member_user, fleet):
+    # Staff writes are tested in test_node_registration_web.py.
     client = APIClient()
-    client.force_authenticate(admin_user)
+    client.force_authenticate(member_user)
     response = client.post("/api/v1/nodes/", {"name": "x"}, format="json")
-    assert response.status_code == 405
+    assert response.status_code == 403
     assert Node.objects.count() == 1
 
 

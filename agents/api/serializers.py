@@ -1,5 +1,7 @@
 from rest_framework import serializers
 
+from agents import registration
+from agents.choices import NodeState
 from agents.models import GPU, Node
 
 
@@ -34,7 +36,26 @@ class GPUSerializer(serializers.ModelSerializer):
 
 
 class NodeSerializer(serializers.ModelSerializer):
+    """Read by members; written by staff through agents.registration, which holds the rules."""
+
     gpu_count = serializers.IntegerField(read_only=True)
+    name = serializers.CharField(max_length=255)
+    agent_url = serializers.CharField(max_length=200)
+    labels = serializers.JSONField(required=False)
+    state = serializers.ChoiceField(choices=NodeState.choices, required=False)
+    token = serializers.CharField(
+        write_only=True,
+        required=False,
+        allow_blank=True,
+        trim_whitespace=True,
+        style={"input_type": "password"},
+        help_text="The agent's bearer token; stored encrypted, never returned. Empty keeps it.",
+    )
+    token_hint = serializers.CharField(
+        source="agent_token_hint",
+        read_only=True,
+        help_text="The token's last characters, to tell tokens apart.",
+    )
 
     class Meta:
         model = Node
@@ -44,6 +65,8 @@ class NodeSerializer(serializers.ModelSerializer):
             "hostname",
             "source",
             "agent_url",
+            "token",
+            "token_hint",
             "labels",
             "state",
             "last_seen",
@@ -54,4 +77,30 @@ class NodeSerializer(serializers.ModelSerializer):
             "cuda_version",
             "gpu_count",
         ]
-        read_only_fields = fields
+        read_only_fields = [
+            "id",
+            "hostname",
+            "source",
+            "last_seen",
+            "last_error",
+            "missed_polls",
+            "agent_version",
+            "driver_version",
+            "cuda_version",
+        ]
+
+    def create(self, validated_data: dict) -> Node:
+        try:
+            node = registration.register_node(**validated_data)
+        except registration.RegistrationError as exc:
+            raise serializers.ValidationError(exc.errors) from None
+        node.gpu_count = 0
+        return node
+
+    def update(self, instance: Node, validated_data: dict) -> Node:
+        try:
+            node = registration.update_node(instance.pk, **validated_data)
+        except registration.RegistrationError as exc:
+            raise serializers.ValidationError(exc.errors) from None
+        node.gpu_count = node.gpus.count()
+        return node

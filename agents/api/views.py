@@ -8,6 +8,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from agents import history, readings
+from agents.api.node_registration import NodeRegistrationMixin
 from agents.api.serializers import GPUSerializer, NodeSerializer
 from agents.models import GPU, Node
 
@@ -24,7 +25,7 @@ def _history(gpu_ids: list[int], request: Request) -> Response:
         raise ValidationError({"range": str(exc)}) from None
 
 
-class NodeViewSet(viewsets.ReadOnlyModelViewSet):
+class NodeViewSet(NodeRegistrationMixin, viewsets.ModelViewSet):
     queryset = Node.objects.annotate(gpu_count=Count("gpus")).order_by("name")
     serializer_class = NodeSerializer
 

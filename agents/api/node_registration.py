@@ -1,0 +1,140 @@
+"""The write side of /api/v1/nodes/: staff add, change, delete, import and test nodes.
+
+Members keep read access. The rules are agents.registration's; this module only maps
+HTTP onto it: a CSV or YAML body by content type (or JSON/form ``format`` + ``content``),
+all-or-nothing imports answered 400 with row errors, connection tests that save nothing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, extend_schema
+from rest_framework import permissions, serializers, status
+from rest_framework.decorators import action
+from rest_framework.exceptions import ParseError
+from rest_framework.parsers import BaseParser, FormParser, JSONParser, MultiPartParser
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from agents import registration
+
+MAX_IMPORT_BYTES = 2 * 1024 * 1024
+
+
+class StaffWritesMembersRead(permissions.BasePermission):
+    def has_permission(self, request: Request, view) -> bool:
+        user = request.user
+        if not (user and user.is_authenticated):
+            return False
+        return request.method in permissions.SAFE_METHODS or user.is_staff
+
+
+class _TextParser(BaseParser):
+    """The raw body as text, bounded: the import validates every row in memory."""
+
+    def parse(self, stream, media_type=None, parser_context=None) -> str:
+        raw = stream.read(MAX_IMPORT_BYTES + 1) if stream is not None else b""
+        if len(raw) > MAX_IMPORT_BYTES:
+            raise ParseError("The body is larger than 2 MiB.")
+        try:
+            return raw.decode("utf-8-sig")
+        except UnicodeDecodeError:
+            raise ParseError("The body is not UTF-8 text.") from None
+
+
+class CSVParser(_TextParser):
+    media_type = "text/csv"
+
+
+class YAMLParser(_TextParser):
+    media_type = "*/yaml"  # application/yaml and text/yaml alike
+
+
+class XYAMLParser(_TextParser):
+    media_type = "*/x-yaml"
+
+
+YAML_TYPES = ("application/yaml", "application/x-yaml", "text/yaml", "text/x-yaml")
+
+
+class TestConnectionSerializer(serializers.Serializer):
+    __test__ = False  # a pytest-looking name, not a test
+
+    agent_url = serializers.CharField(max_length=200)
+    token = serializers.CharField(required=False, allow_blank=True, default="")
+
+
+class ImportSerializer(serializers.Serializer):
+    format = serializers.ChoiceField(choices=["csv", "yaml"])
+    content = serializers.CharField(max_length=MAX_IMPORT_BYTES, trim_whitespace=False)
+
+
+DRY_RUN = OpenApiParameter(
+    "dry_run", OpenApiTypes.BOOL, default=False,
+    description="Validate every row and report, but write nothing.",
+)  # fmt: skip
+
+
+class NodeRegistrationMixin:
+    """Added to NodeViewSet: writes for staff, plus the import and the connection test."""
+
+    permission_classes = [StaffWritesMembersRead]
+
+    @extend_schema(request=TestConnectionSerializer, responses=OpenApiTypes.OBJECT)
+    @action(detail=False, methods=["post"], url_path="test-connection")
+    def test_connection(self, request: Request) -> Response:
+        """Fetch one snapshot from the agent as the poller would; nothing is saved."""
+        data = TestConnectionSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        result = registration.test_connection(
+            data.validated_data["agent_url"], data.validated_data["token"]
+        )
+        return Response(asdict(result))
+
+    @extend_schema(
+        request={
+            "text/csv": OpenApiTypes.STR,
+            "application/yaml": OpenApiTypes.STR,
+            "application/json": ImportSerializer,
+        },
+        parameters=[DRY_RUN],
+        responses={201: OpenApiTypes.OBJECT, 200: OpenApiTypes.OBJECT, 400: OpenApiTypes.OBJECT},
+    )
+    @action(
+        detail=False,
+        methods=["post"],
+        url_path="import",
+        parser_classes=[
+            CSVParser,
+            YAMLParser,
+            XYAMLParser,
+            JSONParser,
+            FormParser,
+            MultiPartParser,
+        ],
+    )
+    def import_nodes(self, request: Request) -> Response:
+        """Add many nodes from CSV or YAML; all or nothing, row errors answered with 400."""
+        if isinstance(request.data, str):
+            media = (request.content_type or "").split(";")[0].strip().lower()
+            fmt, text = ("yaml" if media in YAML_TYPES else "csv"), request.data
+        else:
+            data = ImportSerializer(data=request.data)
+            data.is_valid(raise_exception=True)
+            fmt, text = data.validated_data["format"], data.validated_data["content"]
+        try:
+            rows = registration.parse(text, fmt)
+        except registration.ParseError as exc:
+            return Response({"errors": [{"row": 0, "field": "", "message": str(exc)}]}, 400)
+        dry_run = request.query_params.get("dry_run", "").lower() in ("1", "true", "yes")
+        report = registration.import_nodes(rows, dry_run=dry_run)
+        body = {
+            "created": report.created,
+            "dry_run": report.dry_run,
+            "errors": [asdict(error) for error in report.errors],
+        }
+        if not report.ok:
+            return Response(body, status.HTTP_400_BAD_REQUEST)
+        return Response(body, status.HTTP_200_OK if dry_run else status.HTTP_201_CREATED)

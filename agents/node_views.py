@@ -1,0 +1,118 @@
+"""Admin pages to register nodes: list, add, edit, import, test a connection.
+
+Staff only. Anonymous visitors are sent to the login page; signed-in members get 403,
+which tells them the page exists but is not theirs, instead of a confusing login loop.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from functools import wraps
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.core.exceptions import PermissionDenied
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.utils.translation import gettext as _
+from django.utils.translation import ngettext
+from django.views.decorators.http import require_POST
+
+from agents import registration
+from agents.choices import NodeSource
+from agents.forms import NodeForm, NodeImportForm
+from agents.models import Node
+
+View = Callable[..., HttpResponse]
+
+
+def staff_required(view: View) -> View:
+    @wraps(view)
+    @login_required
+    def wrapped(request: HttpRequest, *args, **kwargs) -> HttpResponse:
+        if not request.user.is_staff:
+            raise PermissionDenied
+        return view(request, *args, **kwargs)
+
+    return wrapped
+
+
+@staff_required
+def node_list(request: HttpRequest) -> HttpResponse:
+    nodes = Node.objects.order_by("name").only(
+        "name", "source", "agent_url", "agent_token_hint", "labels", "state", "last_seen"
+    )
+    return render(request, "agents/nodes/list.html", {"nodes": nodes})
+
+
+def _values(form: NodeForm) -> dict[str, str]:
+    data = form.cleaned_data
+    return {k: data[k] for k in ("name", "agent_url", "token", "labels", "state")}
+
+
+@staff_required
+def node_add(request: HttpRequest) -> HttpResponse:
+    form = NodeForm(request.POST or None)
+    if request.method == "POST" and form.is_valid():
+        try:
+            node = registration.register_node(**_values(form))
+        except registration.RegistrationError as exc:
+            form.add_service_errors(exc.errors)
+        else:
+            messages.success(request, _("Node %(name)s added.") % {"name": node.name})
+            return redirect("agents:node_list")
+    return render(request, "agents/nodes/form.html", {"form": form, "node": None})
+
+
+@staff_required
+def node_edit(request: HttpRequest, pk: int) -> HttpResponse:
+    node = get_object_or_404(Node, pk=pk, source=NodeSource.AGENT)
+    form = NodeForm(request.POST or None, node=node)
+    if request.method == "POST" and form.is_valid():
+        try:
+            registration.update_node(node.pk, **_values(form))
+        except registration.RegistrationError as exc:
+            form.add_service_errors(exc.errors)
+        else:
+            messages.success(
+                request, _("Node %(name)s saved.") % {"name": form.cleaned_data["name"]}
+            )
+            return redirect("agents:node_list")
+    return render(request, "agents/nodes/form.html", {"form": form, "node": node})
+
+
+@staff_required
+def node_import(request: HttpRequest) -> HttpResponse:
+    form = NodeImportForm(request.POST or None, request.FILES or None)
+    report = None
+    if request.method == "POST" and form.is_valid():
+        dry_run = request.POST.get("action") == "check"
+        try:
+            rows = registration.parse(form.cleaned_data["text"], form.cleaned_data["format"])
+        except registration.ParseError as exc:
+            form.add_error(None, str(exc))
+        else:
+            report = registration.import_nodes(rows, dry_run=dry_run)
+            if report.ok and not dry_run:
+                count = len(report.created)
+                messages.success(
+                    request,
+                    ngettext("%(count)s node imported.", "%(count)s nodes imported.", count)
+                    % {"count": count},
+                )
+                return redirect("agents:node_list")
+    return render(request, "agents/nodes/import.html", {"form": form, "report": report})
+
+
+@require_POST
+@staff_required
+def node_test_connection(request: HttpRequest) -> HttpResponse:
+    """Try the URL and token from the form without saving; an empty token on an edit
+    page means the node's stored one."""
+    url = request.POST.get("agent_url", "")
+    token = request.POST.get("token", "")
+    if not token and (node_id := request.POST.get("node", "")).isdigit():
+        node = get_object_or_404(Node, pk=int(node_id))
+        token = node.agent_token
+    result = registration.test_connection(url, token)
+    return render(request, "agents/nodes/_connection_result.html", {"result": result})

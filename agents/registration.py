@@ -1,0 +1,407 @@
+"""Node registration: add and edit agent nodes, import many at once, test an agent.
+
+Plain values in, plain values (or the saved Node) out; every rule lives here so the
+pages, the API and the import apply the same ones. Errors are collected per field
+(``RegistrationError.errors``) so a form or a 400 answer can show all of them at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import csv
+import io
+import ipaddress
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import urlsplit
+
+from django.conf import settings
+from django.core.exceptions import ValidationError
+from django.db import transaction
+from django.utils.translation import gettext as _
+
+from agents import poller
+from agents.choices import NodeSource, NodeState
+from agents.models import Node
+from portal import crypto
+
+FIELDS = ("name", "agent_url", "token", "labels", "state")
+MAX_IMPORT_ROWS = 5000
+_NAME = re.compile(r"^[\w.:-]{1,255}$")
+_LABEL_KEY = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9._/-]{0,62})$")
+_HOST = re.compile(r"^(?:[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?\.?)+$")
+
+Errors = dict[str, list[str]]
+
+
+class RegistrationError(Exception):
+    def __init__(self, errors: Errors) -> None:
+        super().__init__("; ".join(f"{k}: {' '.join(v)}" for k, v in errors.items()))
+        self.errors = errors
+
+
+class ParseError(ValueError):
+    """The file is not the CSV or YAML shape the import reads."""
+
+
+# --- validation -----------------------------------------------------------------------
+
+
+def parse_labels(raw: Any) -> dict[str, str]:
+    """Labels as a mapping, or as text ``k=v;k2=v2`` (newlines separate too)."""
+    if raw is None or raw == "":
+        return {}
+    if isinstance(raw, str):
+        pairs: dict[str, str] = {}
+        for item in re.split(r"[;\n]", raw):
+            if not item.strip():
+                continue
+            key, sep, value = item.partition("=")
+            if not sep:
+                raise ValueError(_("“%(item)s” is not key=value.") % {"item": item.strip()})
+            pairs[key.strip()] = value.strip()
+        raw = pairs
+    if not isinstance(raw, Mapping):
+        raise ValueError(_("Labels must be a mapping of names to values."))
+    labels = {}
+    for key, value in raw.items():
+        if not isinstance(key, str) or not _LABEL_KEY.match(key):
+            raise ValueError(
+                _("Label name “%(key)s” must be letters, digits, . _ / - (at most 63).")
+                % {"key": key}
+            )
+        if isinstance(value, Mapping | list | tuple) or value is None:
+            raise ValueError(_("Label “%(key)s” must have a plain value.") % {"key": key})
+        text = str(value).lower() if isinstance(value, bool) else str(value)
+        if len(text) > 255 or any(c in text for c in "\r\n\t\x00;="):
+            raise ValueError(_("Label “%(key)s” has an invalid value.") % {"key": key})
+        labels[key] = text
+    return labels
+
+
+def _valid_agent_url(text: str) -> bool:
+    """http(s)://host[:port][/path]; unlike URLValidator, a bare host name such as
+    ``gpu-node-01`` is fine: agents live on private networks without public domains."""
+    try:
+        parts = urlsplit(text)
+        port = parts.port  # raises ValueError when out of range or not a number
+    except ValueError:
+        return False
+    if parts.scheme not in ("http", "https") or parts.query or parts.fragment:
+        return False
+    if parts.username or parts.password or port == 0 or not parts.hostname:
+        return False
+    if any(c.isspace() for c in text) or len(text) > 200:
+        return False
+    try:
+        ipaddress.ip_address(parts.hostname)
+        return True
+    except ValueError:
+        return bool(_HOST.match(parts.hostname))
+
+
+def _clean(values: Mapping[str, Any], *, partial: bool) -> tuple[dict[str, Any], Errors]:
+    """Normalise and check one node's fields; absent fields are skipped when ``partial``."""
+    cleaned: dict[str, Any] = {}
+    errors: Errors = {}
+
+    def check(name: str, convert) -> None:
+        if name not in values or (partial and values[name] is None):
+            return
+        try:
+            cleaned[name] = convert(values[name])
+        except (ValueError, ValidationError) as exc:
+            messages = exc.messages if isinstance(exc, ValidationError) else [str(exc)]
+            errors.setdefault(name, []).extend(messages)
+
+    def name(raw: Any) -> str:
+        text = str(raw or "").strip()
+        if not _NAME.match(text):
+            raise ValueError(_("Use 1 to 255 letters, digits, dots, colons, dashes or _."))
+        return text
+
+    def url(raw: Any) -> str:
+        text = str(raw or "").strip().rstrip("/")
+        if not _valid_agent_url(text):
+            raise ValueError(_("Enter an http:// or https:// URL."))
+        return text
+
+    def token(raw: Any) -> str:
+        text = str(raw or "").strip()
+        if len(text) > 1024 or any(ord(c) < 33 or ord(c) == 127 for c in text):
+            raise ValueError(_("A token is at most 1024 visible characters, without spaces."))
+        return text
+
+    def state(raw: Any) -> str:
+        text = str(raw or NodeState.OFFLINE).strip().lower()
+        if text not in NodeState.values:
+            raise ValueError(
+                _("Choose one of: %(states)s.") % {"states": ", ".join(NodeState.values)}
+            )
+        return text
+
+    if not partial:
+        values = {"name": "", "agent_url": "", "token": "", "labels": {}, "state": ""} | {
+            k: v for k, v in values.items() if v is not None
+        }
+    check("name", name)
+    check("agent_url", url)
+    check("token", token)
+    check("labels", parse_labels)
+    check("state", state)
+    return cleaned, errors
+
+
+def _taken(cleaned: Mapping[str, Any], exclude_pk: int | None) -> Errors:
+    errors: Errors = {}
+    others = Node.objects.exclude(pk=exclude_pk) if exclude_pk else Node.objects.all()
+    if "name" in cleaned and others.filter(name=cleaned["name"]).exists():
+        errors["name"] = [_("A node with this name already exists.")]
+    if cleaned.get("agent_url") and others.filter(agent_url=cleaned["agent_url"]).exists():
+        errors["agent_url"] = [_("Another node already uses this agent URL.")]
+    return errors
+
+
+# --- one node ---------------------------------------------------------------------------
+
+
+@transaction.atomic
+def register_node(
+    *,
+    name: str,
+    agent_url: str,
+    token: str = "",
+    labels: Mapping[str, Any] | str | None = None,
+    state: str = NodeState.OFFLINE,
+) -> Node:
+    values = {"name": name, "agent_url": agent_url, "token": token, "labels": labels}
+    cleaned, errors = _clean(values | {"state": state}, partial=False)
+    for key, messages in _taken(cleaned, None).items():
+        errors.setdefault(key, []).extend(messages)
+    if errors:
+        raise RegistrationError(errors)
+    node = Node(source=NodeSource.AGENT, **_model_fields(cleaned))
+    node.set_agent_token(cleaned["token"])
+    node.save()
+    return node
+
+
+@transaction.atomic
+def update_node(
+    node_id: int,
+    *,
+    name: str | None = None,
+    agent_url: str | None = None,
+    token: str | None = None,
+    labels: Mapping[str, Any] | str | None = None,
+    state: str | None = None,
+) -> Node:
+    """Change the given fields; ``None`` keeps a field, and so does an empty token."""
+    node = Node.objects.select_for_update().get(pk=node_id)
+    if node.source != NodeSource.AGENT:
+        raise RegistrationError({"name": [_("Nodes read through Prometheus are read-only.")]})
+    values = {"name": name, "agent_url": agent_url, "labels": labels, "state": state}
+    cleaned, errors = _clean(values | {"token": token or None}, partial=True)
+    for key, messages in _taken(cleaned, node.pk).items():
+        errors.setdefault(key, []).extend(messages)
+    if errors:
+        raise RegistrationError(errors)
+    for key, value in _model_fields(cleaned).items():
+        setattr(node, key, value)
+    if cleaned.get("token"):
+        node.set_agent_token(cleaned["token"])
+    node.save()
+    return node
+
+
+def _model_fields(cleaned: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in cleaned.items() if k != "token"}
+
+
+# --- many nodes -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RowError:
+    row: int
+    field: str
+    message: str
+
+
+@dataclass
+class ImportReport:
+    created: list[str] = field(default_factory=list)
+    errors: list[RowError] = field(default_factory=list)
+    dry_run: bool = False
+
+    @property
+    def ok(self) -> bool:
+        return not self.errors
+
+
+def import_nodes(rows: Iterable[Mapping[str, Any]], *, dry_run: bool = False) -> ImportReport:
+    """All or nothing: any invalid row and nothing is written. Rows are numbered from 1."""
+    rows = list(rows)
+    report = ImportReport(dry_run=dry_run)
+    if not rows:
+        report.errors.append(RowError(0, "", _("The file holds no nodes.")))
+        return report
+    if len(rows) > MAX_IMPORT_ROWS:
+        message = _("At most %(count)s nodes per import.") % {"count": MAX_IMPORT_ROWS}
+        report.errors.append(RowError(0, "", message))
+        return report
+    with transaction.atomic():
+        # One query for every existing name and URL, not two per row.
+        existing = set(Node.objects.values_list("name", "agent_url"))
+        names = {name for name, _url in existing}
+        urls = {url for _name, url in existing if url}
+        seen_names: dict[str, int] = {}
+        seen_urls: dict[str, int] = {}
+        nodes = []
+        for number, row in enumerate(rows, start=1):
+            unknown = sorted(set(row) - set(FIELDS) - {"row"})
+            if unknown:
+                message = _("Unknown columns: %(names)s.") % {"names": ", ".join(unknown)}
+                report.errors.append(RowError(number, "", message))
+                continue
+            cleaned, errors = _clean(row, partial=False)
+            name, url = cleaned.get("name"), cleaned.get("agent_url")
+            if name in names:
+                errors.setdefault("name", []).append(_("A node with this name already exists."))
+            elif name in seen_names:
+                message = _("Same name as row %(row)s.") % {"row": seen_names[name]}
+                errors.setdefault("name", []).append(message)
+            if url in urls:
+                message = _("Another node already uses this agent URL.")
+                errors.setdefault("agent_url", []).append(message)
+            elif url in seen_urls:
+                message = _("Same agent URL as row %(row)s.") % {"row": seen_urls[url]}
+                errors.setdefault("agent_url", []).append(message)
+            for key, messages in errors.items():
+                report.errors.extend(RowError(number, key, m) for m in messages)
+            if errors:
+                continue
+            seen_names.setdefault(name, number)
+            seen_urls.setdefault(url, number)
+            node = Node(source=NodeSource.AGENT, **_model_fields(cleaned))
+            node.set_agent_token(cleaned["token"])
+            nodes.append(node)
+        if report.errors or dry_run:
+            return report
+        Node.objects.bulk_create(nodes)
+        report.created = [node.name for node in nodes]
+    return report
+
+
+def parse_csv(text: str) -> list[dict[str, Any]]:
+    """A header row naming the columns (name, agent_url, token, labels, state), then nodes."""
+    reader = csv.DictReader(io.StringIO(text.lstrip("\ufeff")), skipinitialspace=True)
+    header = [h.strip().lower() for h in reader.fieldnames or []]
+    if not header:
+        raise ParseError(_("The CSV file is empty."))
+    missing = [c for c in ("name", "agent_url") if c not in header]
+    if missing:
+        raise ParseError(_("The CSV header lacks: %(names)s.") % {"names": ", ".join(missing)})
+    reader.fieldnames = header
+    rows = []
+    for record in reader:
+        if None in record:
+            raise ParseError(
+                _("Line %(line)s has more cells than the header.") % {"line": reader.line_num}
+            )
+        if any((v or "").strip() for v in record.values()):
+            rows.append({k: (v or "").strip() for k, v in record.items() if k})
+    return rows
+
+
+def parse_yaml(text: str) -> list[dict[str, Any]]:
+    """A list of mappings, or a mapping whose ``nodes`` key holds that list."""
+    try:
+        import yaml  # optional: the agent's 'yaml' extra and the test extras install it
+    except ImportError:
+        raise ParseError(_("YAML import needs PyYAML: pip install PyYAML.")) from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ParseError(_("Not valid YAML: %(error)s") % {"error": exc}) from None
+    if isinstance(data, Mapping) and "nodes" in data:
+        data = data["nodes"]
+    if not isinstance(data, list) or not all(isinstance(item, Mapping) for item in data):
+        raise ParseError(_("The YAML file must be a list of nodes (or hold one under 'nodes')."))
+    return [{str(k): v for k, v in item.items()} for item in data]
+
+
+def parse(text: str, fmt: str) -> list[dict[str, Any]]:
+    if fmt == "csv":
+        return parse_csv(text)
+    if fmt == "yaml":
+        return parse_yaml(text)
+    raise ParseError(_("Unknown format “%(format)s”: use csv or yaml.") % {"format": fmt})
+
+
+# --- connection test --------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ConnectionResult:
+    ok: bool
+    error: str = ""
+    hostname: str = ""
+    agent_version: str = ""
+    gpu_count: int = 0
+    models: dict[str, int] = field(default_factory=dict)
+    latency_ms: float = 0.0
+
+
+def test_connection(url: str, token: str) -> ConnectionResult:
+    """Fetch one snapshot as the poller would; nothing is saved."""
+    cleaned, errors = _clean({"agent_url": url, "token": token}, partial=True)
+    if errors:
+        return ConnectionResult(ok=False, error=" ".join(m for ms in errors.values() for m in ms))
+    target = poller.AgentTarget(node_id=0, url=cleaned["agent_url"], token=cleaned["token"])
+    # fetch_all with its own session: the poller's shared loop belongs to the poll cycles.
+    [result] = asyncio.run(
+        poller.fetch_all([target], timeout=settings.GPU_POLL_TIMEOUT, concurrency=1)
+    )
+    latency_ms = round(result.duration_s * 1000, 1)
+    if not result.ok:
+        error = result.error
+        if error.startswith("HTTP 401"):
+            error = _("The agent refused the token (HTTP 401).")
+        return ConnectionResult(ok=False, error=error, latency_ms=latency_ms)
+    snapshot = result.snapshot or {}
+    models: dict[str, int] = {}
+    for gpu in snapshot["gpus"]:
+        model = str(gpu.get("name") or "unknown")
+        models[model] = models.get(model, 0) + 1
+    return ConnectionResult(
+        ok=True,
+        hostname=str(snapshot.get("hostname") or ""),
+        agent_version=str((snapshot.get("agent") or {}).get("version") or ""),
+        gpu_count=len(snapshot["gpus"]),
+        models=models,
+        latency_ms=latency_ms,
+    )
+
+
+def stored_token(node_id: int) -> str:
+    """The saved token of a node, for a connection test from its edit page."""
+    return Node.objects.get(pk=node_id).agent_token
+
+
+def reencrypt_tokens() -> int:
+    """Re-encrypt every stored token under the newest key; returns how many were rewritten."""
+    count = 0
+    with transaction.atomic():
+        for pk, value in Node.objects.exclude(agent_token_encrypted="").values_list(
+            "pk", "agent_token_encrypted"
+        ):
+            Node.objects.filter(pk=pk).update(agent_token_encrypted=crypto.reencrypt(value))
+            count += 1
+    return count
+
+
+# The name reads as a pytest test when imported into a test module; it is not one.
+test_connection.__test__ = False  # type: ignore[attr-defined]

@@ -1,0 +1,231 @@
+"""Node registration: services, encryption at rest, pages and API, against real agents."""
+
+from __future__ import annotations
+
+import pytest
+from django.db import connection
+
+from agents import registration, services
+from agents.models import Node
+from portal import crypto
+from tests import procs
+
+pytestmark = pytest.mark.django_db
+
+TOKEN = "tok-0123456789-abcdef-WXYZ"
+
+
+def _raw_token_column(name: str) -> str:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT agent_token_encrypted FROM agents_node WHERE name = %s", [name])
+        return cursor.fetchone()[0]
+
+
+def _register(name: str = "gpu-01", url: str = "http://10.0.0.1:9400", **kw) -> Node:
+    return registration.register_node(name=name, agent_url=url, token=TOKEN, **kw)
+
+
+# --- services ---------------------------------------------------------------------------
+
+
+def test_a_registered_token_is_encrypted_at_rest_and_only_its_hint_is_kept():
+    node = _register(labels="rack=r1; zone=a")
+    raw = _raw_token_column("gpu-01")
+    assert raw and TOKEN not in raw and "WXYZ" not in raw
+    assert Node.objects.get(pk=node.pk).agent_token == TOKEN
+    assert node.agent_token_hint == "…WXYZ"
+    assert node.labels == {"rack": "r1", "zone": "a"} and node.state == "offline"
+
+
+def test_a_short_token_gets_no_characters_in_its_hint():
+    node = registration.register_node(name="n", agent_url="http://h:1", token="abc")
+    assert node.agent_token_hint == "…"
+
+
+@pytest.mark.parametrize(
+    ("values", "field"),
+    [
+        ({"agent_url": "ftp://10.0.0.1"}, "agent_url"),
+        ({"agent_url": "not a url"}, "agent_url"),
+        ({"name": "has space"}, "name"),
+        ({"labels": "rack"}, "labels"),
+        ({"labels": {"bad key!": "x"}}, "labels"),
+        ({"labels": {"rack": {"nested": 1}}}, "labels"),
+        ({"state": "exploded"}, "state"),
+        ({"token": "two words"}, "token"),
+    ],
+)
+def test_invalid_input_is_refused_and_nothing_is_written(values, field):
+    arguments = {"name": "gpu-01", "agent_url": "http://10.0.0.1:9400", "token": TOKEN} | values
+    with pytest.raises(registration.RegistrationError) as caught:
+        registration.register_node(**arguments)
+    assert field in caught.value.errors
+    assert not Node.objects.exists()
+
+
+def test_a_duplicate_name_or_agent_url_is_refused():
+    _register()
+    with pytest.raises(registration.RegistrationError) as caught:
+        _register(url="http://10.0.0.2:9400")
+    assert "name" in caught.value.errors
+    with pytest.raises(registration.RegistrationError) as caught:
+        _register(name="gpu-02", url="http://10.0.0.1:9400/")
+    assert "agent_url" in caught.value.errors
+    assert Node.objects.count() == 1
+
+
+def test_an_update_with_an_empty_token_keeps_the_old_one():
+    node = _register()
+    registration.update_node(node.pk, token="", labels={"rack": "r2"}, state="draining")
+    node.refresh_from_db()
+    assert node.agent_token == TOKEN and node.labels == {"rack": "r2"}
+    assert node.state == "draining"
+    registration.update_node(node.pk, token="new-token-0000-9999")
+    node.refresh_from_db()
+    assert node.agent_token == "new-token-0000-9999" and node.agent_token_hint == "…9999"
+
+
+def test_import_is_all_or_nothing_and_reports_rows():
+    _register(name="existing")
+    rows = registration.parse_csv(
+        "name,agent_url,token,labels\n"
+        "gpu-a,http://10.0.1.1:9400,t-a,rack=r1\n"
+        "gpu-b,http://10.0.1.2:9400,t-b,rack\n"
+        "gpu-a,http://10.0.1.3:9400,t-c,\n"
+        "existing,http://10.0.1.1:9400,t-d,\n"
+    )
+    report = registration.import_nodes(rows)
+    assert not report.ok and report.created == []
+    found = {(e.row, e.field) for e in report.errors}
+    assert found == {(2, "labels"), (3, "name"), (4, "name"), (4, "agent_url")}
+    assert list(Node.objects.values_list("name", flat=True)) == ["existing"]
+
+
+def test_csv_and_yaml_describe_the_same_nodes():
+    csv_rows = registration.parse_csv(
+        "name, agent_url, token, labels, state\n"
+        "gpu-a, http://10.0.1.1:9400, t-a, rack=r1;zone=b, maintenance\n"
+    )
+    yaml_rows = registration.parse_yaml(
+        "nodes:\n"
+        "  - name: gpu-a\n"
+        "    agent_url: http://10.0.1.1:9400\n"
+        "    token: t-a\n"
+        "    labels: {rack: r1, zone: b}\n"
+        "    state: maintenance\n"
+    )
+    report = registration.import_nodes(yaml_rows, dry_run=True)
+    assert report.ok and not Node.objects.exists()
+    report = registration.import_nodes(csv_rows)
+    assert report.created == ["gpu-a"]
+    node = Node.objects.get()
+    assert (node.labels, node.state, node.agent_token) == ({"rack": "r1", "zone": "b"},
+                                                           "maintenance", "t-a")  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("parse", "text"),
+    [
+        (registration.parse_csv, "name,token\nx,y\n"),
+        (registration.parse_csv, "name,agent_url\nx,http://h:1,extra\n"),
+        (registration.parse_yaml, "- [not, a, mapping]\n"),
+        (registration.parse_yaml, "key: [unclosed\n"),
+    ],
+)
+def test_malformed_files_are_refused_with_a_reason(parse, text):
+    with pytest.raises(registration.ParseError):
+        parse(text)
+
+
+def test_tokens_stay_readable_through_a_key_rotation(settings):
+    old, new = crypto.generate_key(), crypto.generate_key()
+    settings.FIELD_ENCRYPTION_KEYS = [old]
+    node = _register()
+    raw_before = _raw_token_column("gpu-01")
+    settings.FIELD_ENCRYPTION_KEYS = [new, old]
+    assert Node.objects.get(pk=node.pk).agent_token == TOKEN
+    assert registration.reencrypt_tokens() == 1
+    assert _raw_token_column("gpu-01") != raw_before
+    settings.FIELD_ENCRYPTION_KEYS = [new]
+    assert Node.objects.get(pk=node.pk).agent_token == TOKEN
+    settings.FIELD_ENCRYPTION_KEYS = [old]
+    with pytest.raises(crypto.DecryptionError):
+        _ = Node.objects.get(pk=node.pk).agent_token
+    # The poller skips the token it cannot read rather than failing the whole cycle.
+    assert services.agent_targets()[0].token == ""
+
+
+def test_the_poller_presents_the_decrypted_token():
+    node = _register()
+    [target] = services.agent_targets([node.pk])
+    assert (target.url, target.token) == ("http://10.0.0.1:9400", TOKEN)
+
+
+def test_production_without_an_encryption_key_fails_the_deploy_check(settings):
+    settings.FIELD_ENCRYPTION_KEYS = []
+    [error] = crypto.check_field_encryption_key(None)
+    assert error.id == "portal.E001"
+    settings.FIELD_ENCRYPTION_KEYS = [crypto.generate_key()]
+    assert crypto.check_field_encryption_key(None) == []
+
+
+def test_a_malformed_encryption_key_stops_the_portal_at_start(tmp_path):
+    import subprocess
+
+    env = procs.child_env(
+        DJANGO_SETTINGS_MODULE="portal.settings", FIELD_ENCRYPTION_KEY="not-a-key",
+        PORTAL_VAR_DIR=str(tmp_path),
+    )  # fmt: skip
+    result = subprocess.run(
+        [procs.PYTHON, "-c", "import django; django.setup()"],
+        cwd=procs.REPO, env=env, capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert result.returncode != 0
+    assert "FIELD_ENCRYPTION_KEY: key 1 is not a Fernet key" in result.stderr
+
+
+# --- connection test against real agents ------------------------------------------------
+
+
+def test_a_connection_test_reports_the_agents_gpus(sim_agents):
+    agents = sim_agents(1, 4)
+    result = registration.test_connection(agents.urls[0], agents.token)
+    assert result.ok and result.error == ""
+    assert result.gpu_count == 4 and sum(result.models.values()) == 4
+    assert result.hostname.startswith("sim") and result.latency_ms > 0
+    assert not Node.objects.exists()
+
+
+def test_a_connection_test_with_a_wrong_token_reports_the_refusal(sim_agents):
+    agents = sim_agents(1, 1)
+    result = registration.test_connection(agents.urls[0], "wrong-token")
+    assert not result.ok and "401" in result.error and result.gpu_count == 0
+
+
+def test_a_connection_test_to_a_closed_port_fails_cleanly():
+    result = registration.test_connection(f"http://127.0.0.1:{procs.free_port()}", TOKEN)
+    assert not result.ok and result.error
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_migration_encrypts_existing_tokens_and_can_be_reversed():
+    from django.db.migrations.executor import MigrationExecutor
+
+    before, after = [("agents", "0002_rollups")], [("agents", "0003_encrypt_agent_token")]
+    executor = MigrationExecutor(connection)
+    executor.migrate(before)
+    old_apps = executor.loader.project_state(before).apps
+    old_apps.get_model("agents", "Node").objects.create(name="old", agent_token=TOKEN)
+    try:
+        executor = MigrationExecutor(connection)
+        executor.migrate(after)
+        assert TOKEN not in _raw_token_column("old")
+        assert Node.objects.get(name="old").agent_token == TOKEN
+        executor = MigrationExecutor(connection)
+        executor.migrate(before)
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT agent_token FROM agents_node WHERE name = 'old'")
+            assert cursor.fetchone()[0] == TOKEN
+    finally:
+        executor = MigrationExecutor(connection)
+        executor.migrate(executor.loader.graph.leaf_nodes())
