@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import re
 import signal
 import socket
 import subprocess
@@ -213,3 +214,19 @@ def test_sigint_during_start_up_of_many_nodes_still_exits_cleanly(tmp_path: Path
     finally:
         stop(proc)
     assert "Traceback" not in (tmp_path / "stderr.log").read_text()
+
+
+def test_pipelined_and_split_requests_are_answered_in_order(
+    start_agent: Callable[..., Any],
+) -> None:
+    agent = start_agent("--backend", "sim", "--gpus", "1", "--no-auth")
+    with socket.create_connection(("127.0.0.1", _port(agent.urls[0])), timeout=5) as sock:
+        # Two requests in one packet, then a third cut in the middle of its headers.
+        sock.sendall(b"GET /healthz HTTP/1.1\r\n\r\nGET /nowhere HTTP/1.1\r\n\r\nGET /v1/snap")
+        time.sleep(0.05)
+        sock.sendall(b"shot HTTP/1.1\r\nConnection: close\r\n\r\n")
+        data = b""
+        while chunk := sock.recv(65536):
+            data += chunk
+    # Each status line follows the previous body directly (bodies end without a newline).
+    assert re.findall(rb"HTTP/1\.1 (\d{3}) ", data) == [b"200", b"404", b"200"]
