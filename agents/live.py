@@ -49,7 +49,7 @@ def publish_nodes(node_ids: list[int], latest: dict[int, dict[str, Any]] | None 
     summaries = readings.node_summaries(node_ids, latest)
     send = async_to_sync(_send_all)
     details = []
-    for node in Node.objects.filter(pk__in=watched(node_ids)):
+    for node in Node.objects.filter(pk__any=watched(node_ids)):
         details.append(readings.node_detail(node, (latest or {}).get(node.pk)))
     send(layer, summaries, details)
 

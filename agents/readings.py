@@ -1,22 +1,25 @@
-"""Latest readings per node, kept in the cache (Redis in production).
+"""Latest readings per node, kept in Redis (in-process on the embedded default).
 
 The database holds inventory (what exists, its health, when it was last seen);
-the cache holds what the cards read a moment ago, one key per node. Pages and
-websockets are built from both: the fleet page from per-node summaries, a node
-page from its cards.
+Redis holds what the cards read a moment ago, one hash field per node, written
+with one command per poll cycle. Pages and websockets are built from both: the
+fleet page from per-node summaries, a node page from its cards.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable
 from typing import Any
 
-from django.core.cache import cache
+import orjson
+from django.conf import settings
 from django.db.models import Count
 
 from agents.models import GPU, Node
+from portal import redis_client
 
-# Readings older than this are worthless for a live view; the key expires.
+# Readings older than this are worthless for a live view and are not shown.
 LATEST_TTL_S = 600
 
 # Reading fields the browser shows, copied from the agent's snapshot as they are.
@@ -32,8 +35,52 @@ LIVE_GPU_FIELDS = (
 _NODE_FIELDS = ("pk", "name", "state", "last_seen", "last_error")
 
 
-def _key(node_id: int) -> str:
-    return f"fleet:latest:{node_id}"
+class _RedisLatest:
+    """All nodes' latest readings in one Redis hash: one HSET per cycle, one HMGET per read."""
+
+    def __init__(self) -> None:
+        self.key = redis_client.key("fleet", "latest")
+
+    def put(self, items: dict[int, dict]) -> None:
+        client = redis_client.client()
+        pipe = client.pipeline(transaction=False)
+        pipe.hset(self.key, mapping={i: orjson.dumps(v) for i, v in items.items()})
+        pipe.expire(self.key, LATEST_TTL_S)
+        pipe.execute()
+
+    def get(self, node_ids: list[int]) -> dict[int, dict]:
+        if not node_ids:
+            return {}
+        raw = redis_client.client().hmget(self.key, node_ids)
+        return {i: orjson.loads(v) for i, v in zip(node_ids, raw, strict=True) if v}
+
+
+class _MemoryLatest:
+    """The embedded default's store: one process, one dict."""
+
+    def __init__(self) -> None:
+        self.items: dict[int, dict] = {}
+
+    def put(self, items: dict[int, dict]) -> None:
+        self.items.update(items)
+
+    def get(self, node_ids: list[int]) -> dict[int, dict]:
+        return {i: self.items[i] for i in node_ids if i in self.items}
+
+
+_store: _RedisLatest | _MemoryLatest | None = None
+
+
+def _latest_store() -> _RedisLatest | _MemoryLatest:
+    global _store
+    if _store is None:
+        _store = _RedisLatest() if settings.REDIS_URL else _MemoryLatest()
+    return _store
+
+
+def _fresh(reduced: dict, now: float) -> bool:
+    # A node whose agent stopped answering keeps its last readings this long.
+    return now - (reduced.get("stored_at") or 0) < LATEST_TTL_S
 
 
 def reduce_snapshot(snapshot: dict[str, Any]) -> dict[str, Any]:
@@ -51,16 +98,19 @@ def reduce_snapshot(snapshot: dict[str, Any]) -> dict[str, Any]:
 
 def store_latest(snapshots: dict[int, dict[str, Any]]) -> dict[int, dict[str, Any]]:
     """Keep the newest snapshot of each node, reduced; returns what was stored."""
-    reduced = {node_id: reduce_snapshot(s) for node_id, s in snapshots.items()}
+    now = time.time()
+    reduced = {
+        node_id: {**reduce_snapshot(s), "stored_at": now} for node_id, s in snapshots.items()
+    }
     if reduced:
-        cache.set_many({_key(i): r for i, r in reduced.items()}, timeout=LATEST_TTL_S)
+        _latest_store().put(reduced)
     return reduced
 
 
 def latest_for(node_ids: Iterable[int]) -> dict[int, dict[str, Any]]:
-    node_ids = list(node_ids)
-    found = cache.get_many([_key(i) for i in node_ids])
-    return {i: found[_key(i)] for i in node_ids if _key(i) in found}
+    now = time.time()
+    found = _latest_store().get(list(node_ids))
+    return {i: r for i, r in found.items() if _fresh(r, now)}
 
 
 def _node_fields(node: dict[str, Any]) -> dict[str, Any]:
@@ -102,7 +152,7 @@ def node_summaries(
     """Fleet tiles for the given nodes (all by default); ``latest`` saves a cache read."""
     nodes = Node.objects.order_by("name")
     if node_ids is not None:
-        nodes = nodes.filter(pk__in=list(node_ids))
+        nodes = nodes.filter(pk__any=list(node_ids))
     rows = [dict(zip(_NODE_FIELDS, r, strict=True)) for r in nodes.values_list(*_NODE_FIELDS)]
     latest = dict(latest or {})
     missing = [r["pk"] for r in rows if r["pk"] not in latest]
@@ -115,7 +165,7 @@ def node_summaries(
 def _gpu_counts(node_ids: list[int] | None) -> dict[int, int]:
     gpus = GPU.objects.all()
     if node_ids is not None:
-        gpus = gpus.filter(node_id__in=node_ids)
+        gpus = gpus.filter(node_id__any=node_ids)
     return dict(gpus.values("node_id").annotate(n=Count("pk")).values_list("node_id", "n"))
 
 

@@ -25,6 +25,7 @@ from django.db import connection, transaction
 from django.db.models import Avg, Count, Max, Sum
 
 from agents.models import GPU, GpuHour, GpuMinute, OwnerHour, OwnerMinute
+from portal import redis_client
 
 # Per GPU, in this order; None where the card did not report the field.
 SAMPLE_FIELDS = ("utilization_gpu_pct", "memory_used_mib", "power_w", "temperature_c")
@@ -51,9 +52,12 @@ def _moment(minute: int) -> datetime:
 
 
 class _RedisBuffer:
-    def __init__(self, url: str, prefix: str) -> None:
-        self.client = redis.Redis.from_url(url)
-        self.prefix = f"{prefix}:rollup"
+    def __init__(self) -> None:
+        self.prefix = redis_client.key("rollup")
+
+    @property
+    def client(self) -> redis.Redis:
+        return redis_client.client()
 
     def append(self, minute: int, blob: bytes) -> None:
         key = f"{self.prefix}:buf:{minute}"
@@ -115,10 +119,7 @@ _buffer: _RedisBuffer | _MemoryBuffer | None = None
 def buffer() -> _RedisBuffer | _MemoryBuffer:
     global _buffer
     if _buffer is None:
-        if settings.REDIS_URL:
-            _buffer = _RedisBuffer(settings.REDIS_URL, settings.CACHES["default"]["KEY_PREFIX"])
-        else:
-            _buffer = _MemoryBuffer()
+        _buffer = _RedisBuffer() if settings.REDIS_URL else _MemoryBuffer()
     return _buffer
 
 
@@ -190,8 +191,8 @@ def _minute_rows(minute: int, blobs: list[bytes]) -> tuple[list[tuple], list[tup
     return gpu_rows, owner_rows
 
 
-def _merge_sql(table: str, keys: list[str], columns: list[str]) -> str:
-    """An upsert that folds a minute into its hour: sample-weighted averages, maxima of maxima."""
+def _merge_clause(table: str, keys: list[str], columns: list[str]) -> str:
+    """Fold a minute into its hour: sample-weighted averages, maxima of maxima."""
     updates = [f"samples = {table}.samples + excluded.samples"]
     for column in columns:
         old, new = f"{table}.{column}", f"excluded.{column}"
@@ -205,14 +206,24 @@ def _merge_sql(table: str, keys: list[str], columns: list[str]) -> str:
             updates.append(
                 f"{column} = CASE WHEN {old} IS NULL OR {new} > {old} THEN {new} ELSE {old} END"
             )
-    return _insert_sql(table, [*keys, "samples", *columns]) + (
-        f" ON CONFLICT ({', '.join(k for k in keys)}) DO UPDATE SET {', '.join(updates)}"
-    )
+    return f" ON CONFLICT ({', '.join(keys)}) DO UPDATE SET {', '.join(updates)}"
 
 
-def _insert_sql(table: str, columns: list[str]) -> str:
-    marks = ", ".join(["%s"] * len(columns))
-    return f"INSERT INTO {table} ({', '.join(columns)}) VALUES ({marks})"  # noqa: S608
+# Rows per INSERT: under both PostgreSQL's 65,535 and SQLite's 32,766 parameters.
+_MAX_PARAMETERS = 30_000
+
+
+def _insert(cursor, table: str, columns: list[str], rows: list[tuple], suffix: str = "") -> None:
+    """Multi-row INSERTs: one statement per few thousand rows, not one per row."""
+    per_statement = max(1, _MAX_PARAMETERS // len(columns))
+    row_marks = f"({', '.join(['%s'] * len(columns))})"
+    for start in range(0, len(rows), per_statement):
+        batch = rows[start : start + per_statement]
+        sql = (
+            f"INSERT INTO {table} ({', '.join(columns)}) "  # noqa: S608 (names are ours)
+            f"VALUES {', '.join([row_marks] * len(batch))}{suffix}"
+        )
+        cursor.execute(sql, [value for row in batch for value in row])
 
 
 def _hour_of(rows: list[tuple], bucket_at: int) -> list[tuple]:
@@ -230,7 +241,7 @@ def flush(now: datetime) -> int:
         gpu_rows, owner_rows = _minute_rows(minute, blobs)
         # Cards deleted since they were sampled have no history to keep.
         alive = set(
-            GPU.objects.filter(pk__in={r[0] for r in gpu_rows}).values_list("pk", flat=True)
+            GPU.objects.filter(pk__any={r[0] for r in gpu_rows}).values_list("pk", flat=True)
         )
         gpu_rows = [r for r in gpu_rows if r[0] in alive]
         owner_rows = [r for r in owner_rows if r[0] in alive]
@@ -238,18 +249,16 @@ def flush(now: datetime) -> int:
             # A minute already written (a claim retried after its commit) is not merged
             # into its hour a second time.
             if not GpuMinute.objects.filter(bucket=_moment(minute)).exists():
-                minute_table, hour_table = GpuMinute._meta.db_table, GpuHour._meta.db_table
                 columns = [*gpu_keys, "samples", *_GPU_VALUE_COLUMNS]
-                cursor.executemany(_insert_sql(minute_table, columns), gpu_rows)
-                cursor.executemany(
-                    _merge_sql(hour_table, gpu_keys, _GPU_VALUE_COLUMNS), _hour_of(gpu_rows, 1)
-                )
+                _insert(cursor, GpuMinute._meta.db_table, columns, gpu_rows)
+                hour = GpuHour._meta.db_table
+                merge = _merge_clause(hour, gpu_keys, _GPU_VALUE_COLUMNS)
+                _insert(cursor, hour, columns, _hour_of(gpu_rows, 1), merge)
                 columns = [*owner_keys, "samples", *_OWNER_VALUE_COLUMNS]
-                cursor.executemany(_insert_sql(OwnerMinute._meta.db_table, columns), owner_rows)
-                cursor.executemany(
-                    _merge_sql(OwnerHour._meta.db_table, owner_keys, _OWNER_VALUE_COLUMNS),
-                    _hour_of(owner_rows, 2),
-                )
+                _insert(cursor, OwnerMinute._meta.db_table, columns, owner_rows)
+                hour = OwnerHour._meta.db_table
+                merge = _merge_clause(hour, owner_keys, _OWNER_VALUE_COLUMNS)
+                _insert(cursor, hour, columns, _hour_of(owner_rows, 2), merge)
                 written += len(gpu_rows)
         source.done(claim_key)
     return written
@@ -283,7 +292,7 @@ def series(
         resolution = "1m" if end - start <= MINUTE_RANGE_LIMIT else "1h"
     model = {"1m": GpuMinute, "1h": GpuHour}[resolution]
     rows = (
-        model.objects.filter(gpu_id__in=list(gpu_ids), bucket__gte=start, bucket__lt=end)
+        model.objects.filter(gpu_id__any=list(gpu_ids), bucket__gte=start, bucket__lt=end)
         .values("bucket")
         .annotate(
             gpus=Count("gpu_id"),
@@ -318,7 +327,7 @@ def owner_usage(
         resolution = "1m" if end - start <= MINUTE_RANGE_LIMIT else "1h"
     model = {"1m": OwnerMinute, "1h": OwnerHour}[resolution]
     rows = (
-        model.objects.filter(gpu_id__in=list(gpu_ids), bucket__gte=start, bucket__lt=end)
+        model.objects.filter(gpu_id__any=list(gpu_ids), bucket__gte=start, bucket__lt=end)
         .values("owner")
         .annotate(
             memory_used_avg_mib=Avg("memory_used_avg_mib"),
