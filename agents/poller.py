@@ -68,6 +68,23 @@ def validate_snapshot(data: Any) -> dict[str, Any]:
     return data
 
 
+async def _read_body(response: aiohttp.ClientResponse) -> bytes:
+    """The whole body, refusing one larger than MAX_SNAPSHOT_BYTES before reading it all.
+
+    (``content.read(n)`` alone returns what has arrived so far, which for a body split
+    over several TCP segments is only its beginning.)
+    """
+    if (response.content_length or 0) > MAX_SNAPSHOT_BYTES:
+        raise SnapshotError("snapshot larger than 4 MiB")
+    chunks, size = [], 0
+    async for chunk in response.content.iter_chunked(256 * 1024):
+        size += len(chunk)
+        if size > MAX_SNAPSHOT_BYTES:
+            raise SnapshotError("snapshot larger than 4 MiB")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
 async def _fetch_one(
     session: aiohttp.ClientSession,
     semaphore: asyncio.Semaphore,
@@ -83,9 +100,7 @@ async def _fetch_one(
                 if response.status != 200:
                     body = (await response.content.read(200)).decode("utf-8", "replace")
                     raise SnapshotError(f"HTTP {response.status}: {body.strip()}")
-                raw = await response.content.read(MAX_SNAPSHOT_BYTES + 1)
-                if len(raw) > MAX_SNAPSHOT_BYTES:
-                    raise SnapshotError("snapshot larger than 4 MiB")
+                raw = await _read_body(response)
             snapshot = validate_snapshot(orjson.loads(raw))
             return PollResult(target.node_id, snapshot, "", time.perf_counter() - started)
         except TimeoutError:

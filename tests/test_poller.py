@@ -7,6 +7,7 @@ import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+import orjson
 import pytest
 
 from agents import poller
@@ -148,3 +149,33 @@ def test_connections_to_an_agent_are_kept_alive_from_one_cycle_to_the_next():
         server.shutdown()
         server.server_close()
     assert len(accepted) == 1
+
+
+class _SlowBodyHandler(BaseHTTPRequestHandler):
+    """Sends a snapshot in pieces with pauses, as a loaded network would."""
+
+    def do_GET(self) -> None:
+        gpus = [{"uuid": f"GPU-{i}", "index": i, "name": "x" * 500} for i in range(64)]
+        body = orjson.dumps({"gpus": gpus})
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        for start in range(0, len(body), 4096):
+            self.wfile.write(body[start : start + 4096])
+            self.wfile.flush()
+            time.sleep(0.01)
+
+    def log_message(self, *args) -> None:
+        pass
+
+
+def test_a_snapshot_arriving_in_pieces_is_read_whole():
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _SlowBodyHandler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        result = _poll([poller.AgentTarget(1, f"http://127.0.0.1:{server.server_address[1]}", "t")])
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert result[1].ok, result[1].error
+    assert len(result[1].snapshot["gpus"]) == 64
