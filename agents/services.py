@@ -120,10 +120,60 @@ def _record_failures(failed: dict[int, str], known: dict[int, dict], now: dateti
     return went_offline
 
 
+# Per node, what its cards looked like when last reconciled: (fingerprint, when, {uuid: pk}).
+# A node whose cards are unchanged since (the common case: same UUIDs, indexes, models,
+# health) skips the comparison with the database; every few minutes it is redone anyway.
+_cards_seen: dict[int, tuple[int, float, dict[str, int]]] = {}
+CARDS_RECHECK_S = 300
+
+
+def _fingerprint(snapshot: dict) -> int:
+    return hash(
+        tuple(
+            (g["uuid"], g["index"], g.get("name"), g.get("memory_total_mib"),
+             g.get("pci_bus_id"), g.get("serial"), g.get("health"))
+            for g in snapshot["gpus"]
+        )
+    )  # fmt: skip
+
+
 def _record_gpus(answered: dict[int, dict], now: datetime) -> tuple[dict[str, int], int]:
-    """Upsert the reported cards; returns {uuid: pk} of the reported cards and the count created.
+    """Upsert the reported cards; returns {uuid: pk} of the reported cards and the count created."""
+    clock = time.monotonic()
+    prints = {node_id: _fingerprint(snapshot) for node_id, snapshot in answered.items()}
+    stable = {
+        node_id
+        for node_id, fingerprint in prints.items()
+        if (seen := _cards_seen.get(node_id))
+        and seen[0] == fingerprint
+        and clock - seen[1] < CARDS_RECHECK_S
+    }
+    changed = {n: s for n, s in answered.items() if n not in stable}
+    ids, created, vanished = _reconcile_gpus(changed, now) if changed else ({}, 0, [])
+    for node_id in stable:
+        ids.update(_cards_seen[node_id][2])
+    # A card's last-seen time is kept to the minute: rewriting 8,000 rows every cycle
+    # would cost more than all the rest of the inventory work.
+    GPU.objects.filter(node_id__any=answered, last_seen__lt=now - GPU_LAST_SEEN_RESOLUTION).exclude(
+        pk__any=vanished
+    ).update(last_seen=now)
+
+    def remember() -> None:  # only what was committed
+        for node_id, snapshot in changed.items():
+            cards = {g["uuid"]: ids[g["uuid"]] for g in snapshot["gpus"] if g["uuid"] in ids}
+            _cards_seen[node_id] = (prints[node_id], clock, cards)
+
+    transaction.on_commit(remember)
+    return ids, created
+
+
+def _reconcile_gpus(
+    answered: dict[int, dict], now: datetime
+) -> tuple[dict[str, int], int, list[int]]:
+    """Compare the reported cards with the database and write the differences.
 
     Cards an answering agent no longer lists have fallen off the bus: kept, marked lost.
+    Returns {uuid: pk} of the reported cards, how many were created, and the lost ones.
     """
     reported: dict[str, tuple[int, dict]] = {
         gpu["uuid"]: (node_id, gpu) for node_id, snap in answered.items() for gpu in snap["gpus"]
@@ -170,14 +220,9 @@ def _record_gpus(answered: dict[int, dict], now: datetime) -> tuple[dict[str, in
         GPU.objects.filter(pk__any=vanished).exclude(health=GpuHealth.LOST).update(
             health=GpuHealth.LOST, updated=now
         )
-    # A card's last-seen time is kept to the minute: rewriting 8,000 rows every cycle
-    # would cost more than all the rest of the inventory work.
-    GPU.objects.filter(node_id__any=answered, last_seen__lt=now - GPU_LAST_SEEN_RESOLUTION).exclude(
-        pk__any=vanished
-    ).update(last_seen=now)
     ids = {uuid: rows[uuid]["pk"] for uuid in reported if uuid in rows}
     ids.update({g.uuid: g.pk for g in to_create})
-    return ids, len(to_create)
+    return ids, len(to_create), vanished
 
 
 def record_poll_results(

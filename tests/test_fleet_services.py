@@ -180,3 +180,23 @@ def test_results_for_a_node_deleted_mid_poll_are_ignored(node):
     summary = services.record_poll_results([result, ok(node, snapshot("a", gpu("GPU-1")))])
     assert summary.answered == 1
     assert not GPU.objects.filter(uuid="GPU-9").exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_unchanged_cards_skip_the_comparison_yet_every_change_lands():
+    node = Node.objects.create(name="gpu-a", agent_url="http://127.0.0.1:1")
+    both = snapshot("a", gpu("GPU-1", 0), gpu("GPU-2", 1))
+    services.record_poll_results([ok(node, both)])
+    assert set(services._cards_seen[node.pk][2]) == {"GPU-1", "GPU-2"}
+    summary = services.record_poll_results([ok(node, both)])
+    assert (summary.gpus_seen, summary.gpus_created) == (2, 0)
+    services.record_poll_results(
+        [ok(node, snapshot("a", gpu("GPU-1", 0), {**gpu("GPU-2", 1), "health": "lost"}))]
+    )
+    assert GPU.objects.get(uuid="GPU-2").health == GpuHealth.LOST
+    services.record_poll_results([ok(node, snapshot("a", gpu("GPU-1", 0), gpu("GPU-3", 1)))])
+    assert set(GPU.objects.values_list("uuid", "health")) == {
+        ("GPU-1", GpuHealth.OK),
+        ("GPU-2", GpuHealth.LOST),
+        ("GPU-3", GpuHealth.OK),
+    }
