@@ -156,6 +156,16 @@ def main(argv: list[str] | None = None) -> int:
         services.poll_fleet()  # first cycle creates the GPUs: not part of the steady state
         assert GPU.objects.count() == gpu_count, GPU.objects.count()
 
+        def rows_written() -> dict[str, int]:
+            with connection.cursor() as cursor:
+                cursor.execute(
+                    "SELECT relname, n_tup_ins + n_tup_upd + n_tup_del FROM pg_stat_user_tables "
+                    "WHERE relname LIKE 'agents_%%'"
+                )
+                return dict(cursor.fetchall())
+
+        time.sleep(1)  # let the statistics catch up with the warm-up cycle
+        rows_before = rows_written()
         cycles = []
         for _ in range(args.cycles):
             started = time.monotonic()
@@ -174,6 +184,8 @@ def main(argv: list[str] | None = None) -> int:
             })  # fmt: skip
             time.sleep(max(0.0, args.interval - (time.monotonic() - started)))
 
+        time.sleep(1)
+        rows_after = rows_written()
         # Beat flushes the finished minutes; at one cycle per interval, a minute holds
         # 60/interval cycles, so its flush cost is shared by that many cycles.
         cpu0, pg0, started = self_cpu_s(), proc_cpu_s(backend_pid), time.monotonic()
@@ -194,7 +206,6 @@ def main(argv: list[str] | None = None) -> int:
                 except subprocess.TimeoutExpired:
                     proc.kill()
 
-    cycles_per_minute = 60 / args.interval
     walls = [c["wall_s"] for c in cycles]
     per_cycle_cpu = [c["cpu_s"] + c["pg_cpu_s"] + c["redis_cpu_s"] for c in cycles]
     # The flush covered every buffered cycle, the warm-up one included.
@@ -212,8 +223,13 @@ def main(argv: list[str] | None = None) -> int:
         "rollup_flush": flush,
         "cpu_per_1000_gpu_samples_s": all_in / gpu_count * 1000,
         "cpu_per_gpu_sample_us": all_in / gpu_count * 1e6,
-        "rows_written_per_cycle": {"nodes_updated": args.nodes, "gpus_updated": gpu_count,
-                                    "rollup_rows_per_cycle": written / cycles_per_minute},
+        # Inserted, updated or deleted rows per table (PostgreSQL's own statistics).
+        "rows_written_per_cycle": {
+            table.removeprefix("agents_"): round((rows_after[table] - rows_before.get(table, 0))
+                                                 / len(cycles), 1)
+            for table in rows_after if rows_after[table] != rows_before.get(table, 0)
+        },
+        "rollup_rows_per_minute": written,
         "simulator_cpu_s_total": agent_cpu,
         "answered_min": min(c["answered"] for c in cycles),
     }  # fmt: skip
