@@ -229,7 +229,7 @@ def main(argv: list[str] | None = None) -> int:
                                                  / len(cycles), 1)
             for table in rows_after if rows_after[table] != rows_before.get(table, 0)
         },
-        "rollup_rows_per_minute": written,
+        "rollup_gpu_minutes_written": written,
         "simulator_cpu_s_total": agent_cpu,
         "answered_min": min(c["answered"] for c in cycles),
     }  # fmt: skip
