@@ -32,9 +32,10 @@ class _LiveConsumer(AsyncJsonWebsocketConsumer):
             return
         await self.channel_layer.group_add(self.group, self.channel_name)
         await self.accept()
-        await self.send_json(first)
+        await self.send(text_data=first)
 
-    async def first_message(self) -> dict | None:
+    async def first_message(self) -> str | None:
+        """The page's whole picture as JSON text, or None when there is no such page."""
         raise NotImplementedError
 
     async def disconnect(self, code: int) -> None:
@@ -50,9 +51,8 @@ class FleetConsumer(_LiveConsumer):
 
     group = live.FLEET_GROUP
 
-    async def first_message(self) -> dict:
-        nodes = await database_sync_to_async(readings.node_summaries)()
-        return {"type": "fleet.nodes", "nodes": nodes}
+    async def first_message(self) -> str:
+        return await database_sync_to_async(live.fleet_picture)()
 
     async def fleet_nodes(self, event: dict) -> None:
         await self.send(text_data=event["text"])
@@ -61,14 +61,14 @@ class FleetConsumer(_LiveConsumer):
 class NodeConsumer(_LiveConsumer):
     """A node page: that node's cards, pushed only while someone watches."""
 
-    async def first_message(self) -> dict | None:
+    async def first_message(self) -> str | None:
         self.node_id = int(self.scope["url_route"]["kwargs"]["node_id"])
         detail = await database_sync_to_async(self._detail)()
         if detail is None:
             return None
         self.group = live.node_group(self.node_id)
         await sync_to_async(live.watch)(self.node_id)
-        return {"type": "node.detail", "node": detail}
+        return live.encode("node.detail", "node", detail)["text"]
 
     def _detail(self) -> dict | None:
         node = Node.objects.filter(pk=self.node_id).first()

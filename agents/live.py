@@ -8,6 +8,7 @@ details only for nodes whose key exists. One cache read per cycle decides that.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable
 from typing import Any
 
@@ -41,6 +42,20 @@ def watched(node_ids: Iterable[int]) -> list[int]:
     return [int(key.rsplit(":", 1)[1]) for key in found]
 
 
+# Dashboards that open together share one picture of the fleet, at most this old;
+# the pushes that follow bring them current.
+PICTURE_TTL_S = 2
+
+
+def fleet_picture() -> str:
+    """The fleet page's first message (every tile), shared for a moment between connects."""
+    text = cache.get("live:fleet-picture")
+    if text is None:
+        text = encode("fleet.nodes", "nodes", readings.node_summaries())["text"]
+        cache.set("live:fleet-picture", text, timeout=PICTURE_TTL_S)
+    return text
+
+
 def publish_nodes(node_ids: list[int], latest: dict[int, dict[str, Any]] | None = None) -> None:
     """Push fresh tiles to the fleet page and fresh cards to watched node pages."""
     layer = get_channel_layer()
@@ -60,7 +75,9 @@ def encode(kind: str, key: str, value: Any) -> dict:
     Encoding once here, instead of once per consumer, is what keeps 200 dashboards
     on a 1,000-node fleet cheap: each consumer only forwards the text.
     """
-    return {"type": kind, "text": orjson.dumps({"type": kind, key: value}).decode()}
+    # sent_at lets a client (and bench/live) tell server-side from delivery latency.
+    message = {"type": kind, "sent_at": time.time(), key: value}
+    return {"type": kind, "text": orjson.dumps(message).decode()}
 
 
 async def _send_all(layer, summaries: list[dict], details: list[dict]) -> None:

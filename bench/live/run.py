@@ -24,6 +24,8 @@ import tempfile
 import time
 from pathlib import Path
 
+import orjson
+
 from bench.ingest.run import REPO, percentile, start_simulator, tree_cpu_s
 
 BIN = Path(sys.executable).parent
@@ -35,9 +37,19 @@ def start(command: list[str], env: dict[str, str], log: Path) -> subprocess.Pope
     )
 
 
-async def client(url: str, cookie: str, latencies: list[float], stop_at: float) -> int:
+async def client(
+    url: str,
+    cookie: str,
+    latencies: list[float],
+    delay: float,
+    measure_from: float,
+    stop_at: float,
+    delivery: list[float] | None = None,
+) -> int:
     import aiohttp
 
+    # Browsers arrive over time, not in one burst: spread the connects out.
+    await asyncio.sleep(delay)
     received = 0
     async with (
         aiohttp.ClientSession(headers={"Cookie": cookie, "Origin": "http://127.0.0.1"}) as s,
@@ -51,12 +63,15 @@ async def client(url: str, cookie: str, latencies: list[float], stop_at: float) 
             if message.type != aiohttp.WSMsgType.TEXT:
                 break
             now = time.time()
-            data = json.loads(message.data)
+            data = orjson.loads(message.data)
             stamps = [n.get("collected_at") for n in data.get("nodes", [data.get("node", {})])]
             stamps = [t for t in stamps if t]
             received += 1
-            if received > 1 and stamps:  # the first message is the page's initial picture
+            # The first message is the page's initial picture, not a push.
+            if received > 1 and stamps and now >= measure_from:
                 latencies.append(now - max(stamps))
+                if delivery is not None and data.get("sent_at"):
+                    delivery.append(now - data["sent_at"])
     return received
 
 
@@ -114,19 +129,27 @@ def main(argv: list[str] | None = None) -> int:
                "--schedule", str(tmp / "beat")], env, tmp / "beat.log"),
     ]  # fmt: skip
     latencies: list[float] = []
+    delivery: list[float] = []
     try:
         time.sleep(8)  # daphne up, worker ready, first cycle recorded
         cpu0 = {p.pid: tree_cpu_s(p.pid) for p in [agent, *procs]}
-        stop_at = time.time() + args.seconds
+        ramp = args.clients * 0.05
+        measure_from = time.time() + ramp
+        stop_at = measure_from + args.seconds
         urls = [f"ws://127.0.0.1:{port}/ws/fleet/"] * (args.clients - args.node_page_clients)
         urls += [f"ws://127.0.0.1:{port}/ws/nodes/{nodes[i % 10].pk}/"
                  for i in range(args.node_page_clients)]  # fmt: skip
 
         async def run_all() -> list[int]:
-            return await asyncio.gather(*(client(u, cookie, latencies, stop_at) for u in urls))
+            return await asyncio.gather(*(
+                client(u, cookie, latencies, i * 0.05, measure_from, stop_at, delivery)
+                for i, u in enumerate(urls)
+            ), return_exceptions=True)  # fmt: skip
 
+        client_cpu0 = time.process_time()
         received = asyncio.run(run_all())
-        cpu = {name: tree_cpu_s(p.pid) - cpu0[p.pid]
+        client_cpu = time.process_time() - client_cpu0
+        cpu = {name: (tree_cpu_s(p.pid) - cpu0[p.pid]) * args.seconds / (args.seconds + ramp)
                for name, p in zip(["simulator", "daphne", "worker", "beat"], [agent, *procs],
                                   strict=True)}  # fmt: skip
     finally:
@@ -142,12 +165,18 @@ def main(argv: list[str] | None = None) -> int:
         "gpus": args.nodes * args.gpus,
         "clients": args.clients,
         "seconds": args.seconds,
-        "messages": sum(received),
-        "clients_that_got_updates": sum(1 for r in received if r > 1),
+        "messages": sum(r for r in received if isinstance(r, int)),
+        "clients_that_got_updates": sum(1 for r in received if isinstance(r, int) and r > 1),
+        "clients_failed": [repr(r) for r in received if not isinstance(r, int)][:5],
         "latency_p50_s": percentile(latencies, 0.5) if latencies else None,
         "latency_p95_s": percentile(latencies, 0.95) if latencies else None,
         "latency_mean_s": statistics.mean(latencies) if latencies else None,
+        # From the publisher handing the message to the channel layer, to the client.
+        "delivery_p50_s": percentile(delivery, 0.5) if delivery else None,
+        "delivery_p95_s": percentile(delivery, 0.95) if delivery else None,
         "cpu_s_per_second": {k: v / args.seconds for k, v in cpu.items()},
+        # The clients share this machine's two cores with the portal: their own cost.
+        "clients_cpu_s_per_second": client_cpu / (args.seconds + args.clients * 0.05),
         "logs": str(tmp),
     }
     print(json.dumps(result, indent=2))
