@@ -307,18 +307,32 @@ def prune(now: datetime) -> dict[str, int]:
 MINUTE_RANGE_LIMIT = timedelta(hours=36)
 
 
+def _in_range(
+    tables: dict[str, type],
+    gpu_ids: Iterable[int],
+    start: datetime,
+    end: datetime,
+    resolution: str | None,
+) -> tuple[str, Any]:
+    """The resolution to read (chosen by the range when not given) and its rows in range."""
+    if resolution is None:
+        resolution = "1m" if end - start <= MINUTE_RANGE_LIMIT else "1h"
+    rows = tables[resolution].objects.filter(
+        gpu_id__any=list(gpu_ids), bucket__gte=start, bucket__lt=end
+    )
+    return resolution, rows
+
+
 def series(
     gpu_ids: Iterable[int], start: datetime, end: datetime, resolution: str | None = None
 ) -> dict[str, Any]:
     """History of a set of GPUs: per bucket, utilization averaged over the cards,
     memory and power summed, maxima as maxima.
     """
-    if resolution is None:
-        resolution = "1m" if end - start <= MINUTE_RANGE_LIMIT else "1h"
-    model = {"1m": GpuMinute, "1h": GpuHour}[resolution]
+    tables = {"1m": GpuMinute, "1h": GpuHour}
+    resolution, in_range = _in_range(tables, gpu_ids, start, end, resolution)
     rows = (
-        model.objects.filter(gpu_id__any=list(gpu_ids), bucket__gte=start, bucket__lt=end)
-        .values("bucket")
+        in_range.values("bucket")
         .annotate(
             gpus=Count("gpu_id"),
             util_avg=Avg("util_avg"),
@@ -348,12 +362,10 @@ def owner_usage(
     gpu_ids: Iterable[int], start: datetime, end: datetime, resolution: str | None = None
 ) -> list[dict[str, Any]]:
     """Per process owner over a range: average and peak memory, average utilization."""
-    if resolution is None:
-        resolution = "1m" if end - start <= MINUTE_RANGE_LIMIT else "1h"
-    model = {"1m": OwnerMinute, "1h": OwnerHour}[resolution]
+    tables = {"1m": OwnerMinute, "1h": OwnerHour}
+    _, in_range = _in_range(tables, gpu_ids, start, end, resolution)
     rows = (
-        model.objects.filter(gpu_id__any=list(gpu_ids), bucket__gte=start, bucket__lt=end)
-        .values("owner")
+        in_range.values("owner")
         .annotate(
             memory_used_avg_mib=Avg("memory_used_avg_mib"),
             memory_used_max_mib=Max("memory_used_max_mib"),
