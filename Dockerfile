@@ -1,4 +1,9 @@
 # One image for the web server, the Celery worker and beat, and the simulated agents.
+FROM node:20-bookworm-slim AS frontend
+WORKDIR /app
+COPY package.json package-lock.json ./
+RUN npm ci --omit=dev --no-audit --no-fund
+
 FROM python:3.11-slim-bookworm
 
 ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 PORTAL_VAR_DIR=/var/lib/gpu-portal
@@ -14,6 +19,7 @@ COPY templates ./templates
 COPY static ./static
 COPY locale ./locale
 COPY manage.py ./
+COPY --from=frontend /app/node_modules ./node_modules
 RUN pip install --no-cache-dir -e . \
     && useradd --system --home /var/lib/gpu-portal --create-home portal
 USER portal
