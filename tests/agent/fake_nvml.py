@@ -8,6 +8,7 @@ Used by the NVML tests and by ``bench/agent`` for the NVML code path.
 
 from __future__ import annotations
 
+import ctypes
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from types import SimpleNamespace
@@ -46,6 +47,26 @@ class FakeCard:
     failures: dict[str, int] = field(default_factory=dict)
     processes: list[FakeProcess] = field(default_factory=list)
     mig: list[FakeMig | None] | None = None  # None: MIG disabled; None slots are empty
+    # GPM metric id -> percent (a float) the counters show over the interval, or an NVML
+    # error code (an int) returned for that metric inside the struct. None: no GPM
+    # (pre-Hopper, as an A100). A metric missing from the dict answers NotSupported.
+    gpm: dict[int, float | int] | None = None
+
+
+HOPPER_GPM: dict[int, float | int] = {
+    pynvml.NVML_GPM_METRIC_GRAPHICS_UTIL: 87.5,
+    pynvml.NVML_GPM_METRIC_ANY_TENSOR_UTIL: 41.25,
+    pynvml.NVML_GPM_METRIC_DRAM_BW_UTIL: 63.0,
+}
+
+
+@dataclass
+class FakeGpmSample:
+    """What the driver keeps behind a sample handle: whose counters, and when taken."""
+
+    card: int | None = None
+    taken: int = 0  # the driver's sequence number, so the order of two samples is known
+    values: dict[int, float | int] = field(default_factory=dict)
 
 
 @dataclass
@@ -55,6 +76,9 @@ class FakeDriver:
     # (card index, xid) pairs waiting in the event set
     events: list[tuple[int, int]] = field(default_factory=list)
     registered: set[int] = field(default_factory=set)
+    # sample address -> sample; freed addresses leave
+    gpm_samples: dict[int, FakeGpmSample] = field(default_factory=dict)
+    gpm_freed: list[int] = field(default_factory=list)
 
 
 def _field_values(card: FakeCard, ids: list[int]) -> list[Any]:
@@ -88,7 +112,10 @@ def install_fake_nvml(
 
     def memory(card: FakeCard | FakeMig, version: int | None = None) -> Any:
         if isinstance(card, FakeMig):
-            return SimpleNamespace(total=card.total_mib * MIB, used=card.used_mib * MIB)
+            free = card.total_mib - card.used_mib
+            return SimpleNamespace(
+                total=card.total_mib * MIB, used=card.used_mib * MIB, free=free * MIB
+            )
         if version is not None:
             if "memory_v2" in card.failures:
                 raise pynvml.NVMLError(card.failures["memory_v2"])
@@ -132,6 +159,59 @@ def install_fake_nvml(
             )
             for p in card.processes
         ]
+
+    gpm_sequence = iter(range(1, 1 << 30))
+
+    def address(sample: Any) -> int:
+        value = ctypes.cast(sample, ctypes.c_void_p).value
+        assert value in driver.gpm_samples, f"unknown or freed GPM sample {value}"
+        return value
+
+    def gpm_support(card: FakeCard) -> Any:
+        support = pynvml.c_nvmlGpmSupport_t()
+        support.version = pynvml.NVML_GPM_SUPPORT_VERSION
+        support.isSupportedDevice = int(card.gpm is not None)
+        return support
+
+    def gpm_alloc() -> Any:
+        calls.append("gpm_alloc")
+        # A real pointer type holding a made-up address, as pynvml's own handle.
+        key = 0x1000 + 16 * (len(driver.gpm_samples) + len(driver.gpm_freed))
+        driver.gpm_samples[key] = FakeGpmSample()
+        return ctypes.cast(key, pynvml.c_nvmlGpmSample_t)
+
+    def gpm_free(sample: Any) -> None:
+        key = address(sample)
+        del driver.gpm_samples[key]
+        driver.gpm_freed.append(key)
+
+    def gpm_sample(card: FakeCard, sample: Any) -> Any:
+        assert card.gpm is not None, "GPM sampled on a card that said it has none"
+        index = next(i for i, c in enumerate(cards) if c is card)  # dataclass == is by value
+        driver.gpm_samples[address(sample)] = FakeGpmSample(
+            index, next(gpm_sequence), dict(card.gpm)
+        )
+        return sample
+
+    def gpm_metrics(request: Any) -> Any:
+        calls.append("gpm_metrics")
+        assert isinstance(request, pynvml.c_nvmlGpmMetricsGet_t)
+        assert request.version == pynvml.NVML_GPM_METRICS_GET_VERSION
+        older = driver.gpm_samples[address(request.sample1)]
+        newer = driver.gpm_samples[address(request.sample2)]
+        assert older.card == newer.card is not None, "samples from two cards"
+        assert 0 < older.taken < newer.taken, "sample1 must be the older sample"
+        card = cards[newer.card]  # type: ignore[index]
+        if "gpm_metrics" in card.failures:
+            raise pynvml.NVMLError(card.failures["gpm_metrics"])
+        for slot in range(request.numMetrics):
+            metric = request.metrics[slot]
+            value = newer.values.get(metric.metricId, pynvml.NVML_ERROR_NOT_SUPPORTED)
+            if isinstance(value, int):
+                metric.nvmlReturn, metric.value = value, 0.0
+            else:
+                metric.nvmlReturn, metric.value = pynvml.NVML_SUCCESS, value
+        return request
 
     patches: dict[str, Any] = {
         "nvmlInit": lambda: calls.append("init"),
@@ -177,6 +257,11 @@ def install_fake_nvml(
         ),
         "nvmlDeviceRegisterEvents": register,
         "nvmlEventSetWait_v2": wait,
+        "nvmlGpmQueryDeviceSupport": answer("gpm_support", gpm_support),
+        "nvmlGpmSampleAlloc": gpm_alloc,
+        "nvmlGpmSampleFree": gpm_free,
+        "nvmlGpmSampleGet": answer("gpm_sample", gpm_sample),
+        "nvmlGpmMetricsGet": gpm_metrics,
     }
     for name, fn in patches.items():
         assert hasattr(pynvml, name), name

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from typing import Any
 
 from agents.gpu_agent.backends.base import BackendUnavailable
+from agents.gpu_agent.backends.nvml_gpm import GpmReader
 from agents.gpu_agent.backends.nvml_reads import (
     GpuLost,
     read_extended,
@@ -69,6 +70,7 @@ class NvmlBackend:
         self.driver_version: str | None = _text(driver) if driver is not None else None
         self.cuda_version: str | None = _cuda_version(cuda) if cuda is not None else None
         self._xids = XidWatcher(pynvml)
+        self._gpm = GpmReader(pynvml)
 
     def _init_problem(self, exc: Exception) -> str:
         code = getattr(exc, "value", None)
@@ -134,6 +136,7 @@ class NvmlBackend:
     def _read_gpu(self, index: int, handle: Any) -> GpuReading:
         reading = GpuReading(index=index, **self._identity.get(index, {}))
         if handle is None or self._xids.fatal(index):
+            self._gpm.forget(index)
             reading.health = "lost"
             return reading
         try:
@@ -143,6 +146,7 @@ class NvmlBackend:
                     setattr(reading, key, value)
             measurements = self._measure(index, handle)
             measurements.update(read_extended(self._nv, self._get, index, handle))
+            measurements.update(self._gpm.read(index, handle, self._get))
             measurements["mig_devices"] = None
             if measurements.get("mig_mode") == "enabled":
                 measurements["mig_devices"] = read_mig_devices(self._nv, self._get, index, handle)
@@ -151,6 +155,7 @@ class NvmlBackend:
             )
         except GpuLost:
             # Whatever identity was read before the loss stays, so the portal can say which card.
+            self._gpm.forget(index)
             reading.health = "lost"
             return reading
         for key, value in measurements.items():
@@ -207,6 +212,7 @@ class NvmlBackend:
 
     def close(self) -> None:
         self._xids.close()
+        self._gpm.close()
         try:
             self._nv.nvmlShutdown()
         except self._nv.NVMLError as exc:
