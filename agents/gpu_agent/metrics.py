@@ -15,7 +15,7 @@ from collections import Counter
 from agents.gpu_agent.backends.xid import xid_message
 from agents.gpu_agent.exposition import escape_label_value, family, labels, number
 from agents.gpu_agent.metrics_agent import render_agent_series
-from agents.gpu_agent.model import GpuReading, NodeSnapshot
+from agents.gpu_agent.model import GpuReading, MigDevice, NodeSnapshot
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
@@ -130,8 +130,19 @@ DCGM_EXTRA: tuple[tuple[str, str, str, str], ...] = (
 )
 
 
+# Per MIG instance, dcgm-exporter repeats the memory series with the instance's labels;
+# the whole-card series stay. (series, MigDevice field)
+MIG_SERIES = {
+    "DCGM_FI_DEV_FB_FREE": "memory_free_mib",
+    "DCGM_FI_DEV_FB_USED": "memory_used_mib",
+}
+
+
 def gpu_label_pairs(
-    gpu: GpuReading, snapshot: NodeSnapshot, allocation: str | None = None
+    gpu: GpuReading,
+    snapshot: NodeSnapshot,
+    allocation: str | None = None,
+    mig: MigDevice | None = None,
 ) -> list[tuple[str, str]]:
     # Same names and order as dcgm-exporter, including its mixed casing.
     pairs = [
@@ -140,10 +151,18 @@ def gpu_label_pairs(
         ("pci_bus_id", gpu.pci_bus_id or ""),
         ("device", f"nvidia{gpu.index}"),
         ("modelName", gpu.name or ""),
+    ]
+    if mig is not None:
+        # dcgm-exporter puts the instance right after the card's labels, before the host.
+        gi = mig.gpu_instance_id
+        pairs += [("GPU_I_PROFILE", mig.profile or ""), ("GPU_I_ID", "" if gi is None else str(gi))]
+    pairs += [
         ("Hostname", snapshot.hostname),
         ("DCGM_FI_DRIVER_VERSION", snapshot.driver_version or ""),
     ]
-    if gpu.pods:
+    # The card's pods are the union over its instances: which pod holds which instance is
+    # not kept, so an instance's series carry no pod rather than perhaps the wrong one.
+    if gpu.pods and mig is None:
         # As dcgm-exporter: the container holding the card. A card shared by several pods
         # (time-slicing) is labelled with the first; the snapshot lists them all.
         pod = gpu.pods[0]
@@ -180,8 +199,25 @@ def render(snapshot: NodeSnapshot) -> str:
             if (value := getattr(gpu, field)) is not None
         ]
 
+    mig_labels = [
+        (mig, labels(gpu_label_pairs(gpu, snapshot, sole.get(mig.uuid or ""), mig)))
+        for gpu in snapshot.gpus
+        for mig in gpu.mig_devices or ()
+    ]
+
+    def per_mig(series: str) -> list[str]:
+        field = MIG_SERIES.get(series)
+        if field is None:
+            return []
+        return [
+            f"{{{text}}} {number(value)}"
+            for mig, text in mig_labels
+            if (value := getattr(mig, field)) is not None
+        ]
+
     for series, kind, help_text, field in DCGM_COUNTERS + DCGM_EXTRA:
-        family(lines, series, kind, help_text, [series + s for s in per_gpu(field)])
+        samples = per_gpu(field) + per_mig(series)
+        family(lines, series, kind, help_text, [series + s for s in samples])
     xid_samples = [
         f"{XID_SERIES[0]}{{{text},"
         f"{labels([('err_code', str(gpu.xid_last)), ('err_msg', _xid_msg(gpu.xid_last))])}}} "

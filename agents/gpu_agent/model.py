@@ -91,6 +91,8 @@ class MigDevice:
     profile: str | None = None
     memory_total_mib: int | None = None
     memory_used_mib: int | None = None
+    # Added with the per-instance FB_FREE series; NVML's own figure, not total - used.
+    memory_free_mib: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return _present(self)

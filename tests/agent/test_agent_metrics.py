@@ -10,10 +10,12 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from agents.gpu_agent.backends.nvml import NvmlBackend
 from agents.gpu_agent.backends.sim import SimulatedBackend
 from agents.gpu_agent.collector import Collector
 from agents.gpu_agent.metrics import render
-from agents.gpu_agent.model import GpuReading, NodeSnapshot
+from agents.gpu_agent.model import AllocationUsage, GpuReading, MigDevice, NodeSnapshot, PodRef
+from tests.agent.fake_nvml import FakeCard, FakeMig, install_fake_nvml
 
 # Default counters that need DCGM itself: NVLink sampling, and vGPU guests' licences.
 UNFILLABLE = {"DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL", "DCGM_FI_DEV_VGPU_LICENSE_STATUS"}
@@ -153,3 +155,91 @@ def test_series_a_gpu_cannot_report_are_left_out() -> None:
     # No GPU has a temperature, so the family is absent altogether, HELP and TYPE included.
     assert "DCGM_FI_DEV_GPU_TEMP" not in text
     assert 'DCGM_FI_DRIVER_VERSION=""' in text
+
+
+def mig_anchor_series(anchors: Path) -> str:
+    lines = (anchors / "sample-series.txt").read_text().splitlines()
+    return next(line for line in lines if "GPU_I_PROFILE" in line)
+
+
+def test_mig_instances_get_their_own_memory_series_with_dcgm_exporter_labels(
+    monkeypatch: pytest.MonkeyPatch, anchors_dir: Path
+) -> None:
+    migs: list[FakeMig | None] = [
+        FakeMig("MIG-aaaa", 1, 0, "NVIDIA A100-SXM4-80GB MIG 3g.40gb", 40192, 1000),
+        None,
+        FakeMig("MIG-bbbb", 2, 0, "NVIDIA A100-SXM4-80GB MIG 1g.10gb", 9728, 0),
+    ]
+    cards = [FakeCard(mig=migs), FakeCard(uuid="GPU-plain", bus_id=b"00000000:0F:00.0")]
+    install_fake_nvml(monkeypatch.setattr, cards)
+    text = render(NvmlBackend("mig-node").collect())
+    families = {f.name: f for f in text_string_to_metric_families(text)}
+
+    def by_instance(name: str) -> dict[tuple[str, str | None, str | None], float]:
+        return {
+            (s.labels["gpu"], s.labels.get("GPU_I_PROFILE"), s.labels.get("GPU_I_ID")): s.value
+            for s in families[name].samples
+        }
+
+    # The whole-card series stay; each instance adds one, on its parent card's labels.
+    assert by_instance("DCGM_FI_DEV_FB_USED") == {
+        ("0", None, None): 1234, ("1", None, None): 1234,
+        ("0", "3g.40gb", "1"): 1000, ("0", "1g.10gb", "2"): 0,
+    }  # fmt: skip
+    assert by_instance("DCGM_FI_DEV_FB_FREE") == {
+        ("0", None, None): 80686, ("1", None, None): 80686,
+        ("0", "3g.40gb", "1"): 39192, ("0", "1g.10gb", "2"): 9728,
+    }  # fmt: skip
+    # Label order as dcgm-exporter's own MIG line: the instance between the card and the host.
+    anchor = [
+        name
+        for name in label_names_in_order(mig_anchor_series(anchors_dir))
+        if name not in {"container", "namespace", "pod"}
+    ]
+    assert anchor[:7] == [
+        "gpu", "UUID", "pci_bus_id", "device", "modelName", "GPU_I_PROFILE", "GPU_I_ID",
+    ]  # fmt: skip
+    mig_lines = [line for line in text.splitlines() if "GPU_I_ID=" in line]
+    assert len(mig_lines) == 4
+    for line in mig_lines:
+        names = label_names_in_order(line)
+        assert names[:7] == anchor[:7], line
+        assert names[7:] == ["Hostname", "DCGM_FI_DRIVER_VERSION"], line
+        assert 'UUID="GPU-5f0b1c2d-0000-1111-2222-333344445555"' in line  # the parent card's
+    # Only the memory series are per instance.
+    assert all(
+        line.startswith(("DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_FB_FREE")) for line in mig_lines
+    )
+
+
+def test_a_slice_on_a_mig_instance_labels_that_instance_only() -> None:
+    mig = MigDevice(
+        index=0, uuid="MIG-aaaa", gpu_instance_id=3, profile="1g.6gb", memory_used_mib=2207
+    )
+    snapshot = NodeSnapshot(
+        hostname="h",
+        collected_at=1.0,
+        gpus=[
+            GpuReading(
+                index=2,
+                uuid="GPU-63bc",
+                name="NVIDIA A30",
+                memory_used_mib=5000,
+                mig_devices=[mig],
+                pods=[PodRef("triton-server", "default", "triton")],
+            )
+        ],
+        allocations=[AllocationUsage("a-17", "MIG-aaaa", 6144, 25)],
+    )
+    [card, instance] = next(
+        f
+        for f in text_string_to_metric_families(render(snapshot))
+        if f.name == "DCGM_FI_DEV_FB_USED"
+    ).samples
+    assert card.labels["pod"] == "triton-server"
+    assert "allocation" not in card.labels
+    assert instance.value == 2207
+    assert instance.labels["GPU_I_ID"] == "3"
+    assert instance.labels["allocation"] == "a-17"
+    # Which pod holds which instance is not known per instance: none rather than a guess.
+    assert "pod" not in instance.labels

@@ -284,9 +284,11 @@ def test_mig_devices_are_listed_with_their_profiles(monkeypatch: pytest.MonkeyPa
     assert gpu["mig_mode"] == "enabled"
     assert gpu["mig_devices"] == [
         {"index": 0, "uuid": "MIG-aaaa", "gpu_instance_id": 1, "compute_instance_id": 0,
-         "profile": "3g.40gb", "memory_total_mib": 40192, "memory_used_mib": 1000},
+         "profile": "3g.40gb", "memory_total_mib": 40192, "memory_used_mib": 1000,
+         "memory_free_mib": 39192},
         {"index": 2, "uuid": "MIG-bbbb", "gpu_instance_id": 2, "compute_instance_id": 0,
-         "profile": "1g.10gb", "memory_total_mib": 9728, "memory_used_mib": 0},
+         "profile": "1g.10gb", "memory_total_mib": 9728, "memory_used_mib": 0,
+         "memory_free_mib": 9728},
     ]  # fmt: skip
 
 

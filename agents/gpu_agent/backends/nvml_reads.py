@@ -112,6 +112,7 @@ def read_mig_devices(nv: Any, get: Get, index: int, handle: Any) -> list[MigDevi
         if mem is not None:
             device.memory_total_mib = mem.total // _MIB
             device.memory_used_mib = mem.used // _MIB
+            device.memory_free_mib = mem.free // _MIB
         devices.append(device)
     return devices
 
