@@ -124,18 +124,21 @@ class GpmReader:
         nv = self._nv
         request = self._request
         if request is None:
+            # The inputs other than the samples never change and the driver only writes the
+            # results, so they are set once (pynvml's struct attributes are slow Python).
             request = self._request = nv.c_nvmlGpmMetricsGet_t()
-        request.version = nv.NVML_GPM_METRICS_GET_VERSION
-        request.numMetrics = len(self._metric_ids)
+            request.version = nv.NVML_GPM_METRICS_GET_VERSION
+            request.numMetrics = len(self._metric_ids)
+            for slot, metric_id in enumerate(self._metric_ids):
+                request.metrics[slot].metricId = metric_id
         request.sample1 = older
         request.sample2 = newer
-        for slot, metric_id in enumerate(self._metric_ids):
-            request.metrics[slot].metricId = metric_id
         if get(index, "gpm_metrics", nv.nvmlGpmMetricsGet, request) is None:
             return {}
         ratios: dict[str, float] = {}
+        results = request.metrics
         for slot, (key, _) in enumerate(GPM_METRICS):
-            metric = request.metrics[slot]
+            metric = results[slot]
             # Each metric reports its own status inside the struct rather than raising.
             if metric.nvmlReturn == nv.NVML_ERROR_GPU_IS_LOST:
                 raise GpuLost
