@@ -116,13 +116,14 @@ def install_fake_nvml(
             return SimpleNamespace(
                 total=card.total_mib * MIB, used=card.used_mib * MIB, free=free * MIB
             )
+        # As a real driver does: v2's "used" leaves the reserve out, v1's includes it.
         if version is not None:
             if "memory_v2" in card.failures:
                 raise pynvml.NVMLError(card.failures["memory_v2"])
             return SimpleNamespace(
                 total=81920 * MIB, used=1234 * MIB, free=80126 * MIB, reserved=560 * MIB
             )
-        return SimpleNamespace(total=81920 * MIB, used=1234 * MIB, free=80686 * MIB)
+        return SimpleNamespace(total=81920 * MIB, used=1794 * MIB, free=80126 * MIB)
 
     def handle(index: int) -> int:
         if "handle" in cards[index].failures:

@@ -187,7 +187,7 @@ def test_mig_instances_get_their_own_memory_series_with_dcgm_exporter_labels(
         ("0", "3g.40gb", "1"): 1000, ("0", "1g.10gb", "2"): 0,
     }  # fmt: skip
     assert by_instance("DCGM_FI_DEV_FB_FREE") == {
-        ("0", None, None): 80686, ("1", None, None): 80686,
+        ("0", None, None): 80126, ("1", None, None): 80126,
         ("0", "3g.40gb", "1"): 39192, ("0", "1g.10gb", "2"): 9728,
     }  # fmt: skip
     # Label order as dcgm-exporter's own MIG line: the instance between the card and the host.

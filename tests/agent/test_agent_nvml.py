@@ -41,7 +41,7 @@ def test_a_normal_card_is_read_in_the_documented_units(monkeypatch: pytest.Monke
             "serial": "1321021034567",
             "memory_total_mib": 81920,
             "memory_used_mib": 1234,
-            "memory_free_mib": 80686,
+            "memory_free_mib": 80126,
             "utilization_gpu_pct": 37,
             "utilization_memory_pct": 12,
             "temperature_c": 45,
@@ -355,3 +355,26 @@ def test_a_real_process_environment_names_its_allocation(tmp_path: Path) -> None
     assert info.allocation_env == "alloc-9"
     assert info.uid == os.getuid()
     assert info.command is not None and "time.sleep(30)" in info.command
+
+
+def test_memory_used_leaves_out_the_driver_reserve_as_nvidia_smi_does(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Seen on an H200 (driver 580): NVML v1 said 615 MiB used on an idle card,
+    # nvidia-smi 0 MiB; v2 splits those 615 MiB off as reserved.
+    install_fake_nvml(monkeypatch, [FakeCard()])
+    backend = NvmlBackend("node")
+    [gpu] = backend.collect().gpus
+    backend.close()
+    assert (gpu.memory_used_mib, gpu.memory_reserved_mib, gpu.memory_free_mib) == (1234, 560, 80126)
+    used = gpu.memory_used_mib + gpu.memory_reserved_mib + gpu.memory_free_mib
+    assert used == gpu.memory_total_mib
+
+
+def test_a_driver_without_memory_v2_falls_back_to_v1(monkeypatch: pytest.MonkeyPatch) -> None:
+    card = FakeCard(failures={"memory_v2": pynvml.NVML_ERROR_FUNCTION_NOT_FOUND})
+    install_fake_nvml(monkeypatch, [card])
+    backend = NvmlBackend("node")
+    [gpu] = backend.collect().gpus
+    backend.close()
+    assert gpu.memory_used_mib == 1794 and gpu.memory_reserved_mib is None

@@ -181,7 +181,13 @@ class NvmlBackend:
     def _measure(self, index: int, handle: Any) -> dict[str, Any]:
         nv = self._nv
         out: dict[str, Any] = {}
-        mem = self._get(index, "memory", nv.nvmlDeviceGetMemoryInfo, handle)
+        # The v2 structure's "used" leaves out what the driver reserves, as nvidia-smi
+        # does (on an idle H200: 0 MiB used, 615 MiB reserved; v1 says 615 used).
+        mem = self._get(index, "memory_v2", nv.nvmlDeviceGetMemoryInfo, handle, nv.nvmlMemory_v2)
+        if mem is not None:
+            out["memory_reserved_mib"] = mem.reserved // _MIB
+        else:  # drivers before R510 know only v1, whose "used" includes the reserve
+            mem = self._get(index, "memory", nv.nvmlDeviceGetMemoryInfo, handle)
         if mem is not None:
             out["memory_total_mib"] = mem.total // _MIB
             out["memory_used_mib"] = mem.used // _MIB

@@ -43,9 +43,6 @@ def _field_value(nv: Any, get: Get, index: int, handle: Any, field_id: int, name
 
 def read_extended(nv: Any, get: Get, index: int, handle: Any) -> dict[str, Any]:
     out: dict[str, Any] = {}
-    mem2 = get(index, "memory_v2", nv.nvmlDeviceGetMemoryInfo, handle, nv.nvmlMemory_v2)
-    if mem2 is not None:
-        out["memory_reserved_mib"] = mem2.reserved // _MIB
     memory_temp = _field_value(nv, get, index, handle, nv.NVML_FI_DEV_MEMORY_TEMP, "memory_temp")
     # 0 here means "no sensor" on GDDR boards, not a frozen memory chip.
     if memory_temp:
