@@ -378,3 +378,21 @@ def test_a_driver_without_memory_v2_falls_back_to_v1(monkeypatch: pytest.MonkeyP
     [gpu] = backend.collect().gpus
     backend.close()
     assert gpu.memory_used_mib == 1794 and gpu.memory_reserved_mib is None
+
+
+def test_costly_slow_fields_are_re_read_only_after_their_period(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    calls = install_fake_nvml(monkeypatch, [FakeCard()])
+    now = [1000.0]
+    backend = NvmlBackend("node", clock=lambda: now[0])
+    readings = []
+    for step in (0.0, 1.0, 1.0, 9.0):  # at 1000, 1001, 1002, 1011 s
+        now[0] += step
+        readings.append(backend.collect().gpus[0])
+    backend.close()
+    # Energy (10 s) was read at 1000 and 1011 only; utilization at every collection.
+    assert calls.count("energy") == 2
+    assert calls.count("utilization") == 4
+    assert all(r.energy_mj == 123456789 for r in readings)
+    assert all(r.pcie_tx_bytes_per_s is not None for r in readings)
