@@ -84,6 +84,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seconds", type=float, default=40)
     parser.add_argument("--interval", type=float, default=5.0)
     parser.add_argument("--first-port", type=int, default=23000)
+    parser.add_argument(
+        "--web-processes",
+        type=int,
+        default=1,
+        help="daphne processes; clients are spread over them, as a proxy would",
+    )
     parser.add_argument("--json", type=Path)
     args = parser.parse_args(argv)
 
@@ -117,12 +123,16 @@ def main(argv: list[str] | None = None) -> int:
              agent_token="bench-token")
         for i in range(args.nodes)
     )  # fmt: skip
-    port = args.first_port + args.nodes + 20
+    ports = [args.first_port + args.nodes + 20 + i for i in range(args.web_processes)]
     env = {**os.environ, "GPU_POLL_INTERVAL": str(args.interval), "LOG_LEVEL": "WARNING"}
     celery = str(BIN / "celery")
-    procs = [
+    webs = [
         start([str(BIN / "daphne"), "-b", "127.0.0.1", "-p", str(port), "portal.asgi:application"],
-              env, tmp / "daphne.log"),
+              env, tmp / f"daphne-{port}.log")
+        for port in ports
+    ]  # fmt: skip
+    procs = [
+        *webs,
         start([celery, "-A", "portal", "worker", "--concurrency", "2", "--loglevel", "WARNING"],
               env, tmp / "worker.log"),
         start([celery, "-A", "portal", "beat", "--loglevel", "WARNING",
@@ -136,8 +146,9 @@ def main(argv: list[str] | None = None) -> int:
         ramp = args.clients * 0.05
         measure_from = time.time() + ramp
         stop_at = measure_from + args.seconds
-        urls = [f"ws://127.0.0.1:{port}/ws/fleet/"] * (args.clients - args.node_page_clients)
-        urls += [f"ws://127.0.0.1:{port}/ws/nodes/{nodes[i % 10].pk}/"
+        fleet_pages = args.clients - args.node_page_clients
+        urls = [f"ws://127.0.0.1:{ports[i % len(ports)]}/ws/fleet/" for i in range(fleet_pages)]
+        urls += [f"ws://127.0.0.1:{ports[i % len(ports)]}/ws/nodes/{nodes[i % 10].pk}/"
                  for i in range(args.node_page_clients)]  # fmt: skip
 
         async def run_all() -> list[int]:
@@ -149,9 +160,9 @@ def main(argv: list[str] | None = None) -> int:
         client_cpu0 = time.process_time()
         received = asyncio.run(run_all())
         client_cpu = time.process_time() - client_cpu0
+        names = ["simulator", *[f"daphne-{p}" for p in ports], "worker", "beat"]
         cpu = {name: (tree_cpu_s(p.pid) - cpu0[p.pid]) * args.seconds / (args.seconds + ramp)
-               for name, p in zip(["simulator", "daphne", "worker", "beat"], [agent, *procs],
-                                  strict=True)}  # fmt: skip
+               for name, p in zip(names, [agent, *procs], strict=True)}  # fmt: skip
     finally:
         for proc in [*procs, agent]:
             proc.terminate()
@@ -164,6 +175,7 @@ def main(argv: list[str] | None = None) -> int:
         "nodes": args.nodes,
         "gpus": args.nodes * args.gpus,
         "clients": args.clients,
+        "web_processes": args.web_processes,
         "seconds": args.seconds,
         "messages": sum(r for r in received if isinstance(r, int)),
         "clients_that_got_updates": sum(1 for r in received if isinstance(r, int) and r > 1),
