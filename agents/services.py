@@ -100,7 +100,7 @@ def _record_answers(answered: dict[int, dict], known: dict[int, dict], now: date
     nodes.filter(state=NodeState.OFFLINE).update(state=NodeState.ONLINE)
 
 
-def _record_failures(failed: dict[int, str], known: dict[int, dict], now: datetime) -> list[str]:
+def _record_failures(failed: dict[int, str], now: datetime) -> list[str]:
     by_error: dict[str, list[int]] = {}
     for pk, error in failed.items():
         by_error.setdefault(error[:1000], []).append(pk)
@@ -233,7 +233,7 @@ def record_poll_results(
     summary = PollSummary(polled=len(results))
     if not results:
         return summary
-    columns = ("pk", "name", "state", *_NODE_IDENTITY)
+    columns = ("pk", *_NODE_IDENTITY)
     with transaction.atomic():
         known = {
             row[0]: dict(zip(columns, row, strict=True))
@@ -245,7 +245,7 @@ def record_poll_results(
         answered = {r.node_id: r.snapshot for r in results if r.ok and r.node_id in known}
         failed = {r.node_id: r.error for r in results if not r.ok and r.node_id in known}
         _record_answers(answered, known, now)
-        summary.went_offline = _record_failures(failed, known, now)
+        summary.went_offline = _record_failures(failed, now)
         gpu_ids, summary.gpus_created = _record_gpus(answered, now)
         summary.answered, summary.failed, summary.gpus_seen = len(answered), failed, len(gpu_ids)
         latest = readings.store_latest(answered)
