@@ -63,9 +63,14 @@ class AgentProcess:
 
 
 def http_get(
-    url: str, token: str | None = None, method: str = "GET", headers: dict[str, str] | None = None
+    url: str,
+    token: str | None = None,
+    method: str = "GET",
+    headers: dict[str, str] | None = None,
+    data: bytes | None = None,
 ) -> HttpResult:
-    request = urllib.request.Request(url, method=method, headers=headers or {})  # noqa: S310
+    """One request; HTTP errors come back as results, never as exceptions."""
+    request = urllib.request.Request(url, data=data, method=method, headers=headers or {})  # noqa: S310
     if token is not None:
         request.add_header("Authorization", f"Bearer {token}")
     try:

@@ -4,7 +4,6 @@ to attribute processes to allocations."""
 from __future__ import annotations
 
 import json
-import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +14,7 @@ from agents.gpu_agent.backends.sim import SimulatedBackend
 from agents.gpu_agent.collector import Collector
 from agents.gpu_agent.desired import Slice
 from agents.gpu_agent.model import GpuReading, MigDevice, ProcessReading
-from tests.agent.conftest import HttpResult
+from tests.agent.conftest import HttpResult, http_get
 
 A, B = "GPU-aaaaaaaa-0000-0000-0000-000000000000", "GPU-bbbbbbbb-0000-0000-0000-000000000000"
 
@@ -27,16 +26,9 @@ def put(
     content_type: str = "application/json",
 ) -> HttpResult:
     data = body if isinstance(body, bytes) else json.dumps(body).encode()
-    request = urllib.request.Request(url, data=data, method="PUT")  # noqa: S310
-    request.add_header("Content-Type", content_type)
-    if token:
-        request.add_header("Authorization", f"Bearer {token}")
-    try:
-        with urllib.request.urlopen(request, timeout=5) as response:  # noqa: S310
-            return HttpResult(response.status, dict(response.headers), response.read())
-    except urllib.error.HTTPError as error:
-        with error:
-            return HttpResult(error.code, dict(error.headers), error.read())
+    return http_get(
+        url, token or None, method="PUT", headers={"Content-Type": content_type}, data=data
+    )
 
 
 def slice_(allocation_id: str, gpu: str, owner: str = "alice", memory: int = 8192) -> dict:
