@@ -200,6 +200,14 @@ SPECTACULAR_SETTINGS = {
 GPU_POLL_INTERVAL = env_float("GPU_POLL_INTERVAL", 5.0, minimum=0.5)
 GPU_POLL_TIMEOUT = env_float("GPU_POLL_TIMEOUT", 3.0, minimum=0.1)
 GPU_POLL_CONCURRENCY = env_int("GPU_POLL_CONCURRENCY", 200, minimum=1)
+# Within a cycle, an agent that refused the connection, dropped it or answered 503 is
+# asked again this many times, after GPU_POLL_RETRY_BACKOFF seconds, doubling each
+# time, as long as its GPU_POLL_TIMEOUT allows. A timeout is never retried.
+GPU_POLL_RETRIES = env_int("GPU_POLL_RETRIES", 2, minimum=0)
+GPU_POLL_RETRY_BACKOFF = env_float("GPU_POLL_RETRY_BACKOFF", 0.1, minimum=0.0)
+# Across cycles, an offline node is polled less and less often (the interval doubling
+# with every further miss) but at least every GPU_POLL_BACKOFF_MAX seconds.
+GPU_POLL_BACKOFF_MAX = env_float("GPU_POLL_BACKOFF_MAX", 60.0, minimum=0.5)
 # A node is marked offline after this many polls in a row without an answer.
 NODE_OFFLINE_AFTER_MISSES = env_int("NODE_OFFLINE_AFTER_MISSES", 3, minimum=1)
 # The portal's /metrics: a bearer token to require (empty: open, like most exporters),
