@@ -26,6 +26,8 @@ class Node(models.Model):
         _("state"), max_length=16, choices=NodeState, default=NodeState.OFFLINE
     )
     missed_polls = models.PositiveIntegerField(_("missed polls"), default=0)
+    # An offline node is polled less often: not before this moment (services.poll_fleet).
+    poll_after = models.DateTimeField(_("next poll after"), null=True, blank=True)
     last_seen = models.DateTimeField(_("last seen"), null=True, blank=True)
     last_error = models.TextField(_("last error"), blank=True)
     agent_version = models.CharField(_("agent version"), max_length=64, blank=True)

@@ -212,6 +212,8 @@ def update_node(
         setattr(node, key, value)
     if cleaned.get("token"):
         node.set_agent_token(cleaned["token"])
+    if "agent_url" in cleaned or cleaned.get("token"):
+        node.poll_after = None  # a fixed address or token is tried at the next cycle
     node.save()
     return node
 

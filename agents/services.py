@@ -18,7 +18,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import F
+from django.db.models import F, Q
 from django.utils import timezone
 
 from agents import live, metrics, poller, readings, rollups
@@ -57,8 +57,34 @@ def _token(ciphertext: str) -> str:
     return _tokens[ciphertext]
 
 
+def nodes_due(now: datetime | None = None):
+    """Agent nodes to poll now: all of them but the offline ones backing off."""
+    # Half an interval of slack: a node due a moment after this cycle's start is not
+    # left for the next one.
+    soon = (now or timezone.now()) + timedelta(seconds=settings.GPU_POLL_INTERVAL / 2)
+    return (
+        Node.objects.filter(source=NodeSource.AGENT)
+        .exclude(agent_url="")
+        .filter(Q(poll_after__isnull=True) | Q(poll_after__lte=soon))
+    )
+
+
+def backoff_s(missed_polls: int) -> float:
+    """How long an offline node waits before its next poll, after this many misses in a row.
+
+    Up to going offline it is polled every cycle; then the wait doubles with each
+    further miss, up to GPU_POLL_BACKOFF_MAX. So a rack that lost power costs a
+    timeout per node now and then, not every cycle, and one that comes back is seen
+    again within GPU_POLL_BACKOFF_MAX.
+    """
+    beyond = missed_polls - settings.NODE_OFFLINE_AFTER_MISSES
+    if beyond <= 0:
+        return 0.0
+    return min(settings.GPU_POLL_INTERVAL * 2 ** min(beyond, 32), settings.GPU_POLL_BACKOFF_MAX)
+
+
 def agent_targets(node_ids: Iterable[int] | None = None) -> list[poller.AgentTarget]:
-    nodes = Node.objects.filter(source=NodeSource.AGENT).exclude(agent_url="")
+    nodes = nodes_due()
     if node_ids is not None:
         nodes = nodes.filter(pk__any=list(node_ids))
     return [
@@ -95,18 +121,23 @@ def _record_answers(answered: dict[int, dict], known: dict[int, dict], now: date
         if any(identity[f] != known[pk][f] for f in _NODE_IDENTITY):
             Node.objects.filter(pk=pk).update(**identity)
     nodes = Node.objects.filter(pk__any=list(answered))
-    nodes.update(last_seen=now, missed_polls=0, last_error="", updated=now)
+    nodes.update(last_seen=now, missed_polls=0, last_error="", poll_after=None, updated=now)
     # Admin states (draining, maintenance) are never overridden by polling.
     nodes.filter(state=NodeState.OFFLINE).update(state=NodeState.ONLINE)
 
 
-def _record_failures(failed: dict[int, str], now: datetime) -> list[str]:
-    by_error: dict[str, list[int]] = {}
+def _record_failures(failed: dict[int, str], known: dict[int, dict], now: datetime) -> list[str]:
+    # Nodes are grouped by what changes together: the error text and the back-off.
+    groups: dict[tuple[str, float], list[int]] = {}
     for pk, error in failed.items():
-        by_error.setdefault(error[:1000], []).append(pk)
-    for error, pks in by_error.items():
+        wait = backoff_s(known[pk]["missed_polls"] + 1)
+        groups.setdefault((error[:1000], wait), []).append(pk)
+    for (error, wait), pks in groups.items():
         Node.objects.filter(pk__any=pks).update(
-            missed_polls=F("missed_polls") + 1, last_error=error, updated=now
+            missed_polls=F("missed_polls") + 1,
+            last_error=error,
+            poll_after=now + timedelta(seconds=wait) if wait else None,
+            updated=now,
         )
     going = Node.objects.filter(
         pk__any=failed,
@@ -129,11 +160,11 @@ CARDS_RECHECK_S = 300
 
 def _fingerprint(snapshot: dict) -> int:
     return hash(
-        tuple(
+        tuple([
             (g["uuid"], g["index"], g.get("name"), g.get("memory_total_mib"),
              g.get("pci_bus_id"), g.get("serial"), g.get("health"))
             for g in snapshot["gpus"]
-        )
+        ])
     )  # fmt: skip
 
 
@@ -233,7 +264,7 @@ def record_poll_results(
     summary = PollSummary(polled=len(results))
     if not results:
         return summary
-    columns = ("pk", *_NODE_IDENTITY)
+    columns = ("pk", "missed_polls", *_NODE_IDENTITY)
     with transaction.atomic():
         known = {
             row[0]: dict(zip(columns, row, strict=True))
@@ -245,7 +276,7 @@ def record_poll_results(
         answered = {r.node_id: r.snapshot for r in results if r.ok and r.node_id in known}
         failed = {r.node_id: r.error for r in results if not r.ok and r.node_id in known}
         _record_answers(answered, known, now)
-        summary.went_offline = _record_failures(failed, now)
+        summary.went_offline = _record_failures(failed, known, now)
         gpu_ids, summary.gpus_created = _record_gpus(answered, now)
         summary.answered, summary.failed, summary.gpus_seen = len(answered), failed, len(gpu_ids)
         latest = readings.store_latest(answered)

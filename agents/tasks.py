@@ -8,8 +8,6 @@ from django.conf import settings
 from django.utils import timezone
 
 from agents import rollups, services
-from agents.choices import NodeSource
-from agents.models import Node
 
 logger = logging.getLogger(__name__)
 
@@ -21,12 +19,7 @@ def poll_agents() -> dict:
     Small fleets are polled in this task; a fleet larger than one chunk is split
     so that several workers share the cycle. Idempotent: a repeat only refreshes.
     """
-    node_ids = list(
-        Node.objects.filter(source=NodeSource.AGENT)
-        .exclude(agent_url="")
-        .order_by("pk")
-        .values_list("pk", flat=True)
-    )
+    node_ids = list(services.nodes_due().order_by("pk").values_list("pk", flat=True))
     size = settings.GPU_POLL_CHUNK
     if len(node_ids) <= size:
         return asdict(services.poll_fleet(node_ids))

@@ -220,7 +220,8 @@ def test_the_migration_encrypts_existing_tokens_and_can_be_reversed():
         executor = MigrationExecutor(connection)
         executor.migrate(after)
         assert TOKEN not in _raw_token_column("old")
-        assert Node.objects.get(name="old").agent_token == TOKEN
+        # only(): the model of today may have columns that migration did not add yet.
+        assert Node.objects.only("agent_token_encrypted").get(name="old").agent_token == TOKEN
         executor = MigrationExecutor(connection)
         executor.migrate(before)
         with connection.cursor() as cursor:
