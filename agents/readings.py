@@ -83,25 +83,47 @@ def _fresh(reduced: dict, now: float) -> bool:
     return now - (reduced.get("stored_at") or 0) < LATEST_TTL_S
 
 
+# What is kept of each card: the agent's "portal view" of a snapshot (docs/agent.md),
+# which agents that know it send already; a full snapshot is cut down to it here.
+STORED_GPU_FIELDS = (
+    "index", "uuid", "name", "pci_bus_id", "serial", "memory_total_mib", "health",
+    *LIVE_GPU_FIELDS,
+)  # fmt: skip
+STORED_PROCESS_FIELDS = ("user", "memory_used_mib", "sm_util_pct")
+
+
+def _portal_view(gpu: dict[str, Any]) -> dict[str, Any]:
+    kept = {f: gpu[f] for f in STORED_GPU_FIELDS if f in gpu}
+    if processes := gpu.get("processes"):
+        kept["processes"] = [{f: p[f] for f in STORED_PROCESS_FIELDS if f in p} for p in processes]
+    return kept
+
+
 def reduce_snapshot(snapshot: dict[str, Any]) -> dict[str, Any]:
-    """What the live views need of a snapshot: per card, identity and the live fields."""
-    gpus = {}
-    for gpu in snapshot["gpus"]:
-        reduced = {f: gpu[f] for f in LIVE_GPU_FIELDS if f in gpu}
-        reduced["index"] = gpu["index"]
-        reduced["model"] = gpu.get("name", "")
-        reduced["memory_total_mib"] = gpu.get("memory_total_mib", 0)
-        reduced["health"] = "lost" if gpu.get("health") == "lost" else "ok"
-        gpus[gpu["uuid"]] = reduced
-    return {"collected_at": snapshot.get("collected_at"), "gpus": gpus}
+    """What the live views need of a snapshot: its cards by UUID, each as the portal view.
+
+    A snapshot in the portal view is kept as it came (the poller validated it): at
+    8,000 cards a cycle, copying fields that are already the right ones costs more
+    than all the rest of storing them.
+    """
+    gpus = snapshot["gpus"]
+    if snapshot.get("view") != "portal":
+        gpus = [_portal_view(gpu) for gpu in gpus]
+    return {"collected_at": snapshot.get("collected_at"), "gpus": {g["uuid"]: g for g in gpus}}
+
+
+def card_reading(stored: dict[str, Any] | None) -> dict[str, Any]:
+    """A card's latest reading as pages and the API show it: the live fields present."""
+    return {f: stored[f] for f in LIVE_GPU_FIELDS if f in stored} if stored else {}
 
 
 def store_latest(snapshots: dict[int, dict[str, Any]]) -> dict[int, dict[str, Any]]:
     """Keep the newest snapshot of each node, reduced; returns what was stored."""
     now = time.time()
-    reduced = {
-        node_id: {**reduce_snapshot(s), "stored_at": now} for node_id, s in snapshots.items()
-    }
+    reduced = {}
+    for node_id, snapshot in snapshots.items():
+        reduced[node_id] = kept = reduce_snapshot(snapshot)
+        kept["stored_at"] = now
     if reduced:
         _latest_store().put(reduced)
     return reduced
@@ -125,22 +147,33 @@ def _node_fields(node: dict[str, Any]) -> dict[str, Any]:
 
 def summarize(node: dict[str, Any], latest: dict[str, Any] | None, gpu_count: int) -> dict:
     """One node as a fleet tile: its cards aggregated, never listed."""
-    cards = list((latest or {}).get("gpus", {}).values())
-    util = [c["utilization_gpu_pct"] for c in cards if "utilization_gpu_pct" in c]
-    temps = [c["temperature_c"] for c in cards if "temperature_c" in c]
+    cards = (latest or {}).get("gpus", {}).values()
+    util_sum, util_n, temp_max, used, total, power, lost = 0, 0, None, 0, 0, 0.0, 0
     models: dict[str, int] = {}
+    # One pass per node, no intermediate lists: this runs for every node every cycle.
     for card in cards:
-        models[card["model"]] = models.get(card["model"], 0) + 1
+        get = card.get
+        if (util := get("utilization_gpu_pct")) is not None:
+            util_sum += util
+            util_n += 1
+        if (temp := get("temperature_c")) is not None and (temp_max is None or temp > temp_max):
+            temp_max = temp
+        used += get("memory_used_mib") or 0
+        total += get("memory_total_mib") or 0
+        power += get("power_w") or 0
+        lost += get("health") == "lost"
+        model = get("name") or ""
+        models[model] = models.get(model, 0) + 1
     return {
         **_node_fields(node),
         "collected_at": (latest or {}).get("collected_at"),
         "gpu_count": max(gpu_count, len(cards)),
-        "gpus_lost": sum(1 for c in cards if c["health"] == "lost"),
-        "util_avg": round(sum(util) / len(util), 1) if util else None,
-        "memory_used_mib": sum(c.get("memory_used_mib", 0) for c in cards),
-        "memory_total_mib": sum(c["memory_total_mib"] for c in cards),
-        "temperature_max_c": max(temps) if temps else None,
-        "power_w": round(sum(c.get("power_w", 0) for c in cards), 1),
+        "gpus_lost": lost,
+        "util_avg": round(util_sum / util_n, 1) if util_n else None,
+        "memory_used_mib": used,
+        "memory_total_mib": total,
+        "temperature_max_c": temp_max,
+        "power_w": round(power, 1),
         "models": models,
     }
 
@@ -183,7 +216,7 @@ def node_detail(node: Node, latest: dict[str, Any] | None = None) -> dict:
         "collected_at": (latest or {}).get("collected_at"),
         "gpus": [
             {
-                **{k: v for k, v in readings.get(uuid, {}).items() if k in LIVE_GPU_FIELDS},
+                **card_reading(readings.get(uuid)),
                 "id": pk,
                 "uuid": uuid,
                 "index": index,

@@ -80,7 +80,7 @@ def gpu_detail(request: HttpRequest, pk: int) -> HttpResponse:
         "agents/gpu_detail.html",
         {
             "gpu": gpu,
-            "reading": {k: v for k, v in reading.items() if k in readings.LIVE_GPU_FIELDS},
+            "reading": readings.card_reading(reading),
             "ranges": RANGES,
             "labels": _labels(),
         },

@@ -1,6 +1,6 @@
 from rest_framework import serializers
 
-from agents import registration
+from agents import readings, registration
 from agents.choices import NodeState
 from agents.models import GPU, Node
 
@@ -32,7 +32,7 @@ class GPUSerializer(serializers.ModelSerializer):
 
     def get_latest(self, gpu: GPU) -> dict:
         latest = self.context.get("latest", {}).get(gpu.node_id, {})
-        return latest.get("gpus", {}).get(gpu.uuid, {})
+        return readings.card_reading(latest.get("gpus", {}).get(gpu.uuid))
 
 
 class NodeSerializer(serializers.ModelSerializer):
