@@ -2,6 +2,8 @@ from django import forms
 from django.contrib import admin
 from django.utils.translation import gettext_lazy as _
 
+from agents import registration
+from agents.choices import NodeSource
 from agents.models import GPU, Node
 
 
@@ -14,8 +16,6 @@ class GPUInline(admin.TabularInline):
 
 
 class NodeAdminForm(forms.ModelForm):
-    # Agents on a private network usually speak plain HTTP.
-    agent_url = forms.URLField(label=_("agent URL"), required=False, assume_scheme="http")
     # Not a model field: the token is written encrypted and never read back into the page.
     agent_token = forms.CharField(
         label=_("agent token"),
@@ -33,6 +33,21 @@ class NodeAdminForm(forms.ModelForm):
         super().__init__(*args, **kwargs)
         if self.instance.pk:
             self.fields["agent_token"].help_text = _("Leave empty to keep the current token.")
+
+    def clean(self) -> dict:
+        """The rules of agents.registration (bare host names, unique URL), as the pages apply."""
+        cleaned = super().clean()
+        values = {k: cleaned.get(k) for k in ("name", "agent_url", "labels", "state")}
+        values["token"] = cleaned.get("agent_token") or None
+        if not values["agent_url"] or cleaned.get("source") == NodeSource.PROMETHEUS:
+            values["agent_url"] = None  # optional here; nodes read through Prometheus have none
+        normalised, errors = registration.check_fields(values, self.instance.pk)
+        for name, messages in errors.items():
+            for message in messages:
+                self.add_error(name if name in self.fields else None, message)
+        if not errors:
+            cleaned.update({k: v for k, v in normalised.items() if k in self.fields})
+        return cleaned
 
     def save(self, commit: bool = True) -> Node:
         if token := self.cleaned_data.get("agent_token"):

@@ -5,6 +5,7 @@ from django.urls import reverse
 from django.utils.translation import gettext_lazy as _
 
 from agents.choices import GpuHealth, NodeSource, NodeState
+from agents.validators import AGENT_URL_MAX_LENGTH, validate_agent_url
 from portal import crypto
 
 
@@ -16,7 +17,10 @@ class Node(models.Model):
     source = models.CharField(
         _("source"), max_length=16, choices=NodeSource, default=NodeSource.AGENT
     )
-    agent_url = models.URLField(_("agent URL"), blank=True)
+    # Not a URLField: agents on private networks have bare host names (gpu-node-01).
+    agent_url = models.CharField(
+        _("agent URL"), max_length=AGENT_URL_MAX_LENGTH, blank=True, validators=[validate_agent_url]
+    )
     # The portal must present this token to the agent, so it cannot be hashed: it is kept
     # encrypted (portal.crypto) and only its hint (last characters) is ever shown.
     agent_token_encrypted = models.TextField(_("agent token (encrypted)"), blank=True)

@@ -10,12 +10,10 @@ from __future__ import annotations
 import asyncio
 import csv
 import io
-import ipaddress
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import urlsplit
 
 from django.conf import settings
 from django.core.exceptions import ValidationError
@@ -25,13 +23,13 @@ from django.utils.translation import gettext as _
 from agents import poller
 from agents.choices import NodeSource, NodeState
 from agents.models import Node
+from agents.validators import valid_agent_url
 from portal import crypto
 
 FIELDS = ("name", "agent_url", "token", "labels", "state")
 MAX_IMPORT_ROWS = 5000
 _NAME = re.compile(r"^[\w.:-]{1,255}$")
 _LABEL_KEY = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9._/-]{0,62})$")
-_HOST = re.compile(r"^(?:[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?\.?)+$")
 
 Errors = dict[str, list[str]]
 
@@ -81,27 +79,6 @@ def parse_labels(raw: Any) -> dict[str, str]:
     return labels
 
 
-def _valid_agent_url(text: str) -> bool:
-    """http(s)://host[:port][/path]; unlike URLValidator, a bare host name such as
-    ``gpu-node-01`` is fine: agents live on private networks without public domains."""
-    try:
-        parts = urlsplit(text)
-        port = parts.port  # raises ValueError when out of range or not a number
-    except ValueError:
-        return False
-    if parts.scheme not in ("http", "https") or parts.query or parts.fragment:
-        return False
-    if parts.username or parts.password or port == 0 or not parts.hostname:
-        return False
-    if any(c.isspace() for c in text) or len(text) > 200:
-        return False
-    try:
-        ipaddress.ip_address(parts.hostname)
-        return True
-    except ValueError:
-        return bool(_HOST.match(parts.hostname))
-
-
 def _clean(values: Mapping[str, Any], *, partial: bool) -> tuple[dict[str, Any], Errors]:
     """Normalise and check one node's fields; absent fields are skipped when ``partial``."""
     cleaned: dict[str, Any] = {}
@@ -124,7 +101,7 @@ def _clean(values: Mapping[str, Any], *, partial: bool) -> tuple[dict[str, Any],
 
     def url(raw: Any) -> str:
         text = str(raw or "").strip().rstrip("/")
-        if not _valid_agent_url(text):
+        if not valid_agent_url(text):
             raise ValueError(_("Enter an http:// or https:// URL."))
         return text
 
@@ -162,6 +139,14 @@ def _taken(cleaned: Mapping[str, Any], exclude_pk: int | None) -> Errors:
     if cleaned.get("agent_url") and others.filter(agent_url=cleaned["agent_url"]).exists():
         errors["agent_url"] = [_("Another node already uses this agent URL.")]
     return errors
+
+
+def check_fields(values: Mapping[str, Any], node_pk: int | None) -> tuple[dict[str, Any], Errors]:
+    """Normalise and check the given fields (``None``: not given) for a new or existing node."""
+    cleaned, errors = _clean(values, partial=True)
+    for key, messages in _taken(cleaned, node_pk).items():
+        errors.setdefault(key, []).extend(messages)
+    return cleaned, errors
 
 
 # --- one node ---------------------------------------------------------------------------

@@ -246,3 +246,33 @@ def test_admin_rejects_a_malformed_agent_url_and_changes_nothing(client, admin_u
     assert response.status_code == 200
     assert "agent_url" in response.context["adminform"].form.errors
     assert not Node.objects.filter(name="gpu-b").exists()
+
+
+def _admin_add(client, **fields):
+    return client.post(
+        reverse("admin:agents_node_add"),
+        {
+            "source": "agent",
+            "agent_token": "t",
+            "labels": "{}",
+            "state": "offline",
+            "gpus-TOTAL_FORMS": "0",
+            "gpus-INITIAL_FORMS": "0",
+            "gpus-MIN_NUM_FORMS": "0",
+            "gpus-MAX_NUM_FORMS": "1000",
+            **fields,
+        },
+    )
+
+
+def test_admin_applies_the_registration_rules_bare_host_names_included(client, admin_user, fleet):
+    client.force_login(admin_user)
+    # A bare host name, as the pages and the API accept it; the trailing slash is dropped.
+    response = _admin_add(client, name="gpu-c", agent_url="http://gpu-node-07:9400/")
+    assert response.status_code == 302, response.context["adminform"].form.errors
+    assert Node.objects.get(name="gpu-c").agent_url == "http://gpu-node-07:9400"
+    # The same agent twice is refused, as on the pages.
+    response = _admin_add(client, name="gpu-d", agent_url="http://gpu-node-07:9400")
+    assert response.status_code == 200
+    assert "agent_url" in response.context["adminform"].form.errors
+    assert not Node.objects.filter(name="gpu-d").exists()
