@@ -26,6 +26,7 @@ from agents.gpu_agent.desired_http import DESIRED_PATH, MAX_BODY_BYTES, put_desi
 from agents.gpu_agent.lazy import LazyNode
 from agents.gpu_agent.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from agents.gpu_agent.server import JSON_CONTENT_TYPE, STALE_AFTER_INTERVALS
+from agents.gpu_agent.snapshot_views import UnknownView, requested_view
 
 log = logging.getLogger(__name__)
 
@@ -153,11 +154,12 @@ class AgentProtocol(asyncio.Protocol):
         connection = headers.get("connection", "").lower()
         # HTTP/1.1 keeps the connection unless told otherwise; 1.0 only when asked.
         close = connection == "close" or (version == "HTTP/1.0" and connection != "keep-alive")
-        path = urlsplit(target).path
+        split = urlsplit(target)
+        path, query = split.path, split.query
         if method == "GET":
             # A body on a GET is never read, so the next request could not be found.
             close = close or headers.get("content-length", "0") not in ("", "0")
-            self._get(path, headers, close)
+            self._get(path, query, headers, close)
         elif method == "PUT" and path == DESIRED_PATH:
             self._start_put(headers, close)
         elif method in ("PUT", "POST", "PATCH", "DELETE", "OPTIONS", "HEAD"):
@@ -177,13 +179,18 @@ class AgentProtocol(asyncio.Protocol):
             return False
         return hmac.compare_digest(credentials.strip().encode("utf-8", "replace"), token)
 
-    def _get(self, path: str, headers: _Headers, close: bool) -> None:
+    def _get(self, path: str, query: str, headers: _Headers, close: bool) -> None:
         node = self.site.node
         if path == "/v1/snapshot":
             if not self._authorized(headers):
                 self._respond("GET", *_UNAUTHORIZED, close=close)
                 return
-            body = node.snapshot_json()
+            try:
+                view = requested_view(query)
+            except UnknownView as exc:
+                self._respond("GET", 400, {"error": str(exc)}, close=close)
+                return
+            body = node.snapshot_json(view)
             if body is None:
                 error = {"error": "no collection has completed yet"}
                 self._respond("GET", 503, error, {"Retry-After": "1"}, close=close)

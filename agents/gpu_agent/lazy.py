@@ -9,13 +9,12 @@ whole time since the last collection) and later requests in the same tick get th
 bytes. So a node polled every interval still sees fresh data on every poll, exactly as
 from a polling agent, and an idle node costs nothing.
 
-The JSON and the /metrics text are encoded separately and only when first asked for,
-since the portal wants one and Prometheus the other.
+Each JSON view and the /metrics text are encoded separately and only when first asked
+for, since the portal wants one view and Prometheus the text.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 
@@ -25,6 +24,7 @@ from agents.gpu_agent.collector import PodLabeller, collect_snapshot
 from agents.gpu_agent.desired import DesiredStateStore
 from agents.gpu_agent.metrics import render
 from agents.gpu_agent.model import AgentInfo, NodeSnapshot
+from agents.gpu_agent.snapshot_views import FULL, encode
 
 log = logging.getLogger(__name__)
 
@@ -53,7 +53,7 @@ class LazyNode:
         self._tick = -1
         self._snapshot: NodeSnapshot | None = None
         self._monotonic_at = 0.0
-        self._json: bytes | None = None
+        self._views: dict[str, bytes] = {}
         self._metrics: bytes | None = None
         self._failing = False
 
@@ -86,15 +86,18 @@ class LazyNode:
         self._failing = False
         self._snapshot = snapshot
         self._monotonic_at = time.monotonic()
-        self._json = self._metrics = None
+        self._views = {}
+        self._metrics = None
 
-    def snapshot_json(self) -> bytes | None:
-        if self.snapshot() is None:
+    def snapshot_json(self, view: str = FULL) -> bytes | None:
+        """One view (``snapshot_views.VIEWS``) of the current tick's data, as JSON bytes."""
+        snapshot = self.snapshot()
+        if snapshot is None:
             return None
-        if self._json is None:
-            assert self._snapshot is not None
-            self._json = json.dumps(self._snapshot.to_dict(), separators=(",", ":")).encode()
-        return self._json
+        body = self._views.get(view)
+        if body is None:
+            body = self._views[view] = encode(snapshot, view)
+        return body
 
     def metrics_text(self) -> bytes | None:
         if self.snapshot() is None:

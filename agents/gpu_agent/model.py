@@ -6,7 +6,8 @@ cannot report is ``None`` here and absent from the JSON: zero would be a lie
 
 Keys are only ever added to this contract, never renamed or removed: the portal's
 poller and services read ``hostname``, ``agent.version``, the versions and the
-identity and live fields of ``gpus[]``.
+identity and live fields of ``gpus[]``. Those fields, and nothing else, make the
+compact "portal" view (``PORTAL_GPU_FIELDS``, ``to_portal_dict``; see ``snapshot_views.py``).
 """
 
 from __future__ import annotations
@@ -15,6 +16,31 @@ from dataclasses import dataclass, field, fields
 from typing import Any, Literal
 
 Health = Literal["ok", "lost"]
+
+# The portal view: per card, what the portal's poller and services read (identity, the
+# live readings, health) and, per process, what its owner rollups read. The portal's
+# contract with the agent, documented in docs/agent.md: it grows with the portal.
+PORTAL_GPU_FIELDS = (
+    "index",
+    "uuid",
+    "name",
+    "pci_bus_id",
+    "serial",
+    "memory_total_mib",
+    "memory_used_mib",
+    "utilization_gpu_pct",
+    "utilization_memory_pct",
+    "temperature_c",
+    "power_w",
+    "power_limit_w",
+    "sm_clock_mhz",
+    "health",
+    "processes",
+)
+# sm_util_pct is read by the portal where an agent reports it; this one does not (yet).
+PORTAL_PROCESS_FIELDS = ("user", "memory_used_mib", "sm_util_pct")
+# The plain values among them; processes are objects, reduced on their own.
+_PORTAL_GPU_VALUES = tuple(f for f in PORTAL_GPU_FIELDS if f != "processes")
 
 
 # Field names per (class, skipped names), in declared order: dataclasses.fields() rebuilds
@@ -68,6 +94,15 @@ class ProcessReading:
 
     def to_dict(self) -> dict[str, Any]:
         return _present(self, frozenset({"allocation_env"}))
+
+    def to_portal_dict(self) -> dict[str, Any]:
+        values = vars(self)
+        out: dict[str, Any] = {}
+        for name in PORTAL_PROCESS_FIELDS:
+            value = values.get(name)  # get: a field the portal reads may not exist here yet
+            if value is not None:
+                out[name] = value
+        return out
 
 
 @dataclass
@@ -158,6 +193,18 @@ class GpuReading:
     def to_dict(self) -> dict[str, Any]:
         return _present(self)
 
+    def to_portal_dict(self) -> dict[str, Any]:
+        values = vars(self)
+        out: dict[str, Any] = {}
+        for name in _PORTAL_GPU_VALUES:
+            value = values[name]
+            if value is not None:
+                out[name] = value
+        processes = values["processes"]
+        if processes is not None:
+            out["processes"] = [p.to_portal_dict() for p in processes]
+        return out
+
 
 @dataclass(frozen=True)
 class AgentInfo:
@@ -230,4 +277,19 @@ class NodeSnapshot:
             out["allocations"] = [a.to_dict() for a in self.allocations]
         if self.violations is not None:
             out["violations"] = [v.to_dict() for v in self.violations]
+        return out
+
+    def to_portal_dict(self) -> dict[str, Any]:
+        """The portal view: node keys as ``to_dict``, cards reduced, no slices or violations."""
+        out: dict[str, Any] = {"view": "portal"}
+        if self.agent is not None:
+            out["agent"] = self.agent.to_dict()
+        out["hostname"] = self.hostname
+        if self.driver_version is not None:
+            out["driver_version"] = self.driver_version
+        if self.cuda_version is not None:
+            out["cuda_version"] = self.cuda_version
+        out["collected_at"] = self.collected_at
+        out["collect_duration_s"] = self.collect_duration_s
+        out["gpus"] = [gpu.to_portal_dict() for gpu in self.gpus]
         return out

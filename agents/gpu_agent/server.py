@@ -1,6 +1,7 @@
 """The agent's HTTP endpoints, on the standard library's threading HTTP server.
 
-``/v1/snapshot`` (bearer token) is what the portal polls; ``/v1/desired-state``
+``/v1/snapshot`` (bearer token) is what the portal polls, whole or as the compact
+``?view=portal`` (``snapshot_views.py``); ``/v1/desired-state``
 (bearer token, GET and PUT) is where it sends this node's slices; ``/metrics`` is
 for a Prometheus that already scrapes dcgm-exporter (a token only with
 ``--metrics-auth``); ``/healthz`` is for liveness probes and tells nothing else.
@@ -22,6 +23,7 @@ from agents.gpu_agent import __version__
 from agents.gpu_agent.collector import Collector
 from agents.gpu_agent.desired_http import DESIRED_PATH, put_desired_state
 from agents.gpu_agent.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
+from agents.gpu_agent.snapshot_views import UnknownView, requested_view
 
 log = logging.getLogger(__name__)
 
@@ -69,9 +71,10 @@ class AgentRequestHandler(BaseHTTPRequestHandler):
         log.debug("%s %s", self.address_string(), format % args)
 
     def do_GET(self) -> None:
-        path = urlsplit(self.path).path
+        target = urlsplit(self.path)
+        path = target.path
         if path == "/v1/snapshot":
-            self._snapshot()
+            self._snapshot(target.query)
         elif path == "/metrics":
             self._metrics()
         elif path == "/healthz":
@@ -122,14 +125,19 @@ class AgentRequestHandler(BaseHTTPRequestHandler):
             return False
         return hmac.compare_digest(credentials.strip().encode("utf-8", "replace"), token)
 
-    def _snapshot(self) -> None:
+    def _snapshot(self, query: str) -> None:
         if not self._require_token():
+            return
+        try:
+            view = requested_view(query)
+        except UnknownView as exc:
+            self._json(400, {"error": str(exc)})
             return
         published = self.server.collector.published
         if published is None:
             self._json(503, {"error": "no collection has completed yet"}, {"Retry-After": "1"})
             return
-        self._send(200, published.snapshot_json, JSON_CONTENT_TYPE)
+        self._send(200, published.views[view], JSON_CONTENT_TYPE)
 
     def _metrics(self) -> None:
         if self.server.metrics_auth and not self._require_token():
