@@ -73,6 +73,14 @@ class NodeImportForm(forms.Form):
     )
     file = forms.FileField(label=_("Or upload a file"), required=False)
     format = forms.ChoiceField(label=_("Format"), choices=FORMATS, initial="auto")
+    update = forms.BooleanField(
+        label=_("Update nodes that already exist"),
+        required=False,
+        help_text=_(
+            "A row naming a registered node changes its URL, token, labels and state instead "
+            "of being refused. An empty token or state cell keeps the current value."
+        ),
+    )
 
     def clean(self) -> dict:
         data = super().clean()

@@ -84,24 +84,59 @@ def node_edit(request: HttpRequest, pk: int) -> HttpResponse:
 @staff_required
 def node_import(request: HttpRequest) -> HttpResponse:
     form = NodeImportForm(request.POST or None, request.FILES or None)
-    report = None
+    report, summary = None, ""
     if request.method == "POST" and form.is_valid():
         dry_run = request.POST.get("action") == "check"
+        text, fmt, update = (form.cleaned_data[k] for k in ("text", "format", "update"))
         try:
-            rows = registration.parse(form.cleaned_data["text"], form.cleaned_data["format"])
+            rows = registration.parse(text, fmt, update=update)
         except registration.ParseError as exc:
             form.add_error(None, str(exc))
         else:
-            report = registration.import_nodes(rows, dry_run=dry_run)
+            report = registration.import_nodes(rows, dry_run=dry_run, update=update)
+            if report.ok:
+                summary = _import_summary(report, update=update)
             if report.ok and not dry_run:
-                count = len(report.created)
-                messages.success(
-                    request,
-                    ngettext("%(count)s node imported.", "%(count)s nodes imported.", count)
-                    % {"count": count},
-                )
+                messages.success(request, summary)
                 return redirect("agents:node_list")
-    return render(request, "agents/nodes/import.html", {"form": form, "report": report})
+    context = {"form": form, "report": report, "summary": summary}
+    return render(request, "agents/nodes/import.html", context)
+
+
+def _import_summary(report: registration.ImportReport, *, update: bool) -> str:
+    created, updated = len(report.created), len(report.updated)
+    if report.dry_run:
+        texts = [
+            ngettext(
+                "%(count)s node would be created.", "%(count)s nodes would be created.", created
+            )
+            % {"count": created}
+        ]
+        if update:
+            texts.append(
+                ngettext(
+                    "%(count)s node would be updated.", "%(count)s nodes would be updated.", updated
+                )
+                % {"count": updated}
+            )
+    elif update:
+        texts = [
+            ngettext("%(count)s node created.", "%(count)s nodes created.", created)
+            % {"count": created},
+            ngettext("%(count)s node updated.", "%(count)s nodes updated.", updated)
+            % {"count": updated},
+        ]
+    else:
+        texts = [
+            ngettext("%(count)s node imported.", "%(count)s nodes imported.", created)
+            % {"count": created}
+        ]
+    if unchanged := len(report.unchanged):
+        texts.append(
+            ngettext("%(count)s node is unchanged.", "%(count)s nodes are unchanged.", unchanged)
+            % {"count": unchanged}
+        )
+    return " ".join(texts)
 
 
 @require_POST

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import pytest
 from django.db import connection
+from django.utils import timezone
 
 from agents import registration, services
+from agents.choices import NodeSource
 from agents.models import Node
 from portal import crypto
 from tests import procs
@@ -121,6 +125,138 @@ def test_csv_and_yaml_describe_the_same_nodes():
     node = Node.objects.get()
     assert (node.labels, node.state, node.agent_token) == ({"rack": "r1", "zone": "b"},
                                                            "maintenance", "t-a")  # fmt: skip
+
+
+# --- import with update ----------------------------------------------------------------
+
+HEADER = "name,agent_url,token,labels,state\n"
+
+
+def _import(text: str, **kw) -> registration.ImportReport:
+    rows = registration.parse_csv(text, update=True)
+    return registration.import_nodes(rows, update=True, **kw)
+
+
+def _errors(report: registration.ImportReport) -> set[tuple[int, str]]:
+    return {(error.row, error.field) for error in report.errors}
+
+
+def test_an_update_import_changes_url_token_labels_and_state_and_adds_new_nodes():
+    node = _register(labels={"rack": "r1"})
+    report = _import(
+        HEADER + "gpu-01,http://10.0.9.1:9400/,new-token-0000-9999,rack=r2;zone=b,draining\n"
+        "gpu-02,http://10.0.9.2:9400,t-2,,\n"
+    )
+    assert report.ok, report.errors
+    assert (report.created, report.updated, report.unchanged) == (["gpu-02"], ["gpu-01"], [])
+    node.refresh_from_db()
+    assert (node.agent_url, node.labels, node.state) == (
+        "http://10.0.9.1:9400", {"rack": "r2", "zone": "b"}, "draining"
+    )  # fmt: skip
+    assert node.agent_token == "new-token-0000-9999" and node.agent_token_hint == "…9999"
+    assert Node.objects.get(name="gpu-02").agent_token == "t-2"
+
+
+def test_empty_cells_keep_the_url_token_and_state_but_an_empty_labels_cell_clears_them():
+    node = _register(labels={"rack": "r1"}, state="maintenance")
+    report = _import(HEADER + "gpu-01,,,,\n")
+    assert report.updated == ["gpu-01"]
+    node.refresh_from_db()
+    assert (node.agent_url, node.agent_token, node.state, node.labels) == (
+        "http://10.0.0.1:9400", TOKEN, "maintenance", {}
+    )  # fmt: skip
+    # Without a labels column (and in YAML, without a labels key) the labels stay.
+    registration.update_node(node.pk, labels={"rack": "r1"})
+    report = _import("name,state\ngpu-01,online\n")
+    node.refresh_from_db()
+    assert report.updated == ["gpu-01"] and (node.state, node.labels) == ("online", {"rack": "r1"})
+    rows = registration.parse_yaml("- {name: gpu-01, token: '', labels: null}\n")
+    report = registration.import_nodes(rows, update=True)
+    node.refresh_from_db()
+    assert report.updated == ["gpu-01"] and node.labels == {} and node.agent_token == TOKEN
+
+
+def test_a_row_with_the_same_values_is_reported_unchanged_and_not_written():
+    node = _register(labels={"rack": "r1"})
+    before = Node.objects.get(pk=node.pk).updated
+    report = _import(HEADER + f"gpu-01,http://10.0.0.1:9400,{TOKEN},rack=r1,offline\n")
+    assert (report.created, report.updated, report.unchanged) == ([], [], ["gpu-01"])
+    assert Node.objects.get(pk=node.pk).updated == before
+
+
+def test_a_new_url_or_token_ends_the_back_off_but_a_label_does_not():
+    later = timezone.now() + timedelta(seconds=30)
+    node = _register()
+    Node.objects.filter(pk=node.pk).update(poll_after=later)
+    _import("name,labels\ngpu-01,rack=r9\n")
+    assert Node.objects.get(pk=node.pk).poll_after == later
+    _import(f"name,agent_url,token\ngpu-01,http://10.0.0.1:9400,{TOKEN}\n")  # the same
+    assert Node.objects.get(pk=node.pk).poll_after == later
+    _import("name,agent_url\ngpu-01,http://10.0.0.7:9400\n")
+    assert Node.objects.get(pk=node.pk).poll_after is None
+    Node.objects.filter(pk=node.pk).update(poll_after=later)
+    _import("name,agent_url,token\ngpu-01,,rotated-token-1234\n")
+    node.refresh_from_db()
+    assert node.poll_after is None and node.agent_token == "rotated-token-1234"
+
+
+def test_an_update_import_refuses_nodes_read_through_prometheus():
+    Node.objects.create(name="dcgm-01", source=NodeSource.PROMETHEUS, labels={"a": "b"})
+    report = _import(HEADER + "dcgm-01,http://10.0.0.5:9400,,,\n")
+    assert _errors(report) == {(1, "name")}
+    assert Node.objects.get(name="dcgm-01").agent_url == ""
+
+
+def test_an_update_import_refuses_a_url_another_node_owns_even_if_that_node_moves():
+    _register()
+    _register(name="gpu-02", url="http://10.0.0.2:9400")
+    report = _import(
+        "name,agent_url\n"
+        "gpu-02,http://10.0.0.1:9400\n"  # gpu-01's
+        "gpu-01,http://10.0.0.3:9400\n"  # gpu-01 moves away, in the same file
+        "gpu-03,http://10.0.0.3:9400\n"  # the same URL as row 2
+        "gpu-01,http://10.0.0.4:9400\n"  # the same node twice
+    )
+    assert _errors(report) == {(1, "agent_url"), (3, "agent_url"), (4, "name")}
+    assert dict(Node.objects.values_list("name", "agent_url")) == {
+        "gpu-01": "http://10.0.0.1:9400", "gpu-02": "http://10.0.0.2:9400"
+    }  # fmt: skip
+
+
+def test_an_update_import_with_one_bad_row_writes_none_of_the_good_ones():
+    node = _register(labels={"rack": "r1"})
+    report = _import(
+        HEADER + "gpu-01,http://10.0.5.1:9400,other-token-5555,rack=r5,draining\n"
+        "gpu-02,http://10.0.5.2:9400,t-2,,\n"
+        "gpu-03,http://10.0.5.3:9400,t-3,,exploded\n"
+    )
+    assert _errors(report) == {(3, "state")}
+    assert (report.created, report.updated, report.unchanged) == ([], [], [])
+    assert list(Node.objects.values_list("name", flat=True)) == ["gpu-01"]
+    node.refresh_from_db()
+    assert (node.agent_url, node.agent_token, node.labels, node.state) == (
+        "http://10.0.0.1:9400", TOKEN, {"rack": "r1"}, "offline"
+    )  # fmt: skip
+
+
+def test_an_update_dry_run_reports_what_it_would_do_and_writes_nothing():
+    node = _register()
+    _register(name="gpu-02", url="http://10.0.0.2:9400")
+    text = HEADER + f"gpu-01,http://10.0.0.9:9400,,,\ngpu-02,,{TOKEN},,\ngpu-03,http://h:1,,,\n"
+    report = _import(text, dry_run=True)
+    assert report.ok and report.dry_run
+    assert (report.created, report.updated) == (["gpu-03"], ["gpu-01"])
+    assert report.unchanged == ["gpu-02"]
+    assert Node.objects.count() == 2
+    assert Node.objects.get(pk=node.pk).agent_url == "http://10.0.0.1:9400"
+
+
+def test_without_update_an_import_still_refuses_registered_names():
+    _register()
+    rows = registration.parse_csv("name,agent_url\ngpu-01,http://10.0.0.1:9400\n")
+    report = registration.import_nodes(rows)
+    assert _errors(report) == {(1, "name"), (1, "agent_url")}
+    assert Node.objects.get().agent_url == "http://10.0.0.1:9400"
 
 
 @pytest.mark.parametrize(

@@ -91,6 +91,34 @@ def test_an_admin_imports_nodes_and_a_bad_file_shows_row_errors(client, admin_us
     assert Node.objects.get().agent_token == "t-a-secret"
 
 
+def test_an_admin_reimports_a_file_to_update_existing_nodes(client, admin_user, node):
+    client.force_login(admin_user)
+    url = reverse("agents:node_import")
+    text = (
+        "name,agent_url,token,labels\ngpu-01,http://10.0.0.8:9400,,rack=r8\n"
+        + CSV[CSV.index("\n") + 1 :]
+    )
+    page = client.get(url).content.decode()
+    assert 'name="update"' in page and "Update nodes that already exist" in page
+    # Without the box ticked a registered name is still an error.
+    response = client.post(url, {"content": text, "format": "csv", "action": "import"})
+    assert [(e.row, e.field) for e in response.context["report"].errors] == [(1, "name")]
+    form = {"content": text, "format": "csv", "update": "on"}
+    response = client.post(url, form | {"action": "check"})
+    assert response.status_code == 200 and response.context["report"].ok
+    assert "1 node would be created. 1 node would be updated." in response.content.decode()
+    assert not Node.objects.filter(name="gpu-a").exists()
+    response = client.post(url, form | {"action": "import"}, follow=True)
+    assert "1 node created. 1 node updated." in response.content.decode()
+    node.refresh_from_db()
+    assert (node.agent_url, node.labels, node.agent_token) == (
+        "http://10.0.0.8:9400", {"rack": "r8"}, TOKEN
+    )  # fmt: skip
+    assert Node.objects.get(name="gpu-a").agent_token == "t-a-secret"
+    response = client.post(url, form | {"action": "import"}, follow=True)
+    assert "0 nodes created. 0 nodes updated. 2 nodes are unchanged." in response.content.decode()
+
+
 def test_a_yaml_upload_is_read_by_its_file_name(client, admin_user):
     from django.core.files.uploadedfile import SimpleUploadedFile
 
@@ -234,6 +262,40 @@ def test_an_api_import_with_a_bad_row_is_a_400_that_writes_nothing(admin_user):
     response = client.post("/api/v1/nodes/import/?dry_run=1", CSV, content_type="text/csv")
     assert response.status_code == 200 and response.json()["dry_run"] is True
     assert not Node.objects.exists()
+
+
+def test_an_api_import_with_update_changes_registered_nodes_and_a_bad_one_is_a_400(
+    admin_user, node
+):
+    client = _api(admin_user)
+    moved = "name,token,state\ngpu-01,rotated-token-7777,draining\n"
+    response = client.post("/api/v1/nodes/import/", moved, content_type="text/csv")
+    assert response.status_code == 400  # without update, the agent_url column is required
+    bad = moved + "gpu-02,t-2,exploded\n"
+    response = client.post(
+        "/api/v1/nodes/import/", {"format": "csv", "content": bad, "update": True}, format="json"
+    )
+    assert response.status_code == 400
+    assert {(e["row"], e["field"]) for e in response.json()["errors"]} == {
+        (2, "agent_url"), (2, "state")
+    }  # fmt: skip
+    response = client.post("/api/v1/nodes/import/?update=maybe", moved, content_type="text/csv")
+    assert response.status_code == 400 and "update" in response.json()
+    node.refresh_from_db()
+    assert (node.state, node.agent_token) == ("offline", TOKEN) and Node.objects.count() == 1
+    response = client.post("/api/v1/nodes/import/?update=1", moved, content_type="text/csv")
+    assert response.status_code == 200
+    assert response.json() | {"errors": None} == {
+        "created": [], "updated": ["gpu-01"], "unchanged": [], "dry_run": False, "errors": None
+    }  # fmt: skip
+    node.refresh_from_db()
+    assert (node.state, node.agent_token) == ("draining", "rotated-token-7777")
+    response = client.post(
+        "/api/v1/nodes/import/?update=true&dry_run=1", CSV, content_type="text/csv"
+    )
+    assert response.status_code == 200
+    assert (response.json()["created"], response.json()["dry_run"]) == (["gpu-a"], True)
+    assert Node.objects.count() == 1
 
 
 def test_staff_test_a_connection_by_api_without_saving(admin_user, sim_agents):

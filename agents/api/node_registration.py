@@ -2,7 +2,8 @@
 
 Members keep read access. The rules are agents.registration's; this module only maps
 HTTP onto it: a CSV or YAML body by content type (or JSON/form ``format`` + ``content``),
-all-or-nothing imports answered 400 with row errors, connection tests that save nothing.
+all-or-nothing imports answered 400 with row errors (``update`` lets rows change registered
+nodes), connection tests that save nothing.
 """
 
 from __future__ import annotations
@@ -69,12 +70,29 @@ class TestConnectionSerializer(serializers.Serializer):
 class ImportSerializer(serializers.Serializer):
     format = serializers.ChoiceField(choices=["csv", "yaml"])
     content = serializers.CharField(max_length=MAX_IMPORT_BYTES, trim_whitespace=False)
+    update = serializers.BooleanField(required=False, default=False)
 
 
 DRY_RUN = OpenApiParameter(
     "dry_run", OpenApiTypes.BOOL, default=False,
     description="Validate every row and report, but write nothing.",
 )  # fmt: skip
+UPDATE = OpenApiParameter(
+    "update", OpenApiTypes.BOOL, default=False,
+    description="A row naming a registered node updates it instead of being an error "
+    "(also a JSON body field).",
+)  # fmt: skip
+
+
+def _flag(request: Request, name: str) -> bool:
+    """A boolean query parameter: absent or empty is false, anything unreadable a 400."""
+    raw = request.query_params.get(name, "")
+    if not raw.strip():
+        return False
+    try:
+        return serializers.BooleanField().to_internal_value(raw.strip().lower())
+    except serializers.ValidationError as exc:
+        raise serializers.ValidationError({name: exc.detail}) from None
 
 
 class NodeRegistrationMixin:
@@ -99,7 +117,7 @@ class NodeRegistrationMixin:
             "application/yaml": OpenApiTypes.STR,
             "application/json": ImportSerializer,
         },
-        parameters=[DRY_RUN],
+        parameters=[DRY_RUN, UPDATE],
         responses={201: OpenApiTypes.OBJECT, 200: OpenApiTypes.OBJECT, 400: OpenApiTypes.OBJECT},
     )
     @action(
@@ -116,7 +134,9 @@ class NodeRegistrationMixin:
         ],
     )
     def import_nodes(self, request: Request) -> Response:
-        """Add many nodes from CSV or YAML; all or nothing, row errors answered with 400."""
+        """Add many nodes from CSV or YAML, or with ``update`` also change registered ones;
+        all or nothing, row errors answered with 400."""
+        dry_run, update = _flag(request, "dry_run"), _flag(request, "update")
         if isinstance(request.data, str):
             media = (request.content_type or "").split(";")[0].strip().lower()
             fmt, text = ("yaml" if media in YAML_TYPES else "csv"), request.data
@@ -124,17 +144,20 @@ class NodeRegistrationMixin:
             data = ImportSerializer(data=request.data)
             data.is_valid(raise_exception=True)
             fmt, text = data.validated_data["format"], data.validated_data["content"]
+            update = update or data.validated_data["update"]
         try:
-            rows = registration.parse(text, fmt)
+            rows = registration.parse(text, fmt, update=update)
         except registration.ParseError as exc:
             return Response({"errors": [{"row": 0, "field": "", "message": str(exc)}]}, 400)
-        dry_run = request.query_params.get("dry_run", "").lower() in ("1", "true", "yes")
-        report = registration.import_nodes(rows, dry_run=dry_run)
+        report = registration.import_nodes(rows, dry_run=dry_run, update=update)
         body = {
             "created": report.created,
+            "updated": report.updated,
+            "unchanged": report.unchanged,
             "dry_run": report.dry_run,
             "errors": [asdict(error) for error in report.errors],
         }
         if not report.ok:
             return Response(body, status.HTTP_400_BAD_REQUEST)
-        return Response(body, status.HTTP_200_OK if dry_run else status.HTTP_201_CREATED)
+        wrote_new = report.created and not dry_run
+        return Response(body, status.HTTP_201_CREATED if wrote_new else status.HTTP_200_OK)
