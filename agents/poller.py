@@ -2,10 +2,11 @@
 
 Pure I/O over plain data: no ORM here, so the services can be tested and the
 fetch benchmarked on its own. Each process keeps one event loop in a background
-thread with one long-lived aiohttp session, so keep-alive connections to the
-agents survive from one cycle to the next (no TCP handshake per agent per
-cycle). A semaphore bounds concurrency and each agent has its own timeout, so a
-slow or broken agent never delays the others beyond that timeout.
+thread with one ``fanout.Pool`` (agents/fanout.py, a lean HTTP/1.1 client), so
+keep-alive connections to the agents survive from one cycle to the next (no TCP
+handshake per agent per cycle). At most ``concurrency`` requests are in flight
+and each agent has its own timeout, retries included, so a slow or broken agent
+never delays the others beyond that timeout.
 """
 
 from __future__ import annotations
@@ -15,15 +16,17 @@ import atexit
 import contextlib
 import os
 import threading
-import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-import aiohttp
 import orjson
 
-SNAPSHOT_PATH = "/v1/snapshot"
+from agents import fanout
+
+# ?view=portal: only the fields the portal keeps. An agent that does not know the view
+# ignores the query and sends the full snapshot, which reads the same here.
+SNAPSHOT_PATH = "/v1/snapshot?view=portal"
 # Reject absurd answers before parsing them: 8 GPUs fit in a few KiB.
 MAX_SNAPSHOT_BYTES = 4 * 1024 * 1024
 
@@ -41,6 +44,7 @@ class PollResult:
     snapshot: dict[str, Any] | None
     error: str
     duration_s: float
+    attempts: int = 1
 
     @property
     def ok(self) -> bool:
@@ -68,48 +72,35 @@ def validate_snapshot(data: Any) -> dict[str, Any]:
     return data
 
 
-async def _read_body(response: aiohttp.ClientResponse) -> bytes:
-    """The whole body, refusing one larger than MAX_SNAPSHOT_BYTES before reading it all.
+def _poll_result(target: AgentTarget, response: fanout.Response) -> PollResult:
+    error = response.error
+    if not error:
+        if response.status != 200:
+            reason = response.body[:200].decode("utf-8", "replace").strip()
+            error = f"HTTP {response.status}: {reason}"
+        else:
+            try:
+                snapshot = validate_snapshot(orjson.loads(response.body))
+            except orjson.JSONDecodeError:
+                error = "answer is not valid JSON"
+            except SnapshotError as exc:
+                error = str(exc)
+            else:
+                return PollResult(
+                    target.node_id, snapshot, "", response.duration_s, response.attempts
+                )
+    return PollResult(target.node_id, None, error, response.duration_s, response.attempts)
 
-    (``content.read(n)`` alone returns what has arrived so far, which for a body split
-    over several TCP segments is only its beginning.)
-    """
-    if (response.content_length or 0) > MAX_SNAPSHOT_BYTES:
-        raise SnapshotError("snapshot larger than 4 MiB")
-    chunks, size = [], 0
-    async for chunk in response.content.iter_chunked(256 * 1024):
-        size += len(chunk)
-        if size > MAX_SNAPSHOT_BYTES:
-            raise SnapshotError("snapshot larger than 4 MiB")
-        chunks.append(chunk)
-    return b"".join(chunks)
 
+def _retry_settings(retries: int | None, backoff: float | None) -> tuple[int, float]:
+    if retries is None or backoff is None:
+        from django.conf import settings
 
-async def _fetch_one(
-    session: aiohttp.ClientSession,
-    semaphore: asyncio.Semaphore,
-    target: AgentTarget,
-    timeout: aiohttp.ClientTimeout,
-) -> PollResult:
-    url = target.url.rstrip("/") + SNAPSHOT_PATH
-    headers = {"Authorization": f"Bearer {target.token}"} if target.token else {}
-    async with semaphore:
-        started = time.perf_counter()
-        try:
-            async with session.get(url, headers=headers, timeout=timeout) as response:
-                if response.status != 200:
-                    body = (await response.content.read(200)).decode("utf-8", "replace")
-                    raise SnapshotError(f"HTTP {response.status}: {body.strip()}")
-                raw = await _read_body(response)
-            snapshot = validate_snapshot(orjson.loads(raw))
-            return PollResult(target.node_id, snapshot, "", time.perf_counter() - started)
-        except TimeoutError:
-            error = f"timed out after {timeout.total:g} s"
-        except orjson.JSONDecodeError:
-            error = "answer is not valid JSON"
-        except (aiohttp.ClientError, SnapshotError) as exc:
-            error = str(exc) or type(exc).__name__
-        return PollResult(target.node_id, None, error, time.perf_counter() - started)
+        if retries is None:
+            retries = settings.GPU_POLL_RETRIES
+        if backoff is None:
+            backoff = settings.GPU_POLL_RETRY_BACKOFF
+    return retries, backoff
 
 
 async def fetch_all(
@@ -117,56 +108,90 @@ async def fetch_all(
     *,
     timeout: float,
     concurrency: int,
-    session: aiohttp.ClientSession | None = None,
+    pool: fanout.Pool | None = None,
+    retries: int | None = None,
+    backoff: float | None = None,
 ) -> list[PollResult]:
+    """One snapshot per target, in order. Retries default to GPU_POLL_RETRIES and
+    GPU_POLL_RETRY_BACKOFF; without a pool, one is opened and closed for this call."""
     targets = list(targets)
     if not targets:
         return []
-    if session is None:
-        async with _new_session(concurrency) as own:
-            return await fetch_all(targets, timeout=timeout, concurrency=concurrency, session=own)
-    semaphore = asyncio.Semaphore(concurrency)
-    client_timeout = aiohttp.ClientTimeout(total=timeout)
-    return list(
-        await asyncio.gather(*(_fetch_one(session, semaphore, t, client_timeout) for t in targets))
+    retries, backoff = _retry_settings(retries, backoff)
+    if pool is None:
+        own = fanout.Pool()
+        try:
+            return await fetch_all(
+                targets,
+                timeout=timeout,
+                concurrency=concurrency,
+                pool=own,
+                retries=retries,
+                backoff=backoff,
+            )
+        finally:
+            own.close()
+    results: list[PollResult | None] = [None] * len(targets)
+
+    def parse(index: int, response: fanout.Response) -> None:
+        # As each answer arrives, so parsing overlaps the wait for the slower agents.
+        results[index] = _poll_result(targets[index], response)
+
+    await pool.get_all(
+        [(t.url.rstrip("/") + SNAPSHOT_PATH, t.token) for t in targets],
+        timeout=timeout,
+        concurrency=concurrency,
+        retries=retries,
+        backoff=backoff,
+        max_body=MAX_SNAPSHOT_BYTES,
+        on_response=parse,
     )
-
-
-def _new_session(concurrency: int) -> aiohttp.ClientSession:
-    connector = aiohttp.TCPConnector(limit=concurrency, ttl_dns_cache=300, keepalive_timeout=60)
-    return aiohttp.ClientSession(connector=connector, raise_for_status=False)
+    return results  # type: ignore[return-value]
 
 
 class _LoopThread:
-    """One event loop and session per process, reused by every poll of that process."""
+    """One event loop and connection pool per process, reused by every poll of that process."""
 
-    def __init__(self, concurrency: int) -> None:
+    def __init__(self) -> None:
         self.pid = os.getpid()
         self.closed = False
-        self.concurrency = concurrency
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(
             target=self.loop.run_forever, name="agent-poller", daemon=True
         )
         self.thread.start()
-        self.session = asyncio.run_coroutine_threadsafe(self._open(), self.loop).result()
+        self.pool = fanout.Pool()
         atexit.register(self.close)
-
-    async def _open(self) -> aiohttp.ClientSession:
-        return _new_session(self.concurrency)
 
     def close(self) -> None:
         if self.pid != os.getpid() or self.closed:
             return
         self.closed = True
+
+        async def close_pool() -> None:
+            self.pool.close()
+            await asyncio.sleep(0)  # let the transports finish closing
+
         # The process is going away either way: a slow close is not worth waiting for.
         with contextlib.suppress(TimeoutError, RuntimeError):
-            asyncio.run_coroutine_threadsafe(self.session.close(), self.loop).result(timeout=5)
+            asyncio.run_coroutine_threadsafe(close_pool(), self.loop).result(timeout=5)
         self.loop.call_soon_threadsafe(self.loop.stop)
 
-    def run(self, targets: list[AgentTarget], timeout: float) -> list[PollResult]:
+    def run(
+        self,
+        targets: list[AgentTarget],
+        timeout: float,
+        concurrency: int,
+        retries: int,
+        backoff: float,
+    ) -> list[PollResult]:
         coroutine = fetch_all(
-            targets, timeout=timeout, concurrency=self.concurrency, session=self.session
+            targets,
+            timeout=timeout,
+            concurrency=concurrency,
+            pool=self.pool,
+            retries=retries,
+            backoff=backoff,
         )
         return asyncio.run_coroutine_threadsafe(coroutine, self.loop).result()
 
@@ -175,14 +200,20 @@ _loop_lock = threading.Lock()
 _loop: _LoopThread | None = None
 
 
-def poll(targets: Iterable[AgentTarget], *, timeout: float, concurrency: int) -> list[PollResult]:
+def poll(
+    targets: Iterable[AgentTarget],
+    *,
+    timeout: float,
+    concurrency: int,
+    retries: int | None = None,
+    backoff: float | None = None,
+) -> list[PollResult]:
     """Synchronous entry point for tasks; safe from any thread of any (forked) process."""
     global _loop
+    retries, backoff = _retry_settings(retries, backoff)
     with _loop_lock:
         # A Celery prefork child inherits the parent's object but not its thread.
-        if _loop is None or _loop.pid != os.getpid() or _loop.concurrency != concurrency:
-            if _loop is not None:
-                _loop.close()
-            _loop = _LoopThread(concurrency)
+        if _loop is None or _loop.pid != os.getpid():
+            _loop = _LoopThread()
         loop = _loop
-    return loop.run(list(targets), timeout)
+    return loop.run(list(targets), timeout, concurrency, retries, backoff)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import threading
 import time
 from collections.abc import Iterator
@@ -179,3 +181,161 @@ def test_a_snapshot_arriving_in_pieces_is_read_whole():
         server.server_close()
     assert result[1].ok, result[1].error
     assert len(result[1].snapshot["gpus"]) == 64
+
+
+class _RecordingHandler(BaseHTTPRequestHandler):
+    """Answers a snapshot; 503 ("no collection yet") to the first ``busy`` requests."""
+
+    protocol_version = "HTTP/1.1"
+    paths: list[str]
+    busy = 0
+    length = None
+
+    def do_GET(self) -> None:
+        self.paths.append(self.path)
+        if len(self.paths) <= self.busy:
+            status, body = 503, b'{"error": "no collection has completed yet"}'
+        else:
+            status, body = 200, b'{"gpus": [{"uuid": "GPU-1", "index": 0}]}'
+        self.send_response(status)
+        self.send_header("Content-Length", str(self.length or len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args) -> None:
+        pass
+
+
+@pytest.fixture
+def recording_server() -> Iterator:
+    servers = []
+
+    def start(**attributes) -> tuple[str, list[str]]:
+        paths: list[str] = []
+        handler = type("Handler", (_RecordingHandler,), {"paths": paths, **attributes})
+        server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        server.daemon_threads = True
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        servers.append(server)
+        return f"http://127.0.0.1:{server.server_address[1]}", paths
+
+    yield start
+    for server in servers:
+        server.shutdown()
+        server.server_close()
+
+
+def test_poller_asks_for_the_portal_view_below_the_agent_url(recording_server):
+    url, paths = recording_server()
+    results = _poll([poller.AgentTarget(1, url, "t"), poller.AgentTarget(2, url + "/gpu/", "t")])
+    assert results[1].ok and results[2].ok
+    assert sorted(paths) == ["/gpu/v1/snapshot?view=portal", "/v1/snapshot?view=portal"]
+
+
+def test_agent_without_a_collection_yet_is_asked_again(recording_server, settings):
+    settings.GPU_POLL_RETRIES = 2
+    settings.GPU_POLL_RETRY_BACKOFF = 0.05
+    url, paths = recording_server(busy=1)
+    result = _poll([poller.AgentTarget(1, url, "t")])[1]
+    assert result.ok, result.error
+    assert result.attempts == 2
+    assert len(paths) == 2
+
+
+def test_agent_still_without_a_collection_after_the_retries_is_a_503(recording_server, settings):
+    settings.GPU_POLL_RETRIES = 1
+    settings.GPU_POLL_RETRY_BACKOFF = 0.05
+    url, _ = recording_server(busy=5)
+    result = _poll([poller.AgentTarget(1, url, "t")])[1]
+    assert result.error.startswith("HTTP 503: ") and "no collection" in result.error
+    assert result.attempts == 2
+
+
+def test_closed_port_is_tried_again_then_fails_with_the_refusal(settings):
+    settings.GPU_POLL_RETRIES = 2
+    settings.GPU_POLL_RETRY_BACKOFF = 0.05
+    started = time.monotonic()
+    result = _poll([poller.AgentTarget(1, f"http://127.0.0.1:{procs.free_port()}", "t")])[1]
+    assert not result.ok
+    assert "refused" in result.error
+    assert result.attempts == 3
+    assert time.monotonic() - started < 1.5
+
+
+def test_snapshot_announced_over_4_mib_is_refused(recording_server):
+    url, _ = recording_server(length=5 * 1024 * 1024)
+    result = _poll([poller.AgentTarget(1, url, "t")])[1]
+    assert result.error.startswith("answer body larger than 4 MiB"), result.error
+
+
+class _TinyAgent(asyncio.Protocol):
+    """A keep-alive agent answering every request with its own one-card snapshot."""
+
+    def __init__(self, answer: bytes, transports: list[asyncio.BaseTransport]) -> None:
+        self.answer = answer
+        self.transports = transports
+        self.buffer = b""
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport
+        self.transports.append(transport)
+
+    def data_received(self, data: bytes) -> None:
+        self.buffer += data
+        while b"\r\n\r\n" in self.buffer:
+            _, self.buffer = self.buffer.split(b"\r\n\r\n", 1)
+            self.transport.write(self.answer)
+
+
+@pytest.fixture
+def many_agents() -> Iterator[list[str]]:
+    """200 agents on ports the system picks, served by one event loop in a thread.
+
+    (The simulator needs 200 consecutive free ports, which a busy test machine, its
+    ephemeral range dotted with TIME_WAIT sockets, often does not have.)
+    """
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    transports: list[asyncio.BaseTransport] = []
+
+    async def start() -> list[asyncio.Server]:
+        servers = []
+        for i in range(200):
+            gpus = [{"uuid": f"GPU-{i}", "index": 0}]
+            body = orjson.dumps({"hostname": f"node-{i}", "gpus": gpus})
+            answer = b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body)
+            agent = functools.partial(_TinyAgent, answer, transports)
+            servers.append(await loop.create_server(agent, "127.0.0.1", 0))
+        return servers
+
+    servers = asyncio.run_coroutine_threadsafe(start(), loop).result(30)
+    yield [f"http://127.0.0.1:{s.sockets[0].getsockname()[1]}" for s in servers]
+
+    async def stop() -> None:
+        for server in servers:
+            server.close()
+        for transport in transports:
+            transport.close()
+        await asyncio.sleep(0)
+
+    asyncio.run_coroutine_threadsafe(stop(), loop).result(30)
+    loop.call_soon_threadsafe(loop.stop)
+    thread.join(5)
+    loop.close()
+
+
+def test_many_agents_are_all_answered_in_one_call(many_agents):
+    targets = [poller.AgentTarget(i, url, "t") for i, url in enumerate(many_agents)]
+    for _ in range(2):  # connecting, then on kept-alive connections
+        results = poller.poll(targets, timeout=10.0, concurrency=10)
+        assert [r.node_id for r in results] == list(range(200))
+        assert all(r.ok for r in results), [r.error for r in results if not r.ok][:3]
+        assert [r.snapshot["hostname"] for r in results] == [f"node-{i}" for i in range(200)]
+
+
+def test_fetch_all_with_its_own_pool_as_the_connection_test_uses_it(sim_agents):
+    agents = sim_agents(nodes=1)
+    target = poller.AgentTarget(0, agents.urls[0], agents.token)
+    [result] = asyncio.run(poller.fetch_all([target], timeout=2.0, concurrency=1))
+    assert result.ok, result.error

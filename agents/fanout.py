@@ -1,0 +1,490 @@
+"""A lean HTTP/1.1 GET client for fanning out to many agents from one event loop.
+
+Why not aiohttp: polling 1,000 agents every few seconds, its per-request machinery
+(a task, a response object, a stream reader, header multidicts, timers) cost 350-500 µs
+of CPU per request, several times what parsing the answer costs. Here one request is a
+few objects and callbacks on a bare ``asyncio.Protocol``:
+
+* one connection per origin (scheme, host, port), kept alive across calls in a
+  ``Pool`` that the caller keeps; a connection the server closed while idle is noticed
+  (``connection_lost``) and dropped, and a request that a reused connection loses before
+  any byte of the answer arrives is sent once more on a fresh one (the keep-alive race;
+  GET is idempotent), which does not count as a retry;
+* the request bytes are built once per (URL, token) and cached;
+* at most ``concurrency`` requests in flight, the next one started from the callback of
+  the one that finished: no task or semaphore per request (connecting uses a task);
+* one timer per request bounds everything about it (connect, retries, answer);
+* a refused, reset or dropped connection and an HTTP 503 are retried after ``backoff``,
+  ``backoff * 2``, ... while the deadline leaves room; nothing else is.
+
+Answers are framed by agents/http1.py: Content-Length, chunked encoding or the connection
+closing; 1xx interim answers skipped; ``Connection: close`` and HTTP/1.0 end the connection.
+Anything malformed or over the limits is an error that closes the connection.
+No Django here: the poller passes the settings in.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+import ssl
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from agents.http1 import HTTPError, Origin, ResponseParser, Target, prepare_get
+
+MAX_BODY_BYTES = 4 * 1024 * 1024
+RETRY_STATUSES = frozenset({503})
+# An idle connection to an origin no longer asked (a removed node) is closed after this.
+IDLE_CLOSE_S = 300.0
+_PREPARED_MAX = 100_000
+
+
+@dataclass(slots=True)
+class Response:
+    """What one request came to: an HTTP answer (``status``, ``body``) or an ``error``."""
+
+    status: int  # 0 when there is no HTTP answer
+    body: bytes
+    error: str
+    duration_s: float
+    attempts: int
+
+    @property
+    def ok(self) -> bool:
+        return not self.error
+
+
+def _reason(exc: BaseException) -> str:
+    errno = getattr(exc, "errno", None)
+    if isinstance(errno, int) and errno > 0:
+        return os.strerror(errno)
+    return getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
+
+
+class Pool:
+    """Keep-alive connections and prepared requests, owned by one event loop.
+
+    ``ssl_context`` is used for https origins (default: the system's trusted CAs,
+    created on first use); ``server_hostname`` is the URL's host.
+    """
+
+    def __init__(self, *, ssl_context: ssl.SSLContext | None = None) -> None:
+        self._ssl_context = ssl_context
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._idle: dict[Origin, list[_Connection]] = {}
+        self._connections: set[_Connection] = set()
+        self._prepared: dict[tuple[str, str], Target | str] = {}
+        self._last_sweep = 0.0
+        self.closed = False
+
+    @property
+    def ssl_context(self) -> ssl.SSLContext:
+        if self._ssl_context is None:
+            self._ssl_context = ssl.create_default_context()
+        return self._ssl_context
+
+    @property
+    def connection_count(self) -> int:
+        return len(self._connections)
+
+    async def get_all(
+        self,
+        requests: Sequence[tuple[str, str]],
+        *,
+        timeout: float,
+        concurrency: int,
+        retries: int = 0,
+        backoff: float = 0.1,
+        max_body: int = MAX_BODY_BYTES,
+        on_response: Callable[[int, Response], None] | None = None,
+    ) -> list[Response]:
+        """GET every (url, bearer token); the answers in the same order.
+
+        ``on_response(index, response)`` is called as each one is final, in the loop;
+        what it raises is raised here once all requests are done.
+        """
+        loop = asyncio.get_running_loop()
+        if self.closed:
+            raise RuntimeError("the pool is closed")
+        if self._loop is None:
+            self._loop = loop
+        elif self._loop is not loop:
+            raise RuntimeError("a Pool belongs to the event loop that first used it")
+        if concurrency < 1:
+            raise ValueError("concurrency must be at least 1")
+        if not requests:
+            return []
+        self._sweep(loop.time())
+        batch = _Batch(self, loop, requests, timeout, concurrency, retries, backoff, max_body)
+        batch.on_response = on_response
+        return await batch.run()
+
+    def close(self) -> None:
+        """Close every connection (from the pool's loop thread)."""
+        self.closed = True
+        for connection in list(self._connections):
+            connection.close()
+        self._connections.clear()
+        self._idle.clear()
+
+    # Connections, called by batches and connections.
+
+    def _target(self, url: str, token: str) -> Target | str:
+        key = (url, token)
+        target = self._prepared.get(key)
+        if target is None:
+            if len(self._prepared) >= _PREPARED_MAX:
+                self._prepared.clear()
+            target = self._prepared[key] = prepare_get(url, token)
+        return target
+
+    def _checkout(self, origin: Origin) -> _Connection | None:
+        idle = self._idle.get(origin)
+        while idle:
+            connection = idle.pop()
+            if connection.usable():
+                return connection
+        return None
+
+    def _checkin(self, connection: _Connection) -> None:
+        if self.closed:
+            connection.close()
+            return
+        connection.idle_since = self._loop.time() if self._loop else 0.0
+        idle = self._idle.get(connection.origin)
+        if idle is None:
+            self._idle[connection.origin] = [connection]
+        else:
+            idle.append(connection)
+
+    def _forget(self, connection: _Connection) -> None:
+        self._connections.discard(connection)
+        idle = self._idle.get(connection.origin)
+        if idle and connection in idle:
+            idle.remove(connection)
+            if not idle:
+                del self._idle[connection.origin]
+
+    def _sweep(self, now: float) -> None:
+        if now - self._last_sweep < 60:
+            return
+        self._last_sweep = now
+        for idle in list(self._idle.values()):
+            for connection in list(idle):
+                if now - connection.idle_since > IDLE_CLOSE_S:
+                    connection.close()
+
+
+class _Exchange:
+    """One target's request, through its attempts, until it has a final Response."""
+
+    __slots__ = (
+        "attempts",
+        "connection",
+        "deadline",
+        "done",
+        "index",
+        "resent",
+        "retry_handle",
+        "started",
+        "target",
+        "task",
+        "timer",
+    )  # fmt: skip
+
+    def __init__(self, index: int, target: Target, started: float, deadline: float) -> None:
+        self.index = index
+        self.target = target
+        self.started = started
+        self.deadline = deadline
+        self.attempts = 0
+        self.resent = False
+        self.done = False
+        self.timer: asyncio.TimerHandle | None = None
+        self.connection: _Connection | None = None
+        self.task: asyncio.Task | None = None
+        self.retry_handle: asyncio.TimerHandle | None = None
+
+
+class _Batch:
+    """One ``get_all`` call: starts requests as slots free up, collects the answers."""
+
+    def __init__(
+        self,
+        pool: Pool,
+        loop: asyncio.AbstractEventLoop,
+        requests: Sequence[tuple[str, str]],
+        timeout: float,
+        concurrency: int,
+        retries: int,
+        backoff: float,
+        max_body: int,
+    ) -> None:
+        self.pool = pool
+        self.loop = loop
+        self.requests = requests
+        self.timeout = timeout
+        self.timeout_error = f"timed out after {timeout:g} s"
+        self.concurrency = concurrency
+        self.retries = retries
+        self.backoff = backoff
+        self.max_body = max_body
+        self.results: list[Response | None] = [None] * len(requests)
+        self.on_response: Callable[[int, Response], None] | None = None
+        self.callback_error: Exception | None = None
+        self.next = 0
+        self.in_flight: dict[int, _Exchange] = {}
+        self.filling = False
+        self.future: asyncio.Future[None] = loop.create_future()
+
+    async def run(self) -> list[Response]:
+        self._fill()
+        try:
+            await self.future
+        except asyncio.CancelledError:
+            for exchange in list(self.in_flight.values()):
+                self._abandon(exchange)
+            raise
+        if self.callback_error is not None:
+            raise self.callback_error
+        return self.results  # type: ignore[return-value]
+
+    def _fill(self) -> None:
+        # Requests that fail at once (a bad URL) finish inside _start: the loop here,
+        # not recursion, moves on to the next ones.
+        if self.filling:
+            return
+        self.filling = True
+        try:
+            while self.next < len(self.requests) and len(self.in_flight) < self.concurrency:
+                index = self.next
+                self.next += 1
+                self._start(index)
+        finally:
+            self.filling = False
+        if not self.in_flight and self.next >= len(self.requests) and not self.future.done():
+            self.future.set_result(None)
+
+    def _start(self, index: int) -> None:
+        url, token = self.requests[index]
+        target = self.pool._target(url, token)
+        now = self.loop.time()
+        if isinstance(target, str):
+            self._record(index, Response(0, b"", target, 0.0, 0))
+            return
+        exchange = _Exchange(index, target, now, now + self.timeout)
+        self.in_flight[index] = exchange
+        exchange.timer = self.loop.call_at(exchange.deadline, self._expire, exchange)
+        self._attempt(exchange)
+
+    def _attempt(self, exchange: _Exchange, *, fresh: bool = False) -> None:
+        exchange.retry_handle = None
+        if not fresh:
+            exchange.attempts += 1
+            connection = self.pool._checkout(exchange.target.origin)
+            if connection is not None:
+                connection.send(self, exchange)
+                return
+        exchange.task = self.loop.create_task(self._connect(exchange))
+
+    async def _connect(self, exchange: _Exchange) -> None:
+        scheme, host, port = exchange.target.origin
+        tls = scheme == "https"
+        pool = self.pool
+        try:
+            _, connection = await self.loop.create_connection(
+                lambda: _Connection(pool, exchange.target.origin),
+                host,
+                port,
+                ssl=pool.ssl_context if tls else None,
+                server_hostname=host if tls else None,
+            )
+        except ssl.SSLError as exc:
+            error = f"TLS error with {exchange.target.address}: {exc.reason or exc}"
+            self._failed(exchange, error, retry=False)
+            return
+        except socket.gaierror as exc:
+            error = f"cannot resolve {host}: {_reason(exc)}"
+            self._failed(exchange, error, retry=False)
+            return
+        except OSError as exc:
+            error = f"cannot connect to {exchange.target.address}: {_reason(exc)}"
+            self._failed(exchange, error, retry=True)
+            return
+        exchange.task = None
+        if exchange.done:  # expired as the connection came up: keep it for next time
+            pool._checkin(connection)
+            return
+        connection.send(self, exchange)
+
+    def _retry_later(self, exchange: _Exchange) -> bool:
+        if exchange.attempts > self.retries:
+            return False
+        at = self.loop.time() + self.backoff * 2 ** (exchange.attempts - 1)
+        if at >= exchange.deadline:
+            return False
+        exchange.retry_handle = self.loop.call_at(at, self._attempt, exchange)
+        return True
+
+    # Outcomes, called by connections and timers.
+
+    def _answered(self, exchange: _Exchange, status: int, body: bytes) -> None:
+        exchange.connection = None
+        if status in RETRY_STATUSES and self._retry_later(exchange):
+            return
+        self._finish(exchange, status, body, "")
+
+    def _failed(self, exchange: _Exchange, error: str, *, retry: bool, stale: bool = False) -> None:
+        exchange.connection = None
+        exchange.task = None
+        if exchange.done:
+            return
+        if stale and not exchange.resent:
+            exchange.resent = True
+            self._attempt(exchange, fresh=True)
+            return
+        if retry and self._retry_later(exchange):
+            return
+        self._finish(exchange, 0, b"", error)
+
+    def _expire(self, exchange: _Exchange) -> None:
+        exchange.timer = None
+        if not exchange.done:
+            self._abandon(exchange)
+            self._finish(exchange, 0, b"", self.timeout_error)
+
+    def _abandon(self, exchange: _Exchange) -> None:
+        if exchange.connection is not None:
+            exchange.connection.abandon()  # it may be mid-answer: the connection is lost
+            exchange.connection = None
+        if exchange.task is not None:
+            exchange.task.cancel()
+            exchange.task = None
+        if exchange.retry_handle is not None:
+            exchange.retry_handle.cancel()
+            exchange.retry_handle = None
+        if exchange.timer is not None:
+            exchange.timer.cancel()
+            exchange.timer = None
+
+    def _finish(self, exchange: _Exchange, status: int, body: bytes, error: str) -> None:
+        exchange.done = True
+        if exchange.timer is not None:
+            exchange.timer.cancel()
+        duration = self.loop.time() - exchange.started
+        del self.in_flight[exchange.index]
+        self._record(exchange.index, Response(status, body, error, duration, exchange.attempts))
+        self._fill()
+
+    def _record(self, index: int, response: Response) -> None:
+        self.results[index] = response
+        if self.on_response is not None:
+            try:
+                self.on_response(index, response)
+            except Exception as exc:  # raised from get_all once the others are done
+                if self.callback_error is None:
+                    self.callback_error = exc
+
+
+class _Connection(asyncio.Protocol):
+    """One connection to one origin, carrying one request at a time."""
+
+    def __init__(self, pool: Pool, origin: Origin) -> None:
+        self.pool = pool
+        self.origin = origin
+        self.transport: asyncio.Transport | None = None
+        self.closed = False
+        self.answers = 0
+        self.idle_since = 0.0
+        self.batch: _Batch | None = None
+        self.exchange: _Exchange | None = None
+        self.received = False
+        self.parser = ResponseParser()
+
+    # asyncio.Protocol
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+        self.pool._connections.add(self)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        self.pool._forget(self)
+        batch, exchange = self.batch, self.exchange
+        if batch is None or exchange is None:
+            return
+        self._detach()
+        address = exchange.target.address
+        body = self.parser.at_close() if exc is None else None
+        if body is not None:
+            batch._answered(exchange, self.parser.status, body)
+        elif not self.received and self.answers:
+            error = f"connection to {address} closed before the answer"
+            batch._failed(exchange, error, retry=True, stale=True)
+        elif exc is not None:
+            batch._failed(exchange, f"connection to {address} lost: {_reason(exc)}", retry=True)
+        else:
+            error = f"connection closed by {address} before the answer was complete"
+            batch._failed(exchange, error, retry=True)
+
+    def data_received(self, data: bytes) -> None:
+        batch, exchange = self.batch, self.exchange
+        if batch is None or exchange is None:
+            # Bytes nobody asked for (a 408 on an idle connection, or garbage): the
+            # connection's state is unknown, so it is not reused.
+            self.abandon()
+            return
+        self.received = True
+        try:
+            body = self.parser.feed(data)
+        except HTTPError as exc:
+            self.abandon()
+            batch._failed(exchange, f"{exc} (from {exchange.target.address})", retry=False)
+            return
+        if body is None:
+            return
+        self._detach()
+        self.answers += 1
+        if self.parser.keep_alive and not self.parser.leftover:
+            self.pool._checkin(self)
+        else:  # told to close, or sent more than it framed: not reusable
+            self.close()
+        batch._answered(exchange, self.parser.status, body)
+
+    # Used by the pool and batches.
+
+    def usable(self) -> bool:
+        return not self.closed and self.transport is not None and not self.transport.is_closing()
+
+    def send(self, batch: _Batch, exchange: _Exchange) -> None:
+        self.batch = batch
+        self.exchange = exchange
+        exchange.connection = self
+        self.received = False
+        self.parser.start(batch.max_body)
+        assert self.transport is not None
+        self.transport.write(exchange.target.request)
+
+    def abandon(self) -> None:
+        """Drop the connection and whatever it was carrying (no callback)."""
+        self._detach()
+        self.closed = True
+        self.pool._forget(self)
+        if self.transport is not None:
+            self.transport.abort()
+
+    def close(self) -> None:
+        self._detach()
+        self.closed = True
+        self.pool._forget(self)
+        if self.transport is not None:
+            self.transport.close()
+
+    def _detach(self) -> None:
+        if self.exchange is not None:
+            self.exchange.connection = None
+        self.batch = None
+        self.exchange = None

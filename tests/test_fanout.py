@@ -1,0 +1,579 @@
+"""The fan-out HTTP client against real servers on loopback that answer byte by byte as told."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import ipaddress
+import socket
+import ssl
+import threading
+import time
+from collections.abc import Callable, Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
+
+from agents import fanout
+from tests import procs
+
+BODY = b'{"gpus": [{"uuid": "GPU-1", "index": 0}]}'
+TOKEN = "test-token"
+
+
+def _answer(body: bytes = BODY, status: str = "200 OK", *headers: str) -> bytes:
+    lines = [f"HTTP/1.1 {status}", f"Content-Length: {len(body)}", *headers]
+    return ("\r\n".join(lines) + "\r\n\r\n").encode() + body
+
+
+def read_request(conn: socket.socket) -> bytes | None:
+    """One request head, or None when the client closed the connection first."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = conn.recv(65536)
+        if not chunk:
+            return None
+        data += chunk
+    return data
+
+
+class RawServer:
+    """A loopback TCP server; each connection runs ``handle(conn, number)`` in a thread."""
+
+    def __init__(
+        self, handle: Callable[[socket.socket, int], None], host: str = "127.0.0.1"
+    ) -> None:
+        self.handle = handle
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        self.sock = socket.socket(family)
+        self.sock.bind((host, 0))
+        self.sock.listen(64)
+        self.sock.settimeout(0.1)
+        self.port = self.sock.getsockname()[1]
+        self.url = f"http://{'[' + host + ']' if ':' in host else host}:{self.port}"
+        self.connections = 0
+        self.requests: list[bytes] = []
+        self.stopped = False
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while not self.stopped:
+            try:
+                conn, _ = self.sock.accept()
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+            self.connections += 1
+            threading.Thread(target=self._run, args=(conn, self.connections), daemon=True).start()
+
+    def _run(self, conn: socket.socket, number: int) -> None:
+        conn.settimeout(10)
+        try:
+            self.handle(conn, number)
+        except OSError:
+            pass
+        finally:
+            conn.close()
+
+    def read(self, conn: socket.socket) -> bytes | None:
+        head = read_request(conn)
+        if head is not None:
+            self.requests.append(head)
+        return head
+
+    def close(self) -> None:
+        self.stopped = True
+        self.sock.close()
+
+
+@pytest.fixture
+def raw_server() -> Iterator[Callable[..., RawServer]]:
+    servers: list[RawServer] = []
+
+    def start(handle: Callable[[RawServer, socket.socket, int], None], **kwargs) -> RawServer:
+        server = RawServer(lambda conn, n: handle(server, conn, n), **kwargs)
+        servers.append(server)
+        return server
+
+    yield start
+    for server in servers:
+        server.close()
+
+
+def serve_forever(answer: bytes) -> Callable[[RawServer, socket.socket, int], None]:
+    """A keep-alive server giving the same answer to every request."""
+
+    def handle(server: RawServer, conn: socket.socket, number: int) -> None:
+        while server.read(conn) is not None:
+            conn.sendall(answer)
+
+    return handle
+
+
+def get(
+    urls: list[str],
+    *,
+    cycles: int = 1,
+    pause: float = 0.0,
+    pool: fanout.Pool | None = None,
+    token: str = TOKEN,
+    timeout: float = 2.0,
+    concurrency: int = 10,
+    **options,
+) -> list[list[fanout.Response]]:
+    """``cycles`` calls of get_all on one pool in one loop; the responses of each."""
+
+    async def run() -> list[list[fanout.Response]]:
+        own = pool or fanout.Pool()
+        out = []
+        try:
+            for cycle in range(cycles):
+                if cycle:
+                    await asyncio.sleep(pause)
+                out.append(
+                    await own.get_all(
+                        [(url, token) for url in urls],
+                        timeout=timeout,
+                        concurrency=concurrency,
+                        **options,
+                    )
+                )
+        finally:
+            own.close()
+        return out
+
+    return asyncio.run(run())
+
+
+def get_one(url: str, **options) -> fanout.Response:
+    return get([url], **options)[0][0]
+
+
+def test_request_is_a_plain_get_with_host_token_and_identity(raw_server):
+    server = raw_server(serve_forever(_answer()))
+    response = get_one(server.url + "/v1/snapshot?view=portal", token="s3cret")
+    assert response.ok and response.status == 200 and response.body == BODY
+    assert response.attempts == 1
+    head = server.requests[0].decode()
+    lines = head.split("\r\n")
+    assert lines[0] == "GET /v1/snapshot?view=portal HTTP/1.1"
+    assert f"Host: 127.0.0.1:{server.port}" in lines
+    assert "Authorization: Bearer s3cret" in lines
+    assert "Accept: application/json" in lines
+    assert "Accept-Encoding: identity" in lines
+    assert any(line.startswith("User-Agent: gpu-portal/") for line in lines)
+
+
+def test_no_token_sends_no_authorization(raw_server):
+    server = raw_server(serve_forever(_answer()))
+    assert get_one(server.url, token="").ok
+    assert b"authorization" not in server.requests[0].lower()
+    assert server.requests[0].startswith(b"GET / HTTP/1.1\r\n")
+
+
+def test_keep_alive_connection_is_reused_across_calls(raw_server):
+    server = raw_server(serve_forever(_answer()))
+    cycles = get([server.url], cycles=3)
+    assert all(r[0].ok for r in cycles)
+    assert server.connections == 1
+
+
+def test_chunked_body_arriving_in_pieces_is_joined(raw_server):
+    def handle(server, conn, number):
+        while server.read(conn) is not None:
+            conn.sendall(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n")
+            for piece in (BODY[:10], BODY[10:11], BODY[11:]):
+                conn.sendall(f"{len(piece):x};ext=1\r\n".encode())
+                time.sleep(0.01)
+                conn.sendall(piece + b"\r\n")
+            conn.sendall(b"0\r\nX-Trailer: yes\r\n\r\n")
+
+    server = raw_server(handle)
+    cycles = get([server.url], cycles=2)
+    assert [r[0].body for r in cycles] == [BODY, BODY]
+    assert server.connections == 1  # the chunked framing left the connection reusable
+
+
+def test_body_delimited_by_close_on_http_1_0(raw_server):
+    def handle(server, conn, number):
+        server.read(conn)
+        conn.sendall(b"HTTP/1.0 200 OK\r\nContent-Type: application/json\r\n\r\n")
+        conn.sendall(BODY[:5])
+        time.sleep(0.02)
+        conn.sendall(BODY[5:])
+
+    server = raw_server(handle)
+    cycles = get([server.url], cycles=2)
+    assert [r[0].body for r in cycles] == [BODY, BODY]
+    assert server.connections == 2
+
+
+def test_connection_close_is_honoured_and_the_next_call_reconnects(raw_server):
+    def handle(server, conn, number):
+        server.read(conn)
+        conn.sendall(_answer(BODY, "200 OK", "Connection: close"))
+        # Keep the socket open a moment: the client must close it, not wait for us.
+        time.sleep(0.3)
+
+    server = raw_server(handle)
+    started = time.monotonic()
+    cycles = get([server.url], cycles=3)
+    assert all(r[0].ok for r in cycles), cycles
+    assert server.connections == 3
+    assert time.monotonic() - started < 0.8  # it did not wait for the server's close
+
+
+def test_interim_1xx_answers_are_skipped(raw_server):
+    server = raw_server(serve_forever(b"HTTP/1.1 100 Continue\r\n\r\n" + _answer()))
+    response = get_one(server.url)
+    assert response.ok and response.body == BODY
+
+
+def test_idle_connection_closed_by_the_server_is_dropped_between_calls(raw_server):
+    def handle(server, conn, number):
+        server.read(conn)
+        conn.sendall(_answer())
+        time.sleep(0.05)  # then close, idle, as servers with a short keep-alive do
+
+    server = raw_server(handle)
+    cycles = get([server.url], cycles=2, pause=0.3, retries=0)
+    assert all(r[0].ok for r in cycles), cycles
+    assert cycles[1][0].attempts == 1
+    assert server.connections == 2
+
+
+def test_reused_connection_lost_before_the_answer_is_sent_again_once(raw_server):
+    # The keep-alive race: the server closes the connection just as the next request
+    # is sent on it. GET is idempotent: it goes again on a fresh connection, silently.
+    def handle(server, conn, number):
+        server.read(conn)
+        conn.sendall(_answer())
+        server.read(conn)  # the next request on this connection: dropped unanswered
+
+    server = raw_server(handle)
+    cycles = get([server.url], cycles=3, retries=0)
+    assert all(r[0].ok for r in cycles), cycles
+    assert [r[0].attempts for r in cycles] == [1, 1, 1]
+    assert server.connections == 3
+
+
+def test_503_then_200_is_retried_and_succeeds(raw_server):
+    busy = _answer(b'{"error": "no collection has completed yet"}', "503 Service Unavailable")
+
+    def handle(server, conn, number):
+        while server.read(conn) is not None:
+            conn.sendall(busy if len(server.requests) == 1 else _answer())
+
+    server = raw_server(handle)
+    response = get_one(server.url, retries=2, backoff=0.05)
+    assert response.ok and response.status == 200, response
+    assert response.attempts == 2
+    assert server.connections == 1  # the 503 was read whole: same connection
+
+
+def test_agent_refusing_then_coming_up_within_the_deadline_is_read(raw_server):
+    port = procs.free_port()
+    servers = []
+
+    def start_late() -> None:
+        time.sleep(0.25)
+        server = ThreadingHTTPServer(("127.0.0.1", port), _OkHandler)
+        servers.append(server)
+        server.serve_forever(poll_interval=0.05)
+
+    threading.Thread(target=start_late, daemon=True).start()
+    try:
+        response = get_one(f"http://127.0.0.1:{port}", retries=5, backoff=0.1, timeout=5)
+    finally:
+        for server in servers:
+            server.shutdown()
+            server.server_close()
+    assert response.ok, response
+    assert response.attempts >= 2
+
+
+def test_closed_port_fails_fast_after_the_retries_with_the_refusal():
+    started = time.monotonic()
+    response = get_one(f"http://127.0.0.1:{procs.free_port()}", retries=2, backoff=0.05)
+    assert not response.ok
+    assert "cannot connect" in response.error and "refused" in response.error
+    assert response.attempts == 3
+    assert time.monotonic() - started < 1.5
+
+
+@pytest.mark.parametrize("kind", ["503", "refused"])
+def test_retries_never_go_past_the_timeout(raw_server, kind):
+    if kind == "503":
+        busy = _answer(b"busy", "503 Service Unavailable")
+        url = raw_server(serve_forever(busy)).url
+    else:
+        url = f"http://127.0.0.1:{procs.free_port()}"
+    started = time.monotonic()
+    response = get_one(url, retries=50, backoff=0.05, timeout=0.6)
+    elapsed = time.monotonic() - started
+    assert response.duration_s <= 0.6
+    assert elapsed < 1.5
+    assert 2 <= response.attempts < 10
+    if kind == "503":
+        assert response.status == 503 and response.body == b"busy"
+    else:
+        assert "refused" in response.error
+
+
+def test_timeout_is_not_retried_and_closes_the_connection(raw_server):
+    closed = threading.Event()
+
+    def handle(server, conn, number):
+        server.read(conn)
+        conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 1000\r\n\r\n" + BODY)  # then stalls
+        if conn.recv(1) == b"":
+            closed.set()
+
+    server = raw_server(handle)
+    response = get_one(server.url, retries=3, backoff=0.01, timeout=0.3)
+    assert response.error == "timed out after 0.3 s"
+    assert response.attempts == 1
+    assert server.connections == 1
+    assert closed.wait(2)
+
+
+def test_a_hanging_agent_does_not_hold_up_the_others(raw_server):
+    hung = raw_server(lambda server, conn, number: (server.read(conn), time.sleep(3)))
+    fast = [raw_server(serve_forever(_answer())) for _ in range(3)]
+    [responses] = get([hung.url] + [s.url for s in fast], concurrency=2, timeout=0.5)
+    assert "timed out" in responses[0].error
+    assert all(r.ok and r.duration_s < 0.4 for r in responses[1:]), responses
+
+
+def test_content_length_over_the_limit_fails_at_once(raw_server):
+    def handle(server, conn, number):
+        server.read(conn)
+        conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 5000\r\n\r\n")
+        time.sleep(3)
+
+    server = raw_server(handle)
+    started = time.monotonic()
+    response = get_one(server.url, max_body=1000, timeout=3)
+    assert response.error.startswith("answer body larger than 1000 bytes")
+    assert time.monotonic() - started < 1.5
+
+
+def test_chunked_body_growing_past_the_limit_fails(raw_server):
+    def handle(server, conn, number):
+        server.read(conn)
+        conn.sendall(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n")
+        for _ in range(100):
+            conn.sendall(b"1000\r\n" + b"x" * 4096 + b"\r\n")
+
+    server = raw_server(handle)
+    response = get_one(server.url, max_body=10 * 1024)
+    assert response.error.startswith("answer body larger than 10 KiB"), response
+    assert response.attempts == 1
+
+
+def test_close_delimited_body_growing_past_the_limit_fails(raw_server):
+    def handle(server, conn, number):
+        server.read(conn)
+        conn.sendall(b"HTTP/1.0 200 OK\r\n\r\n" + b"x" * 20000)
+
+    server = raw_server(handle)
+    response = get_one(server.url, max_body=10 * 1024)
+    assert response.error.startswith("answer body larger than 10 KiB"), response
+
+
+def test_head_larger_than_64_kib_fails(raw_server):
+    def handle(server, conn, number):
+        server.read(conn)
+        conn.sendall(b"HTTP/1.1 200 OK\r\n" + b"X-Padding: " + b"x" * 70000 + b"\r\n\r\n")
+
+    response = get_one(raw_server(handle).url)
+    assert response.error.startswith("answer head larger than 64 KiB"), response
+
+
+@pytest.mark.parametrize(
+    ("answer", "reason"),
+    [
+        (b"SSH-2.0-OpenSSH_9.6\r\n\r\n", "malformed HTTP status line"),
+        (b"HTTP/1.1 2000 OK\r\nContent-Length: 0\r\n\r\n", "malformed HTTP status line"),
+        (b"HTTP/2 200\r\n\r\n", "malformed HTTP status line"),
+        (b"HTTP/1.1 200 OK\r\nno colon here\r\n\r\n", "malformed HTTP header line"),
+        (b"HTTP/1.1 200 OK\r\nContent-Length: -1\r\n\r\n", "malformed Content-Length"),
+        (b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nContent-Length: 3\r\n\r\n", "Content-Length"),
+        (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n", "malformed chunk size"),
+        (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nabX", "no CRLF"),
+    ],
+)
+def test_malformed_answers_fail_clearly_and_are_not_retried(raw_server, answer, reason):
+    server = raw_server(serve_forever(answer))
+    response = get_one(server.url, retries=2)
+    assert reason in response.error, response
+    assert server.url.removeprefix("http://") in response.error
+    assert response.attempts == 1
+
+
+def test_connection_dropped_mid_answer_is_retried(raw_server):
+    def handle(server, conn, number):
+        while server.read(conn) is not None:
+            if number == 1:
+                conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n" + BODY[:5])
+                return
+            conn.sendall(_answer())
+
+    server = raw_server(handle)
+    response = get_one(server.url, retries=1, backoff=0.01)
+    assert response.ok, response
+    assert response.attempts == 2
+
+
+def test_connection_dropped_mid_answer_is_an_error_without_retries(raw_server):
+    def handle(server, conn, number):
+        server.read(conn)
+        conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n" + BODY[:5])
+
+    response = get_one(raw_server(handle).url, retries=0)
+    assert "before the answer was complete" in response.error, response
+
+
+@pytest.mark.parametrize(
+    ("url", "token", "reason"),
+    [
+        ("ftp://127.0.0.1/", "t", "unsupported URL scheme"),
+        ("http://", "t", "invalid URL"),
+        ("http://127.0.0.1:99999/", "t", "invalid URL"),
+        ("http://127.0.0.1:1/", "t\r\nX-Evil: 1", "invalid characters"),
+        ("http://127.0.0.1:1/a b", "t", "invalid characters"),
+        ("http://127.0.0.1:1/", "tökén", "non-ASCII"),
+    ],
+)
+def test_unusable_urls_and_tokens_fail_without_a_request(url, token, reason):
+    response = get_one(url, token=token)
+    assert reason in response.error, response
+    assert response.attempts == 0
+
+
+def test_unknown_host_is_a_clear_error_without_retries():
+    response = get_one("http://no-such-host.invalid:9/", retries=3)
+    assert response.error.startswith("cannot resolve no-such-host.invalid"), response
+    assert response.attempts == 1
+
+
+def test_ipv6_literal(raw_server):
+    server = raw_server(serve_forever(_answer()), host="::1")
+    response = get_one(server.url + "/x")
+    assert response.ok, response
+    assert f"Host: [::1]:{server.port}".encode() in server.requests[0]
+
+
+def test_concurrency_bounds_the_requests_in_flight(raw_server):
+    state = {"now": 0, "most": 0}
+    lock = threading.Lock()
+
+    def handle(server, conn, number):
+        while server.read(conn) is not None:
+            with lock:
+                state["now"] += 1
+                state["most"] = max(state["most"], state["now"])
+            time.sleep(0.03)
+            with lock:
+                state["now"] -= 1
+            conn.sendall(_answer())
+
+    server = raw_server(handle)
+    [responses] = get([server.url] * 20, concurrency=4)
+    assert all(r.ok for r in responses)
+    assert 2 <= state["most"] <= 4
+
+
+def test_callback_sees_each_answer_and_its_errors_are_raised(raw_server):
+    server = raw_server(serve_forever(_answer()))
+    seen = []
+
+    def on_response(index: int, response: fanout.Response) -> None:
+        seen.append(index)
+        if index == 1:
+            raise ValueError("callback bug")
+
+    with pytest.raises(ValueError, match="callback bug"):
+        get([server.url] * 3, on_response=on_response)
+    assert sorted(seen) == [0, 1, 2]
+
+
+class _OkHandler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def do_GET(self) -> None:
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(BODY)))
+        self.end_headers()
+        self.wfile.write(BODY)
+
+    def log_message(self, *args) -> None:
+        pass
+
+
+@pytest.fixture(scope="module")
+def tls_files(tmp_path_factory) -> tuple[str, str]:
+    """A self-signed certificate for 127.0.0.1 and localhost, and its key."""
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "gpu-agent test")])
+    now = datetime.datetime.now(datetime.UTC)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(
+            x509.SubjectAlternativeName(
+                [x509.IPAddress(ipaddress.ip_address("127.0.0.1")), x509.DNSName("localhost")]
+            ),
+            critical=False,
+        )
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(key, hashes.SHA256())
+    )
+    folder = tmp_path_factory.mktemp("tls")
+    cert_path, key_path = folder / "cert.pem", folder / "key.pem"
+    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_path.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+    )
+    return str(cert_path), str(key_path)
+
+
+@pytest.fixture
+def tls_server(tls_files) -> Iterator[str]:
+    cert, key = tls_files
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _OkHandler)
+    server.daemon_threads = True
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(cert, key)
+    server.socket = context.wrap_socket(server.socket, server_side=True)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"https://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+
+
+def test_https_with_a_trusted_certificate(tls_server, tls_files):
+    context = ssl.create_default_context(cafile=tls_files[0])
+    cycles = get([tls_server + "/v1/snapshot"], cycles=2, pool=fanout.Pool(ssl_context=context))
+    assert [r[0].body for r in cycles] == [BODY, BODY], cycles
+
+
+def test_https_with_an_untrusted_certificate_is_a_clear_error(tls_server):
+    response = get_one(tls_server, retries=2)  # the default context: system CAs only
+    assert response.error.startswith("TLS error with 127.0.0.1:"), response
+    assert "CERTIFICATE_VERIFY_FAILED" in response.error
+    assert response.attempts == 1
