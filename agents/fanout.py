@@ -85,10 +85,6 @@ class Pool:
             self._ssl_context = ssl.create_default_context()
         return self._ssl_context
 
-    @property
-    def connection_count(self) -> int:
-        return len(self._connections)
-
     async def get_all(
         self,
         requests: Sequence[tuple[str, str]],
