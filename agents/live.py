@@ -56,12 +56,20 @@ def fleet_picture() -> str:
     return text
 
 
-def publish_nodes(node_ids: list[int], latest: dict[int, dict[str, Any]] | None = None) -> None:
-    """Push fresh tiles to the fleet page and fresh cards to watched node pages."""
+def publish_nodes(
+    node_ids: list[int],
+    latest: dict[int, dict[str, Any]] | None = None,
+    rows: list[dict[str, Any]] | None = None,
+) -> None:
+    """Push fresh tiles to the fleet page and fresh cards to watched node pages.
+
+    ``latest`` and ``rows`` (the nodes as readings.node_summaries reads them) save the
+    reads when the caller has them in hand, as the poller does.
+    """
     layer = get_channel_layer()
     if layer is None or not node_ids:
         return
-    summaries = readings.node_summaries(node_ids, latest)
+    summaries = readings.node_summaries(node_ids, latest, rows)
     send = async_to_sync(_send_all)
     details = []
     for node in Node.objects.filter(pk__any=watched(node_ids)):

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable
+from datetime import UTC, datetime
+from operator import itemgetter
 from typing import Any
 
 import orjson
@@ -135,12 +137,19 @@ def latest_for(node_ids: Iterable[int]) -> dict[int, dict[str, Any]]:
     return {i: r for i, r in found.items() if _fresh(r, now)}
 
 
-def _node_fields(node: dict[str, Any]) -> dict[str, Any]:
+def _node_fields(node: dict[str, Any], latest: dict[str, Any] | None) -> dict[str, Any]:
+    last_seen = node["last_seen"].timestamp() if node["last_seen"] else None
+    # The database keeps last_seen to services.NODE_LAST_SEEN_RESOLUTION; the readings
+    # say when the node last answered.
+    if (stored_at := (latest or {}).get("stored_at")) and (
+        last_seen is None or stored_at > last_seen
+    ):
+        last_seen = stored_at
     return {
         "id": node["pk"],
         "name": node["name"],
         "state": node["state"],
-        "last_seen": node["last_seen"].isoformat() if node["last_seen"] else None,
+        "last_seen": datetime.fromtimestamp(last_seen, tz=UTC).isoformat() if last_seen else None,
         "last_error": node["last_error"],
     }
 
@@ -165,7 +174,7 @@ def summarize(node: dict[str, Any], latest: dict[str, Any] | None, gpu_count: in
         model = get("name") or ""
         models[model] = models.get(model, 0) + 1
     return {
-        **_node_fields(node),
+        **_node_fields(node, latest),
         "collected_at": (latest or {}).get("collected_at"),
         "gpu_count": max(gpu_count, len(cards)),
         "gpus_lost": lost,
@@ -181,12 +190,18 @@ def summarize(node: dict[str, Any], latest: dict[str, Any] | None, gpu_count: in
 def node_summaries(
     node_ids: Iterable[int] | None = None,
     latest: dict[int, dict[str, Any]] | None = None,
+    rows: list[dict[str, Any]] | None = None,
 ) -> list[dict]:
-    """Fleet tiles for the given nodes (all by default); ``latest`` saves a cache read."""
-    nodes = Node.objects.order_by("name")
-    if node_ids is not None:
-        nodes = nodes.filter(pk__any=list(node_ids))
-    rows = [dict(zip(_NODE_FIELDS, r, strict=True)) for r in nodes.values_list(*_NODE_FIELDS)]
+    """Fleet tiles for the given nodes (all by default).
+
+    ``latest`` saves a cache read and ``rows`` (dicts of _NODE_FIELDS) a database read.
+    """
+    if rows is None:
+        nodes = Node.objects.all()
+        if node_ids is not None:
+            nodes = nodes.filter(pk__any=list(node_ids))
+        rows = [dict(zip(_NODE_FIELDS, r, strict=True)) for r in nodes.values_list(*_NODE_FIELDS)]
+    rows = sorted(rows, key=itemgetter("name"))
     latest = dict(latest or {})
     missing = [r["pk"] for r in rows if r["pk"] not in latest]
     if missing:
@@ -212,7 +227,7 @@ def node_detail(node: Node, latest: dict[str, Any] | None = None) -> dict:
     )
     row = {f: getattr(node, f) for f in _NODE_FIELDS}
     return {
-        **_node_fields(row),
+        **_node_fields(row, latest),
         "collected_at": (latest or {}).get("collected_at"),
         "gpus": [
             {

@@ -115,15 +115,34 @@ def _node_identity(snapshot: dict[str, Any]) -> dict[str, str]:
     }
 
 
+# A node's last_seen in the database moves at most this often while it keeps answering
+# (rewriting 1,000 rows every cycle was most of PostgreSQL's work); pages and pushes
+# show the exact moment from the latest readings (readings.summarize).
+NODE_LAST_SEEN_RESOLUTION = timedelta(seconds=30)
+
+
 def _record_answers(answered: dict[int, dict], known: dict[int, dict], now: datetime) -> None:
+    stale = now - NODE_LAST_SEEN_RESOLUTION
+    touch, wake = [], []
     for pk, snapshot in answered.items():
+        row = known[pk]
         identity = _node_identity(snapshot)
-        if any(identity[f] != known[pk][f] for f in _NODE_IDENTITY):
+        if any(identity[f] != row[f] for f in _NODE_IDENTITY):
             Node.objects.filter(pk=pk).update(**identity)
-    nodes = Node.objects.filter(pk__any=list(answered))
-    nodes.update(last_seen=now, missed_polls=0, last_error="", poll_after=None, updated=now)
-    # Admin states (draining, maintenance) are never overridden by polling.
-    nodes.filter(state=NodeState.OFFLINE).update(state=NodeState.ONLINE)
+        if (
+            row["missed_polls"] or row["last_error"] or row["poll_after"]
+            or row["last_seen"] is None or row["last_seen"] < stale
+        ):  # fmt: skip
+            touch.append(pk)
+        # Admin states (draining, maintenance) are never overridden by polling.
+        if row["state"] == NodeState.OFFLINE:
+            wake.append(pk)
+    if touch:
+        Node.objects.filter(pk__any=touch).update(
+            last_seen=now, missed_polls=0, last_error="", poll_after=None, updated=now
+        )
+    if wake:
+        Node.objects.filter(pk__any=wake, state=NodeState.OFFLINE).update(state=NodeState.ONLINE)
 
 
 def _record_failures(failed: dict[int, str], known: dict[int, dict], now: datetime) -> list[str]:
@@ -264,7 +283,10 @@ def record_poll_results(
     summary = PollSummary(polled=len(results))
     if not results:
         return summary
-    columns = ("pk", "missed_polls", *_NODE_IDENTITY)
+    columns = (
+        "pk", "name", "state", "missed_polls", "last_seen", "last_error", "poll_after",
+        *_NODE_IDENTITY,
+    )  # fmt: skip
     with transaction.atomic():
         known = {
             row[0]: dict(zip(columns, row, strict=True))
@@ -281,6 +303,23 @@ def record_poll_results(
         summary.answered, summary.failed, summary.gpus_seen = len(answered), failed, len(gpu_ids)
         latest = readings.store_latest(answered)
         rollups.buffer_samples(answered, gpu_ids, now)
-        node_ids = list(known)
-        transaction.on_commit(lambda: live.publish_nodes(node_ids, latest))
+        tiles = _tile_rows(known, answered, failed, summary.went_offline, now)
+        transaction.on_commit(lambda: live.publish_nodes(list(known), latest, tiles))
     return summary
+
+
+def _tile_rows(known, answered, failed, went_offline, now) -> list[dict[str, Any]]:
+    """The nodes as they now stand, for the push: what was read, with this cycle applied."""
+    offline = set(went_offline)
+    rows = []
+    for pk, row in known.items():
+        state, last_seen, error = row["state"], row["last_seen"], row["last_error"]
+        if pk in answered:
+            last_seen, error = now, ""
+            state = NodeState.ONLINE if state == NodeState.OFFLINE else state
+        elif pk in failed:
+            error = failed[pk][:1000]
+            state = NodeState.OFFLINE if row["name"] in offline else state
+        rows.append({"pk": pk, "name": row["name"], "state": state, "last_seen": last_seen,
+                     "last_error": error})  # fmt: skip
+    return rows
