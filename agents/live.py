@@ -15,10 +15,12 @@ from typing import Any
 import orjson
 from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
+from django.conf import settings
 from django.core.cache import cache
 
 from agents import readings
 from agents.models import Node
+from portal import redis_client
 
 FLEET_GROUP = "fleet"
 # A watcher refreshes its key on every update it gets; a vanished one lapses after this.
@@ -29,17 +31,56 @@ def node_group(node_id: int) -> str:
     return f"node.{node_id}"
 
 
-def _watch_key(node_id: int) -> str:
-    return f"live:watched:{node_id}"
+class _RedisWatchers:
+    """Watched nodes in one sorted set scored by expiry: one command per check, not one key
+    per node (the check runs every cycle for every node polled)."""
+
+    def __init__(self) -> None:
+        self.key = redis_client.key("live", "watched")
+
+    def watch(self, node_id: int, until: float) -> None:
+        pipe = redis_client.client().pipeline(transaction=False)
+        pipe.zadd(self.key, {node_id: until})
+        pipe.zremrangebyscore(self.key, "-inf", time.time())  # lapsed watchers
+        pipe.expire(self.key, WATCH_TTL_S)
+        pipe.execute()
+
+    def watched(self) -> set[int]:
+        return {int(m) for m in redis_client.client().zrangebyscore(self.key, time.time(), "+inf")}
+
+
+class _MemoryWatchers:
+    """The embedded default: one process, so a dict will do."""
+
+    def __init__(self) -> None:
+        self.until: dict[int, float] = {}
+
+    def watch(self, node_id: int, until: float) -> None:
+        self.until[node_id] = until
+
+    def watched(self) -> set[int]:
+        now = time.time()
+        return {n for n, until in self.until.items() if until > now}
+
+
+_watchers: _RedisWatchers | _MemoryWatchers | None = None
+
+
+def _watching() -> _RedisWatchers | _MemoryWatchers:
+    global _watchers
+    if _watchers is None:
+        _watchers = _RedisWatchers() if settings.REDIS_URL else _MemoryWatchers()
+    return _watchers
 
 
 def watch(node_id: int) -> None:
-    cache.set(_watch_key(node_id), 1, timeout=WATCH_TTL_S)
+    _watching().watch(node_id, time.time() + WATCH_TTL_S)
 
 
 def watched(node_ids: Iterable[int]) -> list[int]:
-    found = cache.get_many([_watch_key(i) for i in node_ids])
-    return [int(key.rsplit(":", 1)[1]) for key in found]
+    """Those of the given nodes that someone watches now."""
+    watching = _watching().watched()
+    return [i for i in node_ids if i in watching] if watching else []
 
 
 # Dashboards that open together share one picture of the fleet, at most this old;

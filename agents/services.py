@@ -9,9 +9,11 @@ from the snapshots in hand rather than read back from the database.
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import logging
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -93,15 +95,34 @@ def agent_targets(node_ids: Iterable[int] | None = None) -> list[poller.AgentTar
     ]
 
 
+@contextlib.contextmanager
+def _gc_paused() -> Iterator[None]:
+    """No cyclic garbage collection for the span of one cycle.
+
+    A cycle allocates a few hundred thousand short-lived objects (parsed snapshots,
+    rows, tiles), which set off dozens of collections that each walk every live object
+    of the process: a third of the cycle's CPU, measured. Those objects form trees, not
+    cycles, so reference counting frees them anyway; collection resumes right after.
+    """
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
 def poll_fleet(node_ids: Iterable[int] | None = None) -> PollSummary:
     """One poll cycle over the given agent nodes (all of them by default)."""
     started = time.perf_counter()
-    results = poller.poll(
-        agent_targets(node_ids),
-        timeout=settings.GPU_POLL_TIMEOUT,
-        concurrency=settings.GPU_POLL_CONCURRENCY,
-    )
-    summary = record_poll_results(results)
+    with _gc_paused():
+        results = poller.poll(
+            agent_targets(node_ids),
+            timeout=settings.GPU_POLL_TIMEOUT,
+            concurrency=settings.GPU_POLL_CONCURRENCY,
+        )
+        summary = record_poll_results(results)
     metrics.record_poll(time.perf_counter() - started, summary.polled, len(summary.failed))
     return summary
 

@@ -200,3 +200,19 @@ def test_unchanged_cards_skip_the_comparison_yet_every_change_lands():
         ("GPU-2", GpuHealth.LOST),
         ("GPU-3", GpuHealth.OK),
     }
+
+
+def test_a_cycle_pauses_garbage_collection_and_always_restores_it(db, monkeypatch):
+    import gc
+
+    seen = []
+
+    def poll(*args, **kwargs):
+        seen.append(gc.isenabled())
+        raise ConnectionError("boom")
+
+    monkeypatch.setattr(services.poller, "poll", poll)
+    assert gc.isenabled()
+    with pytest.raises(ConnectionError):
+        services.poll_fleet()
+    assert seen == [False] and gc.isenabled()
