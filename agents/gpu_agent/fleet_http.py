@@ -68,6 +68,8 @@ class _PutRequest:
         self.close_connection = False
 
 
+# HTTPStatus(status).phrase is an enum lookup per response; a dict is a tenth of that.
+_REASONS = {status.value: status.phrase for status in HTTPStatus}
 _date_cache: tuple[int, str] = (0, "")
 
 
@@ -80,7 +82,14 @@ def _http_date() -> str:
     return _date_cache[1]
 
 
-class AgentProtocol(asyncio.Protocol):
+# Where every connection receives into. A plain Protocol gets each read as a new bytes
+# object that asyncio sizes for 256 KiB: an mmap, mremap and munmap per request (seen
+# with strace), a tenth of a fresh snapshot's CPU. One buffer serves all connections:
+# the loop has one thread, and each read is copied out before the next one starts.
+_RECV_BUFFER = memoryview(bytearray(64 * 1024))
+
+
+class AgentProtocol(asyncio.BufferedProtocol):
     """One client connection to one virtual node; requests are answered in arrival order."""
 
     def __init__(self, site: Site, connections: set[AgentProtocol]) -> None:
@@ -107,7 +116,13 @@ class AgentProtocol(asyncio.Protocol):
         if self.transport is not None:
             self.transport.close()
 
-    def data_received(self, data: bytes) -> None:
+    def get_buffer(self, sizehint: int) -> memoryview:
+        return _RECV_BUFFER
+
+    def buffer_updated(self, nbytes: int) -> None:
+        self.data_received(_RECV_BUFFER[:nbytes])
+
+    def data_received(self, data: bytes | memoryview) -> None:
         self.last_active = time.monotonic()
         self.buffer += data
         try:
@@ -270,7 +285,7 @@ class AgentProtocol(asyncio.Protocol):
         if self.transport is None or self.closing:
             return
         lines = [
-            f"HTTP/1.1 {status} {HTTPStatus(status).phrase}",
+            f"HTTP/1.1 {status} {_REASONS[status]}",
             f"Server: {_SERVER}",
             f"Date: {_http_date()}",
             f"Content-Type: {content_type}",

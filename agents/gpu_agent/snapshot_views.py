@@ -22,6 +22,7 @@ _BUILDERS: dict[str, Callable[[NodeSnapshot], dict[str, Any]]] = {
     PORTAL: NodeSnapshot.to_portal_dict,
 }
 VIEWS = tuple(_BUILDERS)
+_PLAIN_QUERIES = {"": FULL, **{f"view={view}": view for view in VIEWS}}
 # The C encoder without the cycle check: the documents are trees built just above.
 _ENCODER = json.JSONEncoder(separators=(",", ":"), check_circular=False)
 
@@ -35,8 +36,9 @@ def requested_view(query: str) -> str:
 
     Other parameters are ignored, as they always were. Raises ``UnknownView``.
     """
-    if not query:
-        return FULL
+    view = _PLAIN_QUERIES.get(query)
+    if view is not None:
+        return view  # what the portal and people send, without parsing
     asked = [value for name, value in parse_qsl(query, keep_blank_values=True) if name == "view"]
     if not asked:
         return FULL

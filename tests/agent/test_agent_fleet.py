@@ -177,6 +177,41 @@ def test_desired_state_put_to_a_virtual_node_shows_in_its_next_snapshot(
     assert other["slices"] == []
 
 
+def test_a_body_larger_than_the_receive_buffer_arrives_whole_on_two_connections_at_once(
+    start_agent: Callable[..., Any],
+) -> None:
+    # The fleet receives every connection's bytes into one shared 64 KiB buffer: bodies
+    # several times that size, sent in interleaved pieces on two connections, must not mix.
+    agent = start_agent(
+        "--backend", "sim", "--nodes", "2", "--gpus", "1", "--token", "T", "--interval", "60",
+        nodes=2,
+    )  # fmt: skip
+    socks = [socket.create_connection(("127.0.0.1", _port(url)), timeout=5) for url in agent.urls]
+    try:
+        requests = []
+        for padding in (150_000, 157_001):
+            body = json.dumps({"slices": []}).encode() + b" " * padding
+            head = (
+                f"PUT /v1/desired-state HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer T\r\n"
+                f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+            ).encode()
+            follow = b"GET /v1/desired-state HTTP/1.1\r\nAuthorization: Bearer T\r\n"
+            requests.append(head + body + follow + b"Connection: close\r\n\r\n")
+        for offset in range(0, max(map(len, requests)), 40_000):
+            for sock, request in zip(socks, requests, strict=True):
+                if chunk := request[offset : offset + 40_000]:
+                    sock.sendall(chunk)
+        for sock in socks:
+            data = b""
+            while chunk := sock.recv(65536):
+                data += chunk
+            assert re.findall(rb"HTTP/1\.1 (\d{3}) ", data) == [b"200", b"200"]
+            assert data.count(b'"generation":1') == 2
+    finally:
+        for sock in socks:
+            sock.close()
+
+
 def test_sigterm_stops_a_250_node_simulator_promptly_with_code_0(
     start_agent: Callable[..., Any], get: Callable[..., Any]
 ) -> None:

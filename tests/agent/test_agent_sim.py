@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 import re
 from dataclasses import dataclass
 from itertools import pairwise
@@ -174,3 +176,24 @@ def test_a_long_pause_does_not_break_the_model() -> None:
         assert 0 <= a.utilization_gpu_pct <= 100
         assert a.energy_mj > b.energy_mj
         assert a.power_w <= a.power_limit_w * 1.05
+
+
+# Readings of three models over 40 collections (steady, zero, fractional and 3-day steps),
+# as the simulator gave them before its hot loop was tuned for fleets: speeding it up
+# must not change what it simulates. A deliberate change to the model updates this.
+PINNED_READINGS_SHA256 = "680932bdd8a37aa5894af6f88c24e1fa3734ea44a01c870252677f8bd87abb2c"
+
+
+def test_the_simulated_readings_are_pinned() -> None:
+    clock = FakeClock()
+    models = ("NVIDIA A100-SXM4-80GB", "NVIDIA L40S", "NVIDIA GeForce RTX 4090")
+    backends = [SimulatedBackend(f"pin-{i}", 8, m, 42, clock) for i, m in enumerate(models)]
+    digest = hashlib.sha256()
+    for dt in [5.0] * 30 + [0.0, 0.7, 13.0, 3 * 86_400.0] + [1.0] * 6:
+        clock.now += dt
+        for backend in backends:
+            digest.update(json.dumps(backend.collect().to_dict(), sort_keys=True).encode())
+    last = backends[0].collect().gpus[0]
+    assert (last.utilization_gpu_pct, last.power_w, last.temperature_c) == (92, 318.216, 62)
+    assert (last.memory_used_mib, last.energy_mj) == (33099, 191367837596)
+    assert digest.hexdigest() == PINNED_READINGS_SHA256

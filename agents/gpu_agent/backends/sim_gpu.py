@@ -115,31 +115,8 @@ class SimGpu:
         return s.idle_temp_c + (s.max_temp_c - s.idle_temp_c) * _clamp(heat, 0, 1)
 
     def step(self, t: float, dt: float) -> GpuReading:
-        s, rng = self.spec, self.rng
         if dt > 0:
-            # Ornstein-Uhlenbeck: pull toward the profile's target, noise scaled by sqrt(dt)
-            # so the walk looks the same whatever the collection interval. Noise dt is capped
-            # so a long pause (suspended laptop) does not produce one wild jump.
-            walk_dt = min(dt, 10.0)
-            target = self.profile.target_at(t)
-            self.util += (target - self.util) * (1 - math.exp(-0.4 * dt))
-            self.util += rng.gauss(0, self.profile.volatility * math.sqrt(walk_dt))
-            self.util = _clamp(self.util, 0, 100)
-            mem_target = self._memory_target()
-            # Jobs allocate over tens of seconds but free everything at once when they exit.
-            mem_tau = 30.0 if mem_target >= self.mem_used else 2.0
-            if self.processes:
-                mem_tau = 2.0  # a scripted process states its memory; follow it closely
-            self.mem_used += (mem_target - self.mem_used) * (1 - math.exp(-dt / mem_tau))
-            if self.profile.kind != "idle" and not self.processes:
-                self.mem_used += rng.gauss(0, 0.002 * s.memory_mib * math.sqrt(walk_dt))
-            self.mem_used = _clamp(self.mem_used, 0, s.memory_mib)
-            previous_power = self.power
-            self.power += (self._power_target() - self.power) * (1 - math.exp(-dt / 1.5))
-            self.power += rng.gauss(0, 0.01 * s.power_limit_w * math.sqrt(walk_dt))
-            self.power = _clamp(self.power, s.idle_power_w * 0.85, s.power_limit_w * 1.02)
-            self.energy_mj += (previous_power + self.power) / 2 * dt * 1000
-            self.temp += (self._temp_target() - self.temp) * (1 - math.exp(-dt / 20))
+            self._advance(t, dt)
         if self.lost:
             # A card off the bus answers nothing but what the driver remembers of it.
             return GpuReading(
@@ -151,6 +128,52 @@ class SimGpu:
                 health="lost",
             )
         return self._reading(dt)
+
+    def _advance(self, t: float, dt: float) -> None:
+        # The simulator's hot loop (a fresh snapshot of 1,000 nodes x 8 cards every few
+        # seconds): state in locals, _clamp's min(max()) written out, the noise scale
+        # computed once. The arithmetic and the draws from rng are those of the plain
+        # version, in the same order, so a seed and a clock give the same readings to the
+        # last bit.
+        s, rng, profile = self.spec, self.rng, self.profile
+        gauss, exp = rng.gauss, math.exp
+        # Ornstein-Uhlenbeck: pull toward the profile's target, noise scaled by sqrt(dt)
+        # so the walk looks the same whatever the collection interval. Noise dt is capped
+        # so a long pause (suspended laptop) does not produce one wild jump.
+        noise = math.sqrt(min(dt, 10.0))
+        util = self.util
+        util += (profile.target_at(t) - util) * (1 - exp(-0.4 * dt))
+        util += gauss(0, profile.volatility * noise)
+        if util < 0:
+            util = 0
+        if util > 100:
+            util = 100
+        self.util = util
+        mem_target = self._memory_target()
+        mem_used = self.mem_used
+        # Jobs allocate over tens of seconds but free everything at once when they exit.
+        mem_tau = 30.0 if mem_target >= mem_used else 2.0
+        if self.processes:
+            mem_tau = 2.0  # a scripted process states its memory; follow it closely
+        mem_used += (mem_target - mem_used) * (1 - exp(-dt / mem_tau))
+        if profile.kind != "idle" and not self.processes:
+            mem_used += gauss(0, 0.002 * s.memory_mib * noise)
+        if mem_used < 0:
+            mem_used = 0
+        if mem_used > s.memory_mib:
+            mem_used = s.memory_mib
+        self.mem_used = mem_used
+        previous_power = power = self.power
+        power += (self._power_target() - power) * (1 - exp(-dt / 1.5))
+        power += gauss(0, 0.01 * s.power_limit_w * noise)
+        low, high = s.idle_power_w * 0.85, s.power_limit_w * 1.02
+        if power < low:
+            power = low
+        if power > high:
+            power = high
+        self.power = power
+        self.energy_mj += (previous_power + power) / 2 * dt * 1000
+        self.temp += (self._temp_target() - self.temp) * (1 - exp(-dt / 20))
 
     def _reading(self, dt: float) -> GpuReading:
         s, rng = self.spec, self.rng

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Literal
 
 
@@ -21,7 +22,7 @@ class GpuSpec:
     max_temp_c: float = 78.0
     fan: bool = False  # data-centre boards are passively cooled: NVML has no fan speed
 
-    @property
+    @cached_property  # read twice per simulated reading; a frozen spec never changes it
     def reserved_mib(self) -> int:
         # What the driver keeps for itself, as nvidia-smi's "Reserved" line (about 0.6%).
         return round(self.memory_mib * 0.006)

@@ -57,8 +57,11 @@ class XidTally:
         return self._last.get(gpu_index, 0)
 
     def counts(self, gpu_index: int) -> list[XidCount]:
+        per_gpu = self._counts.get(gpu_index)
+        if not per_gpu:
+            return []  # most cards, most of the time: no sorting, no closure
         # Copies: the published snapshot must not change under a reader.
         return [
             XidCount(c.xid, c.count, c.last_seen_at)
-            for c in sorted(self._counts.get(gpu_index, {}).values(), key=lambda c: c.xid)
+            for c in sorted(per_gpu.values(), key=lambda c: c.xid)
         ]
