@@ -3,14 +3,22 @@
 Each poll cycle appends one compact blob of its readings to a buffer for the
 current minute (one Redis RPUSH, whatever the fleet size). Once a minute has
 passed, ``flush`` claims its buffer atomically (a Redis RENAME, so two workers
-never flush the same minute), aggregates it into ``GpuMinute``/``OwnerMinute``
-rows and recomputes the hours it touched from those minutes. Retention prunes
-both. Queries take a set of GPU ids and a time range, so per-allocation and
-per-tenant history can be built on top by mapping them to GPUs and intervals.
+never flush the same minute) and merges it into ``GpuMinute``/``OwnerMinute``
+rows; the hours get the same merge (sample-weighted averages, maxima of maxima),
+on PostgreSQL every FOLD_EVERY minutes for all those minutes at once. A minute
+can be merged more than once: samples that arrive after their minute was flushed
+are claimed later and merged into the rows already there. Each claim is recorded
+in the transaction that merges it (``agents_rollupclaim``), so a claim retried
+after its commit (the worker died before deleting it) is not merged twice.
+Retention prunes both. Queries take a set of GPU ids and a time range, so
+per-allocation and per-tenant history can be built on top by mapping them to
+GPUs and intervals.
 """
 
 from __future__ import annotations
 
+import math
+import operator
 import threading
 import uuid
 from collections import defaultdict
@@ -19,6 +27,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import orjson
+import psycopg
 import redis
 from django.conf import settings
 from django.db import connection, transaction
@@ -29,7 +38,6 @@ from portal import redis_client
 
 # Per GPU, in this order; None where the card did not report the field.
 SAMPLE_FIELDS = ("utilization_gpu_pct", "memory_used_mib", "power_w", "temperature_c")
-_ROLLUP_FIELDS = ("util", "memory_used", "power", "temperature")
 _ROLLUP_COLUMNS = {
     "util": ("util_avg", "util_max"),
     "memory_used": ("memory_used_avg_mib", "memory_used_max_mib"),
@@ -38,6 +46,10 @@ _ROLLUP_COLUMNS = {
 }
 # A claimed minute whose flush died is retried after this long.
 STALE_CLAIM_S = 300
+# Claims recorded as merged are forgotten after this long; a claim lives in Redis at
+# most 6 hours (the buffer's expiry), so it cannot come back after that.
+CLAIM_MEMORY = timedelta(days=1)
+_CLAIMS_TABLE = "agents_rollupclaim"
 
 
 def minute_of(moment: datetime) -> int:
@@ -49,6 +61,16 @@ def _moment(minute: int) -> datetime:
 
 
 # --- the buffer -----------------------------------------------------------------
+#
+# One blob per cycle: nine JSON arrays joined by tabs (JSON never holds a raw tab),
+# column by column so the flush can hand each column to PostgreSQL as one array:
+#   GPU ids, util, memory used, power, temperature  (one entry per GPU)
+#   GPU ids, owners, memory used, util              (one entry per GPU and process owner)
+# Values are numbers or null (not reported); an owner's util is the sum of its
+# processes' SM utilization, null where no process reported one.
+
+# A claim: (minute, claim id, blobs).
+Claim = tuple[int, str, list[bytes]]
 
 
 class _RedisBuffer:
@@ -67,26 +89,37 @@ class _RedisBuffer:
         pipe.sadd(f"{self.prefix}:pending", minute)
         pipe.execute()
 
-    def claim(self, before: int) -> list[tuple[int, str, list[bytes]]]:
+    def claim(self, before: int) -> list[Claim]:
+        """Claim the buffered minutes before ``before`` and the stale claims of others.
+
+        A claim key names the minute, the minute it was claimed in (staleness counts
+        from the claim, not from the minute: late samples are claimed long after their
+        minute) and a random part.
+        """
+        client, pending = self.client, f"{self.prefix}:pending"
         claimed = []
-        for raw in self.client.smembers(f"{self.prefix}:pending"):
+        for raw in client.smembers(pending):
             minute = int(raw)
             if minute >= before:
                 continue
-            claim_key = f"{self.prefix}:claim:{minute}:{uuid.uuid4().hex}"
+            # Off the pending set before the rename: a late append racing with us
+            # re-adds the minute, so its samples are claimed by a later flush.
+            client.srem(pending, minute)
+            claim_key = f"{self.prefix}:claim:{minute}:{before}:{uuid.uuid4().hex}"
             try:
-                self.client.rename(f"{self.prefix}:buf:{minute}", claim_key)
-            except redis.ResponseError:  # another worker claimed it first
-                self.client.srem(f"{self.prefix}:pending", minute)
+                client.rename(f"{self.prefix}:buf:{minute}", claim_key)
+            except redis.ResponseError:  # no buffer: another worker claimed it first
                 continue
-            self.client.srem(f"{self.prefix}:pending", minute)
-            claimed.append((minute, claim_key, self.client.lrange(claim_key, 0, -1)))
+            claimed.append((minute, claim_key, client.lrange(claim_key, 0, -1)))
         # Claims left behind by a worker that died mid-flush are retried.
-        for key in self.client.scan_iter(f"{self.prefix}:claim:*", count=1000):
+        mine = {c[1] for c in claimed}
+        for key in client.scan_iter(f"{self.prefix}:claim:*", count=1000):
             key = key.decode()
-            minute = int(key.split(":")[-2])
-            if minute < before - STALE_CLAIM_S // 60 and all(c[1] != key for c in claimed):
-                claimed.append((minute, key, self.client.lrange(key, 0, -1)))
+            parts = key[len(self.prefix) + len(":claim:") :].split(":")
+            minute = int(parts[0])
+            claimed_in = int(parts[1]) if len(parts) == 3 else minute  # keys before late merges
+            if claimed_in < before - STALE_CLAIM_S // 60 and key not in mine:
+                claimed.append((minute, key, client.lrange(key, 0, -1)))
         return claimed
 
     def done(self, claim_key: str) -> None:
@@ -104,10 +137,10 @@ class _MemoryBuffer:
         with self.lock:
             self.minutes[minute].append(blob)
 
-    def claim(self, before: int) -> list[tuple[int, str, list[bytes]]]:
+    def claim(self, before: int) -> list[Claim]:
         with self.lock:
             ready = sorted(m for m in self.minutes if m < before)
-            return [(m, str(m), self.minutes.pop(m)) for m in ready]
+            return [(m, f"mem:{m}:{uuid.uuid4().hex}", self.minutes.pop(m)) for m in ready]
 
     def done(self, claim_key: str) -> None:
         pass
@@ -123,76 +156,154 @@ def buffer() -> _RedisBuffer | _MemoryBuffer:
     return _buffer
 
 
+_sample = operator.itemgetter(*SAMPLE_FIELDS)
+# What a JSON array of numbers and nulls holds between its brackets.
+_NUMERIC_JSON = b"0123456789.-+eEnul,"
+
+
 def buffer_samples(answered: dict[int, dict], gpu_ids: dict[str, int], now: datetime) -> None:
     """Append this cycle's readings (per GPU, and per process owner) to the minute's buffer."""
-    gpus: dict[int, list] = {}
-    owners: list[list] = []
+    try:
+        blob = _encode(answered, gpu_ids)
+    except (TypeError, ValueError, AttributeError, LookupError):
+        # Something an agent sent is not what it should be (a string for a number, a
+        # process that is not an object): cleaned, so one bad card cannot spoil the
+        # minute of the whole fleet.
+        blob = _encode(_cleaned(answered), gpu_ids)
+    if blob is not None:
+        buffer().append(minute_of(now), blob)
+
+
+def _encode(answered: dict[int, dict], gpu_ids: dict[str, int]) -> bytes | None:
+    """The cycle's blob; raises on a value that is not a number where one belongs."""
+    samples: dict[int, tuple] = {}
+    owned: list[tuple] = []  # (gpu id, owner, memory used, util)
+    pk_of = gpu_ids.get
     for snapshot in answered.values():
         for gpu in snapshot["gpus"]:
-            pk = gpu_ids.get(gpu["uuid"])
+            pk = pk_of(gpu["uuid"])
             if pk is None:
                 continue
-            gpus[pk] = [gpu.get(f) for f in SAMPLE_FIELDS]
-            per_owner: dict[str, list[float | None]] = {}
-            for process in gpu.get("processes") or ():
-                owner = str(process.get("user") or "")[:64]
+            try:
+                samples[pk] = _sample(gpu)
+            except KeyError:  # the agent leaves out what the card did not report
+                samples[pk] = tuple([gpu.get(f) for f in SAMPLE_FIELDS])
+            processes = gpu.get("processes")
+            if not processes:
+                continue
+            if len(processes) == 1:  # the usual case: one job, one owner
+                process = processes[0]
+                if owner := process.get("user"):
+                    memory = process.get("memory_used_mib") or 0
+                    owned.append((pk, owner, memory, process.get("sm_util_pct")))
+                continue
+            per_owner: dict[str, list] = {}
+            for process in processes:
+                owner = process.get("user")
                 if not owner:
                     continue
-                used = per_owner.setdefault(owner, [0.0, None])
-                used[0] += process.get("memory_used_mib") or 0
+                memory = process.get("memory_used_mib") or 0
                 # Per-process SM utilization only where the agent reports it.
-                if process.get("sm_util_pct") is not None:
-                    used[1] = (used[1] or 0) + process["sm_util_pct"]
-            owners.extend([pk, owner, mem, util] for owner, (mem, util) in per_owner.items())
-    if gpus:
-        blob = orjson.dumps({"g": gpus, "o": owners}, option=orjson.OPT_NON_STR_KEYS)
-        buffer().append(minute_of(now), blob)
+                util = process.get("sm_util_pct")
+                if (seen := per_owner.get(owner)) is None:
+                    per_owner[owner] = [memory, util]
+                else:
+                    seen[0] += memory
+                    if util is not None:
+                        seen[1] = util if seen[1] is None else seen[1] + util
+            owned.extend((pk, owner, memory, util) for owner, (memory, util) in per_owner.items())
+    return _blob(samples, owned) if samples else None
+
+
+def _blob(samples: dict[int, tuple], owned: list[tuple]) -> bytes:
+    dumps = orjson.dumps
+    columns = [dumps(list(samples)), *map(dumps, zip(*samples.values(), strict=True))]
+    if owned:
+        owner_columns = list(zip(*owned, strict=True))
+        # Checked once per distinct owner rather than per process: few users run many jobs.
+        if any(type(o) is not str or len(o) > 64 for o in set(owner_columns[1])):
+            raise ValueError("an owner that is not a short text")
+        columns += map(dumps, owner_columns)
+    else:
+        columns += [b"[]"] * 4
+    for index in (1, 2, 3, 4, 7, 8):
+        if columns[index][1:-1].translate(None, _NUMERIC_JSON):
+            raise ValueError("a sample that is not a number")
+    if b"\\u0000" in columns[6]:
+        raise ValueError("an owner with a NUL character")  # PostgreSQL text cannot hold one
+    return b"\t".join(columns)
+
+
+def _fields(blob: bytes) -> list[bytes]:
+    """A blob's nine columns."""
+    if blob[:1] == b"{":
+        # Buffered by the version before this one (one JSON object per cycle), still
+        # there at an upgrade.
+        try:
+            data = orjson.loads(blob)
+            samples = {int(pk): tuple(values) for pk, values in data["g"].items()}
+            blob = _blob(samples, [tuple(row) for row in data["o"]])
+        except (TypeError, ValueError, LookupError):
+            return []
+    return blob.split(b"\t")
+
+
+def _number(value: Any) -> float | None:
+    if type(value) not in (int, float):  # bool is not a reading
+        return None
+    try:
+        value = float(value)
+    except OverflowError:
+        return None
+    return value if math.isfinite(value) else None
+
+
+def _owner(value: Any) -> str | None:
+    if not value:
+        return None
+    text = str(value)[:64].replace("\x00", "")
+    return text.encode("utf-8", "replace").decode("utf-8") or None
+
+
+def _cleaned(answered: dict[int, dict]) -> dict[int, dict]:
+    """The readings the rollups use, with anything that is not a number as not reported."""
+    cleaned = {}
+    for node_id, snapshot in answered.items():
+        gpus = []
+        for gpu in snapshot["gpus"]:
+            processes = gpu.get("processes")
+            gpus.append({
+                "uuid": gpu["uuid"],
+                **{f: _number(gpu.get(f)) for f in SAMPLE_FIELDS},
+                "processes": [
+                    {"user": _owner(p.get("user")),
+                     "memory_used_mib": _number(p.get("memory_used_mib")),
+                     "sm_util_pct": _number(p.get("sm_util_pct"))}
+                    for p in (processes if isinstance(processes, list) else ())
+                    if isinstance(p, dict)
+                ],
+            })  # fmt: skip
+        cleaned[node_id] = {"gpus": gpus}
+    return cleaned
 
 
 # --- flushing ---------------------------------------------------------------------
 #
-# Raw SQL on purpose: a minute of a 1,000-node fleet is 8,000 rows, and building model
-# instances for them cost more than the rest of the cycle. The statements are portable
-# between PostgreSQL and SQLite (ON CONFLICT ... DO UPDATE, CASE, excluded).
+# Raw SQL on purpose: a minute of a 1,000-node fleet is 96,000 samples and 8,000 rows.
+# On PostgreSQL the database does the work: each column of the minute's blobs goes in
+# as one array parameter, and one statement per table aggregates the unnested samples
+# and writes the minute rows (and, for a minute folded already, merges into its hours).
+# Elsewhere (the embedded SQLite default) Python aggregates and multi-row upserts write
+# minutes and hours at once. The upserts are portable between PostgreSQL and SQLite
+# (ON CONFLICT ... DO UPDATE, CASE, excluded).
 
 _GPU_VALUE_COLUMNS = [c for pair in _ROLLUP_COLUMNS.values() for c in pair]
 _OWNER_VALUE_COLUMNS = ["memory_used_avg_mib", "memory_used_max_mib", "util_avg", "util_max"]
-
-
-def _aggregate(values: Iterable[float | None]) -> tuple[float | None, float | None]:
-    present = [v for v in values if v is not None]
-    if not present:
-        return None, None
-    return sum(present) / len(present), max(present)
-
-
-def _minute_rows(minute: int, blobs: list[bytes]) -> tuple[list[tuple], list[tuple]]:
-    """Aggregate a minute's blobs: (gpu_id, bucket, samples, avg, max, ...) rows."""
-    per_gpu: dict[int, list[list]] = defaultdict(list)
-    per_owner: dict[tuple[int, str], list[tuple[float, float]]] = defaultdict(list)
-    for blob in blobs:
-        data = orjson.loads(blob)
-        for pk, sample in data["g"].items():
-            per_gpu[int(pk)].append(sample)
-        for pk, owner, mem, util in data["o"]:
-            per_owner[(pk, owner)].append((mem, util))
-    bucket = _moment(minute)
-    gpu_rows = []
-    for pk, samples in per_gpu.items():
-        values: list[float | None] = []
-        for column in zip(*samples, strict=True):
-            values.extend(_aggregate(column))
-        gpu_rows.append((pk, bucket, len(samples), *values))
-    owner_rows = [
-        (pk, owner, bucket, len(samples), *_aggregate([s[0] for s in samples]),
-         *_aggregate([s[1] for s in samples]))
-        for (pk, owner), samples in per_owner.items()
-    ]  # fmt: skip
-    return gpu_rows, owner_rows
+_GPU_KEYS, _OWNER_KEYS = ["gpu_id", "bucket"], ["gpu_id", "owner", "bucket"]
 
 
 def _merge_clause(table: str, keys: list[str], columns: list[str]) -> str:
-    """Fold a minute into its hour: sample-weighted averages, maxima of maxima."""
+    """Fold new samples into a row: sample-weighted averages, maxima of maxima."""
     updates = [f"samples = {table}.samples + excluded.samples"]
     for column in columns:
         old, new = f"{table}.{column}", f"excluded.{column}"
@@ -209,37 +320,242 @@ def _merge_clause(table: str, keys: list[str], columns: list[str]) -> str:
     return f" ON CONFLICT ({', '.join(keys)}) DO UPDATE SET {', '.join(updates)}"
 
 
+def _hour_table(model: type) -> str:
+    return {GpuMinute: GpuHour, OwnerMinute: OwnerHour}[model]._meta.db_table
+
+
+def _pg_merge_sql(
+    model: type, keys: list[str], columns: list[str], aggregate: str, *, hours: bool, upsert: bool
+) -> str:
+    """One statement: aggregate the samples, write them into the minutes (and the hours).
+
+    With ``hours``, ``agg`` is merged into both: folding a minute's new samples into its
+    hour is the same merge as folding them into the minute. Without ``upsert`` the minute
+    rows are plain inserts (a minute not written yet), cheaper than ON CONFLICT.
+    """
+    minute, hour = model._meta.db_table, _hour_table(model)
+    names = ", ".join([*keys, "samples", *columns])
+    values = ", ".join([k for k in keys if k != "bucket"] + ["%(bucket)s", "samples", *columns])
+    into_minutes = f"INSERT INTO {minute} ({names}) SELECT {values} FROM live"  # noqa: S608
+    if upsert:
+        into_minutes += _merge_clause(minute, keys, columns)
+    sql = (
+        f"WITH agg AS ({aggregate}), "  # noqa: S608 (names are ours, values parameters)
+        # Cards deleted since they were sampled have no history to keep. In gpu_id order,
+        # so two merges of the same rows lock them in the same order.
+        f"live AS (SELECT * FROM agg WHERE gpu_id IN (SELECT id FROM {GPU._meta.db_table}) "
+        "ORDER BY gpu_id)"
+    )
+    if not hours:
+        return f"{sql} {into_minutes}"
+    hour_values = values.replace("%(bucket)s", "%(hour)s")
+    return (
+        f"{sql}, minute AS ({into_minutes}) "  # noqa: S608
+        f"INSERT INTO {hour} ({names}) SELECT {hour_values} FROM live"
+        f"{_merge_clause(hour, keys, columns)}"
+    )
+
+
+def _pg_fold_sql(model: type, keys: list[str], columns: list[str]) -> str:
+    """Fold a range of minutes into their hours (averages weighted by samples)."""
+    minute, hour = model._meta.db_table, _hour_table(model)
+    group = [k for k in keys if k != "bucket"]
+    folded = [
+        f"sum({c} * samples) / sum(samples) FILTER (WHERE {c} IS NOT NULL)"
+        if "_avg" in c
+        else f"max({c})"
+        for c in columns
+    ]
+    return (
+        f"INSERT INTO {hour} ({', '.join([*keys, 'samples', *columns])}) "  # noqa: S608
+        f"SELECT {', '.join(group)}, date_trunc('hour', bucket, 'UTC') AS hour_bucket, "
+        f"sum(samples), {', '.join(folded)} FROM {minute} "
+        "WHERE bucket >= %(start)s AND bucket < %(end)s "
+        f"GROUP BY {', '.join(group)}, hour_bucket ORDER BY {', '.join(group)}, hour_bucket"
+        f"{_merge_clause(hour, keys, columns)}"
+    )
+
+
+def _aggregates(pairs: list[tuple[str, str]]) -> str:
+    return ", ".join(f"avg({v}) AS {avg}, max({v}) AS {peak}" for v, (avg, peak) in pairs)
+
+
+# The samples as rows. Set-returning functions in the select list run in lockstep and
+# stream (ProjectSet); in FROM (``unnest(a, b, ...)``) each would be materialized
+# first, which took twice as long for 96,000 samples.
+_PG_GPU_SAMPLES = (
+    "(SELECT unnest(%(ids)s::bigint[]) AS gpu_id, unnest(%(util)s::float8[]) AS util, "
+    "unnest(%(mem)s::float8[]) AS mem, unnest(%(power)s::float8[]) AS power, "
+    "unnest(%(temp)s::float8[]) AS temp) AS s"
+)
+_PG_OWNER_SAMPLES = (
+    "(SELECT unnest(%(ids)s::bigint[]) AS gpu_id, "
+    "json_array_elements_text(%(owners)s::json) AS owner, "
+    "unnest(%(mem)s::float8[]) AS mem, unnest(%(util)s::float8[]) AS util) AS s"
+)
+_SAMPLE_NAMES = ("util", "mem", "power", "temp")
+_PG_GPU_AGGREGATE = (
+    "SELECT gpu_id, count(*) AS samples, "  # noqa: S608
+    + _aggregates(list(zip(_SAMPLE_NAMES, _ROLLUP_COLUMNS.values(), strict=True)))
+    + f" FROM {_PG_GPU_SAMPLES} GROUP BY gpu_id"
+)  # fmt: skip
+_PG_OWNER_AGGREGATE = (
+    "SELECT gpu_id, owner, count(*) AS samples, "  # noqa: S608
+    + _aggregates([("mem", ("memory_used_avg_mib", "memory_used_max_mib")),
+                   ("util", ("util_avg", "util_max"))])
+    + f" FROM {_PG_OWNER_SAMPLES} GROUP BY gpu_id, owner"
+)  # fmt: skip
+# By (whether the minute's hours are merged at once, whether its rows may exist).
+_PG_SQL = {
+    model: {
+        (hours, upsert): _pg_merge_sql(model, keys, columns, aggregate, hours=hours, upsert=upsert)
+        for hours in (False, True)
+        for upsert in (False, True)
+    }
+    for model, keys, columns, aggregate in (
+        (GpuMinute, _GPU_KEYS, _GPU_VALUE_COLUMNS, _PG_GPU_AGGREGATE),
+        (OwnerMinute, _OWNER_KEYS, _OWNER_VALUE_COLUMNS, _PG_OWNER_AGGREGATE),
+    )
+}
+_PG_FOLD_SQL = [
+    _pg_fold_sql(GpuMinute, _GPU_KEYS, _GPU_VALUE_COLUMNS),
+    _pg_fold_sql(OwnerMinute, _OWNER_KEYS, _OWNER_VALUE_COLUMNS),
+]
+
+
+def _joined(columns: list[list[bytes]], index: int, brackets: bytes) -> str:
+    """One column of every blob as one array: PostgreSQL's ``{...}`` or JSON's ``[...]``."""
+    parts = [c[index][1:-1] for c in columns if len(c[index]) > 2]
+    return (brackets[:1] + b",".join(parts) + brackets[1:]).decode()
+
+
+def _merge_postgresql(cursor, minute: int, columns: list[list[bytes]], hours: bool) -> int:
+    bucket = _moment(minute)
+    moments = {"bucket": bucket, "hour": bucket.replace(minute=0)}
+    names = ("ids", "util", "mem", "power", "temp")
+    gpus = {name: _joined(columns, i, b"{}") for i, name in enumerate(names)}
+    written = _write_minute(cursor, GpuMinute, {**gpus, **moments}, hours)
+    owners = {
+        name: _joined(columns, i, b"{}")
+        for i, name in zip((5, 7, 8), ("ids", "mem", "util"), strict=True)
+    }
+    if owners["ids"] != "{}":
+        owners["owners"] = _joined(columns, 6, b"[]")
+        _write_minute(cursor, OwnerMinute, {**owners, **moments}, hours)
+    return written
+
+
+def _write_minute(cursor, model: type, params: dict[str, Any], hours: bool) -> int:
+    statements = _PG_SQL[model]
+    cursor.execute(
+        f"SELECT EXISTS (SELECT 1 FROM {model._meta.db_table} WHERE bucket = %s)",  # noqa: S608
+        [params["bucket"]],
+    )
+    # Parameters bound by the server: PostgreSQL reads the arrays as they are, rather
+    # than lexing them as literals of a query text of megabytes.
+    bound = psycopg.Cursor(connection.connection)
+    if not cursor.fetchone()[0]:
+        try:
+            with transaction.atomic():  # a savepoint
+                bound.execute(statements[hours, False], params)
+                return bound.rowcount
+        except psycopg.IntegrityError:  # another worker's claim of this minute came first
+            pass
+    bound.execute(statements[hours, True], params)
+    return bound.rowcount
+
+
+# --- folding minutes into hours (PostgreSQL) ----------------------------------------
+#
+# Merging every minute into its hour rewrote all 8,000 hour rows of the fleet every
+# minute, the largest part of the flush. Instead the minutes are folded into their hours
+# every FOLD_EVERY minutes, in one pass over those minutes' rows, so an hour row is
+# rewritten six times an hour rather than sixty. The row ``_FOLD_KEY`` of the claims
+# table holds the first minute not folded yet: a minute before it is merged into its
+# hour at once (samples that came late), a later one waits for the next fold. Merges
+# read it FOR SHARE and the fold takes it FOR UPDATE, so a fold never misses a merge
+# in flight and a merge never misses a fold. The hours of the 1-hour views may thus
+# lag the minutes by up to FOLD_EVERY minutes.
+
+FOLD_EVERY = 10
+_FOLD_KEY = "fold:hours"
+
+
+def _folded_until(cursor, before: int) -> int:
+    # The first flush folds nothing: whatever came before it is in the hours already
+    # (merged at once, as before there were folds), so it starts from its own minute.
+    cursor.execute(
+        f"INSERT INTO {_CLAIMS_TABLE} (claim, minute) VALUES (%s, %s) "  # noqa: S608
+        "ON CONFLICT (claim) DO NOTHING",
+        [_FOLD_KEY, before],
+    )
+    cursor.execute(
+        f"SELECT minute FROM {_CLAIMS_TABLE} WHERE claim = %s FOR SHARE",  # noqa: S608
+        [_FOLD_KEY],
+    )
+    return cursor.fetchone()[0]
+
+
+def _fold_hours(before: int) -> None:
+    """Fold the minutes not folded yet into their hours, when a FOLD_EVERY boundary passed."""
+    select = f"SELECT minute FROM {_CLAIMS_TABLE} WHERE claim = %s"  # noqa: S608
+    with connection.cursor() as cursor:
+        cursor.execute(select, [_FOLD_KEY])
+        row = cursor.fetchone()
+    if row is None or before // FOLD_EVERY <= row[0] // FOLD_EVERY:
+        return
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute(select + " FOR UPDATE", [_FOLD_KEY])
+        folded_until = cursor.fetchone()[0]
+        if before <= folded_until:  # another worker folded meanwhile
+            return
+        span = {"start": _moment(folded_until), "end": _moment(before)}
+        for sql in _PG_FOLD_SQL:
+            cursor.execute(sql, span)
+        cursor.execute(
+            f"UPDATE {_CLAIMS_TABLE} SET minute = %s WHERE claim = %s",  # noqa: S608
+            [before, _FOLD_KEY],
+        )
+
+
+def _aggregate(values: Iterable[float | None]) -> tuple[float | None, float | None]:
+    present = [v for v in values if v is not None]
+    if not present:
+        return None, None
+    return sum(present) / len(present), max(present)
+
+
+def _minute_rows(minute: int, columns: list[list[bytes]]) -> tuple[list[tuple], list[tuple]]:
+    """Aggregate a minute's blobs in Python: (gpu_id, bucket, samples, avg, max, ...) rows."""
+    per_gpu: dict[int, list[tuple]] = defaultdict(list)
+    per_owner: dict[tuple[int, str], list[tuple]] = defaultdict(list)
+    for blob in columns:
+        ids, *values = map(orjson.loads, blob[:5])
+        for pk, *sample in zip(ids, *values, strict=True):
+            per_gpu[pk].append(sample)
+        for pk, owner, *used in zip(*map(orjson.loads, blob[5:]), strict=True):
+            per_owner[(pk, owner)].append(used)
+    bucket = _moment(minute)
+    gpu_rows = []
+    for pk, samples in per_gpu.items():
+        values: list[float | None] = []
+        for column in zip(*samples, strict=True):
+            values.extend(_aggregate(column))
+        gpu_rows.append((pk, bucket, len(samples), *values))
+    owner_rows = [
+        (pk, owner, bucket, len(samples), *_aggregate([s[0] for s in samples]),
+         *_aggregate([s[1] for s in samples]))
+        for (pk, owner), samples in per_owner.items()
+    ]  # fmt: skip
+    return gpu_rows, owner_rows
+
+
 # Rows per INSERT: under both PostgreSQL's 65,535 and SQLite's 32,766 parameters.
 _MAX_PARAMETERS = 30_000
 
 
-def _insert(cursor, table: str, columns: list[str], rows: list[tuple], suffix: str = "") -> None:
-    """Write many rows at once: COPY on PostgreSQL, multi-row INSERTs elsewhere.
-
-    With a ``suffix`` (an ON CONFLICT clause), PostgreSQL copies into a temporary
-    table first and upserts from it in one statement. Placeholders are avoided there
-    because turning 100,000 of them into a server query cost seconds of client CPU.
-    """
-    if not rows:
-        return
+def _upsert(cursor, table: str, columns: list[str], rows: list[tuple], suffix: str) -> None:
     names = ", ".join(columns)
-    if cursor.db.vendor == "postgresql":
-        target = table
-        if suffix:
-            target = f"{table}_incoming"
-            cursor.execute(
-                f"CREATE TEMP TABLE IF NOT EXISTS {target} AS "  # noqa: S608 (names are ours)
-                f"SELECT {names} FROM {table} WITH NO DATA"
-            )
-            cursor.execute(f"TRUNCATE {target}")
-        with cursor.cursor.copy(f"COPY {target} ({names}) FROM STDIN") as copy:
-            for row in rows:
-                copy.write_row(row)
-        if suffix:
-            cursor.execute(
-                f"INSERT INTO {table} ({names}) SELECT {names} FROM {target}{suffix}"  # noqa: S608
-            )
-        return
     per_statement = max(1, _MAX_PARAMETERS // len(columns))
     row_marks = f"({', '.join(['%s'] * len(columns))})"
     for start in range(0, len(rows), per_statement):
@@ -257,35 +573,50 @@ def _hour_of(rows: list[tuple], bucket_at: int) -> list[tuple]:
     ]
 
 
+def _merge_python(cursor, minute: int, columns: list[list[bytes]]) -> int:
+    gpu_rows, owner_rows = _minute_rows(minute, columns)
+    alive = set(GPU.objects.filter(pk__any={r[0] for r in gpu_rows}).values_list("pk", flat=True))
+    gpu_rows = [r for r in gpu_rows if r[0] in alive]
+    owner_rows = [r for r in owner_rows if r[0] in alive]
+    for model, keys, values, rows in (
+        (GpuMinute, _GPU_KEYS, _GPU_VALUE_COLUMNS, gpu_rows),
+        (OwnerMinute, _OWNER_KEYS, _OWNER_VALUE_COLUMNS, owner_rows),
+    ):
+        hour = _hour_table(model)
+        names = [*keys, "samples", *values]
+        table = model._meta.db_table
+        _upsert(cursor, table, names, rows, _merge_clause(table, keys, values))
+        _upsert(
+            cursor, hour, names, _hour_of(rows, len(keys) - 1), _merge_clause(hour, keys, values)
+        )
+    return len(gpu_rows)
+
+
 def flush(now: datetime) -> int:
-    """Turn every finished minute in the buffer into rows; returns the GPU-minutes written."""
+    """Merge every finished minute in the buffer into rollups; returns the GPU-minutes written."""
     written = 0
     source = buffer()
-    gpu_keys, owner_keys = ["gpu_id", "bucket"], ["gpu_id", "owner", "bucket"]
-    for minute, claim_key, blobs in source.claim(before=minute_of(now)):
-        gpu_rows, owner_rows = _minute_rows(minute, blobs)
-        # Cards deleted since they were sampled have no history to keep.
-        alive = set(
-            GPU.objects.filter(pk__any={r[0] for r in gpu_rows}).values_list("pk", flat=True)
-        )
-        gpu_rows = [r for r in gpu_rows if r[0] in alive]
-        owner_rows = [r for r in owner_rows if r[0] in alive]
+    before = minute_of(now)
+    postgresql = connection.vendor == "postgresql"
+    for minute, claim_key, blobs in source.claim(before=before):
+        columns = [fields for blob in blobs if (fields := _fields(blob))]
         with transaction.atomic(), connection.cursor() as cursor:
-            # A minute already written (a claim retried after its commit) is not merged
-            # into its hour a second time.
-            if not GpuMinute.objects.filter(bucket=_moment(minute)).exists():
-                columns = [*gpu_keys, "samples", *_GPU_VALUE_COLUMNS]
-                _insert(cursor, GpuMinute._meta.db_table, columns, gpu_rows)
-                hour = GpuHour._meta.db_table
-                merge = _merge_clause(hour, gpu_keys, _GPU_VALUE_COLUMNS)
-                _insert(cursor, hour, columns, _hour_of(gpu_rows, 1), merge)
-                columns = [*owner_keys, "samples", *_OWNER_VALUE_COLUMNS]
-                _insert(cursor, OwnerMinute._meta.db_table, columns, owner_rows)
-                hour = OwnerHour._meta.db_table
-                merge = _merge_clause(hour, owner_keys, _OWNER_VALUE_COLUMNS)
-                _insert(cursor, hour, columns, _hour_of(owner_rows, 2), merge)
-                written += len(gpu_rows)
+            # Recorded first: a second worker retrying the same claim waits here for
+            # this one's commit, then finds it merged.
+            cursor.execute(
+                f"INSERT INTO {_CLAIMS_TABLE} (claim, minute) VALUES (%s, %s) "  # noqa: S608
+                "ON CONFLICT (claim) DO NOTHING",
+                [claim_key, before],
+            )
+            if cursor.rowcount == 1 and columns:
+                if postgresql:
+                    hours = minute < _folded_until(cursor, before)
+                    written += _merge_postgresql(cursor, minute, columns, hours)
+                else:  # the embedded default: hours merged at once, no folds
+                    written += _merge_python(cursor, minute, columns)
         source.done(claim_key)
+    if postgresql:
+        _fold_hours(before)
     return written
 
 
@@ -293,6 +624,11 @@ def prune(now: datetime) -> dict[str, int]:
     """Drop rollups past their retention (settings ROLLUP_MINUTE_DAYS and ROLLUP_HOUR_DAYS)."""
     minute_cut = now - timedelta(days=settings.ROLLUP_MINUTE_DAYS)
     hour_cut = now - timedelta(days=settings.ROLLUP_HOUR_DAYS)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"DELETE FROM {_CLAIMS_TABLE} WHERE minute < %s AND claim <> %s",  # noqa: S608
+            [minute_of(now - CLAIM_MEMORY), _FOLD_KEY],
+        )
     return {
         "minutes": GpuMinute.objects.filter(bucket__lt=minute_cut).delete()[0]
         + OwnerMinute.objects.filter(bucket__lt=minute_cut).delete()[0],

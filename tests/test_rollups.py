@@ -5,9 +5,11 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from django.db import connection
 
 from agents import rollups
 from agents.models import GPU, GpuHour, GpuMinute, Node, OwnerHour, OwnerMinute
+from tests import rollups_scenario as scenario
 
 pytestmark = pytest.mark.django_db
 
@@ -172,3 +174,215 @@ def test_flushing_works_on_the_embedded_sqlite_default(tmp_path):
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout.strip().splitlines()[-1]) == [2, 20.0, 30.0, None]
+
+
+def _hour(card) -> tuple:
+    row = GpuHour.objects.get(gpu=card)
+    return row.samples, row.util_avg, row.util_max
+
+
+def test_samples_that_arrive_after_their_minute_was_flushed_are_merged_into_it(cards):
+    sample(cards, T0, 10, processes=[{"pid": 1, "user": "carol", "memory_used_mib": 100}])
+    assert rollups.flush(T0 + timedelta(minutes=1)) == 2
+    # Polled at 10:00:59, recorded once minute 0 was already flushed.
+    procs = [{"pid": 1, "user": "carol", "memory_used_mib": 300}]
+    sample(cards, T0 + timedelta(seconds=59), 30, processes=procs)
+    assert rollups.flush(T0 + timedelta(minutes=1, seconds=20)) == 2
+    row = GpuMinute.objects.get(gpu=cards[0])
+    assert (row.samples, row.util_avg, row.util_max) == (2, 20.0, 30.0)
+    assert _hour(cards[0]) == (2, 20.0, 30.0)
+    carol = OwnerMinute.objects.get(gpu=cards[0], owner="carol")
+    assert (carol.samples, carol.memory_used_avg_mib, carol.memory_used_max_mib) == (2, 200, 300)
+    assert OwnerHour.objects.get(gpu=cards[0], owner="carol").samples == 2
+
+
+def test_a_claim_retried_after_its_commit_is_not_merged_twice(cards, monkeypatch):
+    sample(cards, T0, 10)
+    source = rollups.buffer()
+    # The flusher dies between its commit and deleting the claim from the buffer.
+    monkeypatch.setattr(source, "done", lambda claim_key: None)
+    assert rollups.flush(T0 + timedelta(minutes=1)) == 2
+    monkeypatch.undo()
+    assert source.client.keys(f"{source.prefix}:claim:*")
+    # Another flusher retries the abandoned claim, finds it merged, and drops it.
+    assert rollups.flush(T0 + timedelta(minutes=10)) == 0
+    assert GpuMinute.objects.get(gpu=cards[0]).samples == 1
+    assert _hour(cards[0]) == (1, 10.0, 10.0)
+    assert not source.client.keys(f"{source.prefix}:claim:*")
+
+
+def test_minutes_reach_their_hours_at_the_next_fold_and_late_ones_at_once(cards):
+    sample(cards, T0, 10)
+    rollups.flush(T0 + timedelta(minutes=1))  # the first flush merges into the hours at once
+    sample(cards, T0 + timedelta(minutes=1), 30)
+    rollups.flush(T0 + timedelta(minutes=2))
+    assert _hour(cards[0]) == (1, 10.0, 10.0)  # minute 1 waits for the fold
+    rollups.flush(T0 + timedelta(minutes=rollups.FOLD_EVERY))
+    assert _hour(cards[0]) == (2, 20.0, 30.0)
+    rollups.flush(T0 + timedelta(minutes=rollups.FOLD_EVERY, seconds=30))  # nothing twice
+    assert _hour(cards[0]) == (2, 20.0, 30.0)
+    # A late sample for a minute folded already goes into its hour with the minute.
+    sample(cards, T0 + timedelta(minutes=1, seconds=55), 50)
+    rollups.flush(T0 + timedelta(minutes=rollups.FOLD_EVERY, seconds=40))
+    row = GpuMinute.objects.get(gpu=cards[0], bucket=T0 + timedelta(minutes=1))
+    assert (row.samples, row.util_avg, row.util_max) == (2, 40.0, 50.0)
+    assert _hour(cards[0]) == (3, 30.0, 50.0)
+
+
+def test_an_average_is_over_the_samples_that_reported_the_field(cards):
+    card = cards[0]
+    for second, extra in [(0, {"power_w": 100.0}), (20, {}), (40, {"power_w": 300.0})]:
+        snapshot = {"gpus": [{"uuid": card.uuid, "index": 0, "utilization_gpu_pct": 5, **extra}]}
+        rollups.buffer_samples(
+            {card.node_id: snapshot}, {card.uuid: card.pk}, T0 + timedelta(seconds=second)
+        )
+    rollups.flush(T0 + timedelta(minutes=1))
+    row = GpuMinute.objects.get()
+    assert (row.samples, row.power_avg_w, row.power_max_w) == (3, 200.0, 300.0)
+    assert row.memory_used_avg_mib is None and row.memory_used_max_mib is None
+
+
+def test_a_value_that_is_not_a_number_counts_as_not_reported(cards):
+    snapshot = {"gpus": [
+        {"uuid": cards[0].uuid, "index": 0, "utilization_gpu_pct": "N/A", "power_w": True,
+         "temperature_c": 61, "memory_used_mib": 10**30,
+         "processes": [{"pid": 1, "user": 1000, "memory_used_mib": "lots", "sm_util_pct": 9},
+                       "not a process"]},
+        {"uuid": cards[1].uuid, "index": 1, "utilization_gpu_pct": 7},
+    ]}  # fmt: skip
+    ids = {g.uuid: g.pk for g in cards}
+    rollups.buffer_samples({cards[0].node_id: snapshot}, ids, T0)
+    assert rollups.flush(T0 + timedelta(minutes=1)) == 2
+    first = GpuMinute.objects.get(gpu=cards[0])
+    assert (first.util_avg, first.power_avg_w, first.temperature_avg_c) == (None, None, 61)
+    assert first.memory_used_avg_mib == 1e30
+    assert GpuMinute.objects.get(gpu=cards[1]).util_avg == 7
+    owner = OwnerMinute.objects.get()
+    assert (owner.owner, owner.memory_used_avg_mib, owner.util_avg) == ("1000", 0, 9)
+
+
+def test_retention_forgets_merged_claims_but_not_how_far_hours_are_folded(cards):
+    sample(cards, T0, 10)
+    rollups.flush(T0 + timedelta(minutes=1))
+
+    def claims() -> list[str]:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT claim FROM agents_rollupclaim ORDER BY claim")
+            return [row[0] for row in cursor.fetchall()]
+
+    assert len(claims()) == 2
+    rollups.prune(T0 + timedelta(hours=2))
+    assert len(claims()) == 2
+    rollups.prune(T0 + rollups.CLAIM_MEMORY + timedelta(minutes=2))
+    assert claims() == ["fold:hours"]
+
+
+@pytest.mark.parametrize("buffer", ["redis", "in-process"])
+def test_a_history_with_late_samples_gives_the_hand_computed_rollups(cards, buffer, monkeypatch):
+    if buffer == "in-process":
+        monkeypatch.setattr(rollups, "_buffer", rollups._MemoryBuffer())
+    assert scenario.play(cards) == [2, 3, 0]
+    assert scenario.rows(cards) == scenario.EXPECTED
+
+
+EMBEDDED_SCENARIO = """
+import django, json
+django.setup()
+from django.core.management import call_command
+call_command("migrate", verbosity=0)
+from agents.models import GPU, Node
+from tests import rollups_scenario as scenario
+node = Node.objects.create(name="n")
+cards = [GPU.objects.create(node=node, index=i, uuid=f"GPU-{i}", model="T4") for i in range(2)]
+written = scenario.play(cards)
+rows = {name: [[list(key), values] for key, values in table.items()]
+        for name, table in scenario.rows(cards).items()}
+print(json.dumps({"written": written, "rows": rows}))
+"""
+
+
+def test_the_embedded_default_gives_the_same_hand_computed_rollups(tmp_path):
+    import json
+    import subprocess
+
+    from tests import procs
+
+    env = procs.child_env(
+        DATABASE_URL=None, REDIS_URL=None, SECRET_KEY=None, PORTAL_VAR_DIR=str(tmp_path),
+        DJANGO_SETTINGS_MODULE="portal.settings",
+    )  # fmt: skip
+    result = subprocess.run(
+        [procs.PYTHON, "-c", EMBEDDED_SCENARIO], cwd=procs.REPO, env=env,
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    out = json.loads(result.stdout.strip().splitlines()[-1])
+    assert out["written"] == [2, 3, 0]
+    rows = {
+        name: {tuple(key): values for key, values in table} for name, table in out["rows"].items()
+    }
+    assert rows == scenario.EXPECTED
+
+
+def test_a_blob_buffered_by_the_version_before_is_still_flushed(cards):
+    import orjson
+
+    old = orjson.dumps(
+        {"g": {cards[0].pk: [10, 1000, None, 60]}, "o": [[cards[0].pk, "carol", 500.0, None]]},
+        option=orjson.OPT_NON_STR_KEYS,
+    )
+    rollups.buffer().append(rollups.minute_of(T0), old)
+    sample(cards[:1], T0 + timedelta(seconds=30), 30)
+    assert rollups.flush(T0 + timedelta(minutes=1)) == 1
+    row = GpuMinute.objects.get()
+    assert (row.samples, row.util_avg, row.power_avg_w, row.power_max_w) == (2, 20.0, 300.0, 300.0)
+    assert OwnerMinute.objects.get().memory_used_avg_mib == 500
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_minute_written_meanwhile_by_another_flusher_is_merged_not_lost(cards):
+    import threading
+    import time
+
+    import psycopg
+
+    sample(cards, T0, 10)
+    # Another flusher's claim of the same minute: written, not committed yet, so this
+    # flush finds the minute empty, inserts, and waits on the other's rows.
+    other = psycopg.connect(**connection.get_connection_params())
+    other.execute(
+        "INSERT INTO agents_gpuminute (gpu_id, bucket, samples, util_avg, util_max) "
+        "VALUES (%s, %s, 1, 30, 30)",
+        [cards[0].pk, T0],
+    )
+    written: list[int] = []
+
+    def flush() -> None:
+        try:
+            written.append(rollups.flush(T0 + timedelta(minutes=1)))
+        finally:
+            connection.close()
+
+    flusher = threading.Thread(target=flush)
+    flusher.start()
+    try:
+        deadline = time.monotonic() + 30
+        with connection.cursor() as cursor:
+            while True:  # until the flush waits on the other's uncommitted rows
+                cursor.execute(
+                    "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+                    "AND datname = current_database()"
+                )
+                if cursor.fetchone()[0] or time.monotonic() > deadline:
+                    break
+                time.sleep(0.05)
+        other.commit()
+        flusher.join(30)
+    finally:
+        other.close()
+        with connection.cursor() as cursor:  # not a model table: the test flush keeps it
+            cursor.execute("DELETE FROM agents_rollupclaim")
+    assert written == [2]
+    first = GpuMinute.objects.get(gpu=cards[0])
+    assert (first.samples, first.util_avg, first.util_max) == (2, 20.0, 30.0)
+    assert GpuMinute.objects.get(gpu=cards[1]).samples == 1

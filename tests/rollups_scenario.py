@@ -1,0 +1,133 @@
+"""One short history of two cards, flushed as beat flushes it, and the rollups it must give.
+
+Shared by the PostgreSQL tests (``test_rollups.py``, in process) and the embedded
+default's (SQLite and the in-process buffer, in a child process), so both paths are
+held to the same hand-computed rows. It covers: fields not reported (None), several
+processes of one owner on a card, an owner without per-process utilization, samples
+that arrive after their minute was flushed, and hours built from two minutes.
+Imports nothing from Django at module level, so the child can import it before setup.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+T0 = datetime(2026, 11, 30, 10, 0, tzinfo=UTC)
+
+# Card A (index 0) and card B (index 1) of one node; per cycle: A's fields, B's fields.
+# A field left out is one the card did not report.
+CYCLES_MINUTE_0 = [
+    ({"utilization_gpu_pct": 10, "memory_used_mib": 1000, "power_w": 100.0, "temperature_c": 50,
+      "processes": [{"pid": 1, "user": "carol", "memory_used_mib": 500, "sm_util_pct": 20},
+                    {"pid": 2, "user": "carol", "memory_used_mib": 100},
+                    {"pid": 3, "user": "dave", "memory_used_mib": 50, "sm_util_pct": 5},
+                    {"pid": 4, "memory_used_mib": 999}]},  # no owner: not counted
+     {"utilization_gpu_pct": 0, "temperature_c": 30}),
+    ({"utilization_gpu_pct": 20, "memory_used_mib": 2000, "power_w": 200.0, "temperature_c": 60,
+      "processes": [{"pid": 1, "user": "carol", "memory_used_mib": 700}]},
+     {"utilization_gpu_pct": 50, "temperature_c": 30}),
+    ({"utilization_gpu_pct": 60, "memory_used_mib": 3000, "temperature_c": 70,
+      "processes": [{"pid": 3, "user": "dave", "memory_used_mib": 150, "sm_util_pct": 15}]},
+     {"utilization_gpu_pct": 100, "temperature_c": 30}),
+]  # fmt: skip
+# Polled at 10:00:59, recorded after minute 0 was flushed; card B did not answer.
+LATE_CYCLE_MINUTE_0 = (
+    {"utilization_gpu_pct": 70, "memory_used_mib": 6000, "temperature_c": 40,
+     "processes": [{"pid": 1, "user": "carol", "memory_used_mib": 1100}]},
+    None,
+)  # fmt: skip
+CYCLE_MINUTE_1 = (
+    {"utilization_gpu_pct": 50, "memory_used_mib": 1000, "power_w": 300.0, "temperature_c": 45,
+     "processes": [{"pid": 1, "user": "carol", "memory_used_mib": 200},
+                   {"pid": 3, "user": "dave", "memory_used_mib": 250, "sm_util_pct": 25}]},
+    {"utilization_gpu_pct": 10, "temperature_c": 35},
+)  # fmt: skip
+
+# Rows as (card index, minute or hour offset[, owner]) -> (samples, then avg and max per
+# field). Averages are over the samples that had the field; merging a late claim into a
+# minute, and minutes into their hour, weighs each side by its samples.
+GPU_MINUTES = {
+    # util 10 20 60 | late 70; memory 1000 2000 3000 | 6000; power 100 200 - | -; temp 50 60 70 | 40
+    (0, 0): [4, 40.0, 70.0, 3000.0, 6000.0, 150.0, 200.0, 55.0, 70.0],
+    (1, 0): [3, 50.0, 100.0, None, None, None, None, 30.0, 30.0],
+    (0, 1): [1, 50.0, 50.0, 1000.0, 1000.0, 300.0, 300.0, 45.0, 45.0],
+    (1, 1): [1, 10.0, 10.0, None, None, None, None, 35.0, 35.0],
+}
+GPU_HOURS = {
+    # power: (150 x 4 samples + 300 x 1) / 5, weighed by samples, as every merge is.
+    (0, 0): [5, 42.0, 70.0, 2600.0, 6000.0, 180.0, 300.0, 53.0, 70.0],
+    (1, 0): [4, 40.0, 100.0, None, None, None, None, 31.25, 35.0],
+}
+OWNER_MINUTES = {
+    # carol: 600 (util 20, one of her two processes reported it), 700, late 1100
+    (0, 0, "carol"): [3, 800.0, 1100.0, 20.0, 20.0],
+    (0, 0, "dave"): [2, 100.0, 150.0, 10.0, 15.0],
+    (0, 1, "carol"): [1, 200.0, 200.0, None, None],
+    (0, 1, "dave"): [1, 250.0, 250.0, 25.0, 25.0],
+}
+OWNER_HOURS = {
+    (0, 0, "carol"): [4, 650.0, 1100.0, 20.0, 20.0],
+    (0, 0, "dave"): [3, 150.0, 250.0, 15.0, 25.0],
+}
+EXPECTED = {
+    "gpu_minutes": GPU_MINUTES,
+    "gpu_hours": GPU_HOURS,
+    "owner_minutes": OWNER_MINUTES,
+    "owner_hours": OWNER_HOURS,
+}
+
+
+def play(cards: list[Any]) -> list[int]:
+    """Buffer and flush the history for ``cards`` (A, B); the GPU-minutes each flush wrote."""
+    from agents import rollups
+
+    def cycle(at: datetime, fields: tuple[dict | None, dict | None]) -> None:
+        gpus = [
+            {"uuid": card.uuid, "index": card.index, **readings}
+            for card, readings in zip(cards, fields, strict=True)
+            if readings is not None
+        ]
+        ids = {card.uuid: card.pk for card in cards}
+        rollups.buffer_samples({cards[0].node_id: {"gpus": gpus}}, ids, at)
+
+    written = []
+    for second, fields in zip((0, 20, 40), CYCLES_MINUTE_0, strict=True):
+        cycle(T0 + timedelta(seconds=second), fields)
+    written.append(rollups.flush(T0 + timedelta(minutes=1, seconds=2)))
+    cycle(T0 + timedelta(seconds=59), LATE_CYCLE_MINUTE_0)
+    cycle(T0 + timedelta(minutes=1, seconds=5), CYCLE_MINUTE_1)
+    written.append(rollups.flush(T0 + timedelta(minutes=2, seconds=2)))
+    # Long enough after for PostgreSQL to have folded the minutes into their hours.
+    written.append(rollups.flush(T0 + timedelta(minutes=10, seconds=2)))
+    return written
+
+
+def rows(cards: list[Any]) -> dict[str, dict[tuple, list]]:
+    """Every rollup row of ``cards``, keyed as in EXPECTED."""
+    from agents.models import GpuHour, GpuMinute, OwnerHour, OwnerMinute
+
+    index = {card.pk: card.index for card in cards}
+    gpu_values = ["samples", "util_avg", "util_max", "memory_used_avg_mib",
+                  "memory_used_max_mib", "power_avg_w", "power_max_w",
+                  "temperature_avg_c", "temperature_max_c"]  # fmt: skip
+    owner_values = ["samples", "memory_used_avg_mib", "memory_used_max_mib", "util_avg", "util_max"]
+    out: dict[str, dict[tuple, list]] = {}
+    for name, model, step, values in (
+        ("gpu_minutes", GpuMinute, 60, gpu_values),
+        ("gpu_hours", GpuHour, 3600, gpu_values),
+        ("owner_minutes", OwnerMinute, 60, owner_values),
+        ("owner_hours", OwnerHour, 3600, owner_values),
+    ):
+        owner = ["owner"] if model in (OwnerMinute, OwnerHour) else []
+        out[name] = {}
+        for row in model.objects.values("gpu_id", "bucket", *owner, *values):
+            offset = int((row["bucket"] - T0).total_seconds()) // step
+            key = (index[row["gpu_id"]], offset, *[row[o] for o in owner])
+            out[name][key] = [_rounded(row[v]) for v in values]
+    return out
+
+
+def _rounded(value: float | None) -> float | None:
+    # The databases may differ from the hand computation in the last bits of an average.
+    return None if value is None else round(float(value), 6)
