@@ -55,6 +55,14 @@ class SnapshotError(ValueError):
     """The agent answered, but not with a snapshot we can use."""
 
 
+# Fields of a card the portal computes with, when present (None is "not reported").
+NUMBER_FIELDS = (
+    "memory_total_mib", "memory_used_mib", "utilization_gpu_pct", "utilization_memory_pct",
+    "temperature_c", "power_w", "power_limit_w", "sm_clock_mhz",
+)  # fmt: skip
+TEXT_FIELDS = ("name", "pci_bus_id", "serial", "health")
+
+
 def validate_snapshot(data: Any) -> dict[str, Any]:
     """Check the shape the services rely on; anything else is the agent's fault."""
     if not isinstance(data, dict):
@@ -69,6 +77,22 @@ def validate_snapshot(data: Any) -> dict[str, Any]:
             raise SnapshotError("a GPU entry has no 'uuid'")
         if not isinstance(gpu.get("index"), int) or gpu["index"] < 0:
             raise SnapshotError(f"GPU {gpu['uuid']} has no valid 'index'")
+        # The portal adds, averages and compares these: one wrong type would break the
+        # summaries of every node recorded with it, so the whole answer is refused.
+        get = gpu.get
+        for name in NUMBER_FIELDS:
+            value = get(name)
+            if value is not None and type(value) is not int and type(value) is not float:
+                raise SnapshotError(f"GPU {gpu['uuid']}: '{name}' is not a number")
+        for name in TEXT_FIELDS:
+            value = get(name)
+            if value is not None and type(value) is not str:
+                raise SnapshotError(f"GPU {gpu['uuid']}: '{name}' is not a string")
+        processes = get("processes")
+        if processes is not None and (
+            type(processes) is not list or any(type(p) is not dict for p in processes)
+        ):
+            raise SnapshotError(f"GPU {gpu['uuid']}: 'processes' is not a list of objects")
     return data
 
 

@@ -23,7 +23,11 @@ class _Handler(BaseHTTPRequestHandler):
         if self.mode == "hang":
             time.sleep(30)
             return
-        body = {"garbage": b"<html>not json", "shapeless": b'{"gpus": [{"index": 0}]}'}[self.mode]
+        body = {
+            "garbage": b"<html>not json",
+            "shapeless": b'{"gpus": [{"index": 0}]}',
+            "wrong-type": b'{"gpus": [{"uuid": "GPU-1", "index": 0, "temperature_c": "hot"}]}',
+        }[self.mode]
         self.send_response(200)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(body)))
@@ -82,7 +86,11 @@ def test_closed_port_is_a_failed_poll():
 
 @pytest.mark.parametrize(
     ("mode", "reason"),
-    [("garbage", "not valid JSON"), ("shapeless", "no 'uuid'")],
+    [
+        ("garbage", "not valid JSON"),
+        ("shapeless", "no 'uuid'"),
+        ("wrong-type", "'temperature_c' is not a number"),
+    ],
 )
 def test_agent_answering_garbage_is_a_failed_poll(bad_server, mode, reason):
     result = _poll([poller.AgentTarget(1, bad_server(mode), "t")])[1]
@@ -109,9 +117,19 @@ def test_hanging_agent_does_not_delay_the_others(sim_agents, bad_server):
 
 @pytest.mark.parametrize(
     "snapshot",
-    [[], {"gpus": None}, {"gpus": ["x"]}, {"gpus": [{"uuid": "GPU-1", "index": -1}]}],
+    [
+        [],
+        {"gpus": None},
+        {"gpus": ["x"]},
+        {"gpus": [{"uuid": "GPU-1", "index": -1}]},
+        {"gpus": [{"uuid": "GPU-1", "index": 0, "utilization_gpu_pct": "50"}]},
+        {"gpus": [{"uuid": "GPU-1", "index": 0, "power_w": True}]},
+        {"gpus": [{"uuid": "GPU-1", "index": 0, "name": ["A100"]}]},
+        {"gpus": [{"uuid": "GPU-1", "index": 0, "processes": "python"}]},
+        {"gpus": [{"uuid": "GPU-1", "index": 0, "processes": [1]}]},
+    ],
 )
-def test_snapshot_validation_rejects_wrong_shapes(snapshot):
+def test_snapshot_validation_rejects_wrong_shapes_and_types(snapshot):
     with pytest.raises(poller.SnapshotError):
         poller.validate_snapshot(snapshot)
 
