@@ -61,6 +61,8 @@ NUMBER_FIELDS = (
     "temperature_c", "power_w", "power_limit_w", "sm_clock_mhz",
 )  # fmt: skip
 TEXT_FIELDS = ("name", "pci_bus_id", "serial", "health")
+# No card reads a quadrillion of anything; sums and averages of such values overflow.
+MAX_NUMBER = 1e15
 
 
 def validate_snapshot(data: Any) -> dict[str, Any]:
@@ -82,8 +84,12 @@ def validate_snapshot(data: Any) -> dict[str, Any]:
         get = gpu.get
         for name in NUMBER_FIELDS:
             value = get(name)
-            if value is not None and type(value) is not int and type(value) is not float:
+            if value is None:
+                continue
+            if type(value) is not int and type(value) is not float:
                 raise SnapshotError(f"GPU {gpu['uuid']}: '{name}' is not a number")
+            if not -MAX_NUMBER < value < MAX_NUMBER:
+                raise SnapshotError(f"GPU {gpu['uuid']}: '{name}' is out of range")
         for name in TEXT_FIELDS:
             value = get(name)
             if value is not None and type(value) is not str:
