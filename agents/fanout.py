@@ -57,6 +57,8 @@ class Response:
 
 
 def _reason(exc: BaseException) -> str:
+    if isinstance(exc, ssl.SSLError):  # its errno is OpenSSL's error kind, not an OS errno
+        return f"TLS error: {exc.reason or exc.strerror or exc}"
     errno = getattr(exc, "errno", None)
     if isinstance(errno, int) and errno > 0:
         return os.strerror(errno)
@@ -308,6 +310,13 @@ class _Batch:
         except OSError as exc:
             error = f"cannot connect to {exchange.target.address}: {_reason(exc)}"
             self._failed(exchange, error, retry=True)
+            return
+        except UnicodeError:  # the IDNA codec: an empty label or one over 63 characters
+            self._failed(exchange, f"cannot resolve {host}: invalid host name", retry=False)
+            return
+        except Exception as exc:  # never leave the exchange to its timer
+            error = f"cannot connect to {exchange.target.address}: {_reason(exc)}"
+            self._failed(exchange, error, retry=False)
             return
         exchange.task = None
         if exchange.done:  # expired as the connection came up: keep it for next time

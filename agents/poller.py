@@ -15,6 +15,7 @@ import asyncio
 import atexit
 import contextlib
 import os
+import resource
 import threading
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -179,12 +180,26 @@ async def fetch_all(
     return results  # type: ignore[return-value]
 
 
+def _raise_open_files_limit(wanted: int = 65536) -> None:
+    """One keep-alive connection per agent: a worker polling 1,000 agents needs more
+    descriptors than the soft limit many systems start processes with (1,024)."""
+    try:
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        if hard != resource.RLIM_INFINITY:
+            wanted = min(wanted, hard)
+        if soft != resource.RLIM_INFINITY and soft < wanted:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
+    except (ValueError, OSError):  # not allowed here: the poller works within the limit
+        pass
+
+
 class _LoopThread:
     """One event loop and connection pool per process, reused by every poll of that process."""
 
     def __init__(self) -> None:
         self.pid = os.getpid()
         self.closed = False
+        _raise_open_files_limit()
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(
             target=self.loop.run_forever, name="agent-poller", daemon=True
@@ -223,7 +238,14 @@ class _LoopThread:
             retries=retries,
             backoff=backoff,
         )
-        return asyncio.run_coroutine_threadsafe(coroutine, self.loop).result()
+        future = asyncio.run_coroutine_threadsafe(coroutine, self.loop)
+        try:
+            return future.result()
+        except BaseException:
+            # Interrupted here (a soft time limit, a signal): stop the batch in the loop too,
+            # or it goes on beside the next poll with its own `concurrency` requests.
+            future.cancel()
+            raise
 
 
 _loop_lock = threading.Lock()

@@ -9,7 +9,9 @@ from urllib.parse import urlsplit
 from django.core.exceptions import ValidationError
 from django.utils.translation import gettext_lazy as _
 
-_HOST = re.compile(r"^(?:[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?\.?)+$")
+_LABEL = r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
+# Dot-separated labels of at most 63 characters (what name resolution accepts).
+_HOST = re.compile(rf"^{_LABEL}(?:\.{_LABEL})*\.?$")
 AGENT_URL_MAX_LENGTH = 200
 
 
@@ -31,7 +33,7 @@ def valid_agent_url(text: str) -> bool:
         ipaddress.ip_address(parts.hostname)
         return True
     except ValueError:
-        return bool(_HOST.match(parts.hostname))
+        return len(parts.hostname) <= 253 and bool(_HOST.match(parts.hostname))
 
 
 def validate_agent_url(value: str) -> None:

@@ -406,6 +406,13 @@ def test_head_larger_than_64_kib_fails(raw_server):
         (b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nContent-Length: 3\r\n\r\n", "Content-Length"),
         (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n", "malformed chunk size"),
         (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nabX", "no CRLF"),
+        # int() refuses over 4,300 digits with a ValueError: a clear error, not a "lost" retry.
+        (b"HTTP/1.1 200 OK\r\nContent-Length: " + b"9" * 5000 + b"\r\n\r\n", "Content-Length"),
+        # A body in one-byte chunks costs the loop seconds per MiB: refused past 8,192 chunks.
+        (
+            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n" + b"1\r\nx\r\n" * 9000,
+            "more than 8192 chunks",
+        ),
     ],
 )
 def test_malformed_answers_fail_clearly_and_are_not_retried(raw_server, answer, reason):
@@ -460,6 +467,14 @@ def test_unknown_host_is_a_clear_error_without_retries():
     response = get_one("http://no-such-host.invalid:9/", retries=3)
     assert response.error.startswith("cannot resolve no-such-host.invalid"), response
     assert response.attempts == 1
+
+
+@pytest.mark.parametrize("host", ["gpu01..lab", "a" * 64 + ".lab"])
+def test_a_host_name_that_cannot_be_encoded_fails_at_once_not_at_the_timeout(host):
+    started = time.monotonic()
+    response = get_one(f"http://{host}:9100/v1/snapshot", timeout=2.0, retries=2)
+    assert "invalid host name" in response.error, response
+    assert response.attempts == 1 and time.monotonic() - started < 1.0
 
 
 def test_ipv6_literal(raw_server):

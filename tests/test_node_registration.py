@@ -51,6 +51,8 @@ def test_a_short_token_gets_no_characters_in_its_hint():
     [
         ({"agent_url": "ftp://10.0.0.1"}, "agent_url"),
         ({"agent_url": "not a url"}, "agent_url"),
+        ({"agent_url": "http://gpu01..lab:9400"}, "agent_url"),
+        ({"agent_url": "http://" + "a" * 64 + ".lab:9400"}, "agent_url"),
         ({"name": "has space"}, "name"),
         ({"labels": "rack"}, "labels"),
         ({"labels": {"bad key!": "x"}}, "labels"),
@@ -366,3 +368,11 @@ def test_the_migration_encrypts_existing_tokens_and_can_be_reversed():
     finally:
         executor = MigrationExecutor(connection)
         executor.migrate(executor.loader.graph.leaf_nodes())
+
+
+@pytest.mark.parametrize(
+    "url", ["http://gpu-node-01:9400", "https://gpu.rack-7.example.com.", "http://[::1]:9400"]
+)
+def test_bare_and_dotted_host_names_and_ip_literals_are_accepted(url):
+    node = registration.register_node(name="gpu-01", agent_url=url, token=TOKEN)
+    assert node.agent_url == url.rstrip("/")

@@ -359,3 +359,61 @@ def test_fetch_all_with_its_own_pool_as_the_connection_test_uses_it(sim_agents):
     target = poller.AgentTarget(0, agents.urls[0], agents.token)
     [result] = asyncio.run(poller.fetch_all([target], timeout=2.0, concurrency=1))
     assert result.ok, result.error
+
+
+class _SlowHandler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    requests = 0
+    lock = threading.Lock()
+
+    def do_GET(self) -> None:
+        with self.lock:
+            type(self).requests += 1
+        time.sleep(0.5)
+        body = b'{"gpus": []}'
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args) -> None:
+        pass
+
+
+def test_an_interrupted_poll_stops_its_batch_too():
+    """A Celery soft time limit or a signal raised in the caller must not leave the batch
+    running beside the next poll, with its own share of requests in flight."""
+    import signal
+
+    class Interrupted(Exception):
+        pass
+
+    handler = type("Slow", (_SlowHandler,), {"requests": 0})
+    servers = [ThreadingHTTPServer(("127.0.0.1", 0), handler) for _ in range(6)]
+    for server in servers:
+        server.daemon_threads = True
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+    targets = [
+        poller.AgentTarget(i, f"http://127.0.0.1:{s.server_address[1]}", "t")
+        for i, s in enumerate(servers)
+    ]
+
+    def interrupt(*args):
+        raise Interrupted
+
+    previous = signal.signal(signal.SIGALRM, interrupt)
+    try:
+        signal.setitimer(signal.ITIMER_REAL, 0.2)
+        with pytest.raises(Interrupted):
+            poller.poll(targets, timeout=5, concurrency=2)
+        # The first two requests were in flight; the other four must never be sent.
+        results = poller.poll(targets[:1], timeout=5, concurrency=2)
+        assert results[0].ok
+        time.sleep(1.2)  # what the abandoned batch would have sent by now
+        assert handler.requests == 3, handler.requests
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+        for server in servers:
+            server.shutdown()
+            server.server_close()
