@@ -2,14 +2,18 @@
 
 Each poll cycle appends one compact blob of its readings to a buffer for the
 current minute (one Redis RPUSH, whatever the fleet size). Once a minute has
-passed, ``flush`` claims its buffer atomically (a Redis RENAME, so two workers
-never flush the same minute) and merges it into ``GpuMinute``/``OwnerMinute``
+passed, ``flush`` claims its buffer atomically (a Redis script renaming it, so two
+workers never flush the same minute) and merges it into ``GpuMinute``/``OwnerMinute``
 rows; the hours get the same merge (sample-weighted averages, maxima of maxima),
 on PostgreSQL every FOLD_EVERY minutes for all those minutes at once. A minute
 can be merged more than once: samples that arrive after their minute was flushed
 are claimed later and merged into the rows already there. Each claim is recorded
 in the transaction that merges it (``agents_rollupclaim``), so a claim retried
-after its commit (the worker died before deleting it) is not merged twice.
+after its commit (the worker died before deleting it) is not merged twice. A reading
+of ``LIMIT`` or more in size is implausible (a broken sensor or agent) and counts as
+not reported: summed or squared, such numbers overflow PostgreSQL's float8 and would
+fail the whole minute. A claim whose merge fails all the same is logged and left for a
+later flush; it cannot hold up the other claims or the hour fold (see ``flush``).
 Retention prunes both. Queries take a set of GPU ids and a time range, so
 per-allocation and per-tenant history can be built on top by mapping them to
 GPUs and intervals.
@@ -17,6 +21,7 @@ GPUs and intervals.
 
 from __future__ import annotations
 
+import logging
 import math
 import operator
 import threading
@@ -36,6 +41,8 @@ from django.db.models import Avg, Count, Max, Sum
 from agents.models import GPU, GpuHour, GpuMinute, OwnerHour, OwnerMinute
 from portal import redis_client
 
+logger = logging.getLogger(__name__)
+
 # Per GPU, in this order; None where the card did not report the field.
 SAMPLE_FIELDS = ("utilization_gpu_pct", "memory_used_mib", "power_w", "temperature_c")
 _ROLLUP_COLUMNS = {
@@ -44,8 +51,16 @@ _ROLLUP_COLUMNS = {
     "power": ("power_avg_w", "power_max_w"),
     "temperature": ("temperature_avg_c", "temperature_max_c"),
 }
+# Readings this large or larger are not aggregated (treated as not reported).
+LIMIT = 1e15
+_LIMIT_SQL = "1e15"
 # A claimed minute whose flush died is retried after this long.
 STALE_CLAIM_S = 300
+# The buffer of a minute expires this long after its last sample; its claims inherit it.
+BUFFER_TTL_S = 3600 * 6
+# A claim whose merge keeps failing is dropped (with an error) at a failure that finds
+# less than this left before its data expires, rather than vanishing silently.
+GIVE_UP_TTL_S = 600
 # Claims recorded as merged are forgotten after this long; a claim lives in Redis at
 # most 6 hours (the buffer's expiry), so it cannot come back after that.
 CLAIM_MEMORY = timedelta(days=1)
@@ -73,9 +88,24 @@ def _moment(minute: int) -> datetime:
 Claim = tuple[int, str, list[bytes]]
 
 
+# Claims a minute's buffer in one step: a worker killed half-way through (between taking
+# the minute off the pending set and renaming its buffer) would lose the minute.
+# KEYS: buffer, claim key, pending set; ARGV: the minute. Returns 1 when it claimed.
+_CLAIM_SCRIPT = """
+local claimed = 0
+if redis.call('EXISTS', KEYS[1]) == 1 then
+    redis.call('RENAME', KEYS[1], KEYS[2])
+    claimed = 1
+end
+redis.call('SREM', KEYS[3], ARGV[1])
+return claimed
+"""
+
+
 class _RedisBuffer:
     def __init__(self) -> None:
         self.prefix = redis_client.key("rollup")
+        self._claim_script: redis.commands.core.Script | None = None
 
     @property
     def client(self) -> redis.Redis:
@@ -85,9 +115,12 @@ class _RedisBuffer:
         key = f"{self.prefix}:buf:{minute}"
         pipe = self.client.pipeline(transaction=False)
         pipe.rpush(key, blob)
-        pipe.expire(key, 3600 * 6)
+        pipe.expire(key, BUFFER_TTL_S)
         pipe.sadd(f"{self.prefix}:pending", minute)
         pipe.execute()
+
+    def _parts(self, claim_key: str) -> list[str]:
+        return claim_key[len(self.prefix) + len(":claim:") :].split(":")
 
     def claim(self, before: int) -> list[Claim]:
         """Claim the buffered minutes before ``before`` and the stale claims of others.
@@ -97,33 +130,52 @@ class _RedisBuffer:
         minute) and a random part.
         """
         client, pending = self.client, f"{self.prefix}:pending"
+        if self._claim_script is None:
+            self._claim_script = client.register_script(_CLAIM_SCRIPT)
         claimed = []
         for raw in client.smembers(pending):
             minute = int(raw)
             if minute >= before:
                 continue
-            # Off the pending set before the rename: a late append racing with us
-            # re-adds the minute, so its samples are claimed by a later flush.
-            client.srem(pending, minute)
+            # Off the pending set with the rename: a late append after it re-adds the
+            # minute, so its samples are claimed by a later flush.
             claim_key = f"{self.prefix}:claim:{minute}:{before}:{uuid.uuid4().hex}"
-            try:
-                client.rename(f"{self.prefix}:buf:{minute}", claim_key)
-            except redis.ResponseError:  # no buffer: another worker claimed it first
-                continue
-            claimed.append((minute, claim_key, client.lrange(claim_key, 0, -1)))
-        # Claims left behind by a worker that died mid-flush are retried.
+            keys = [f"{self.prefix}:buf:{minute}", claim_key, pending]
+            if self._claim_script(keys=keys, args=[minute], client=client):
+                claimed.append((minute, claim_key, client.lrange(claim_key, 0, -1)))
+        # Claims left behind by a worker that died mid-flush, or whose merge failed, are
+        # retried.
         mine = {c[1] for c in claimed}
         for key in client.scan_iter(f"{self.prefix}:claim:*", count=1000):
             key = key.decode()
-            parts = key[len(self.prefix) + len(":claim:") :].split(":")
+            parts = self._parts(key)
             minute = int(parts[0])
             claimed_in = int(parts[1]) if len(parts) == 3 else minute  # keys before late merges
             if claimed_in < before - STALE_CLAIM_S // 60 and key not in mine:
                 claimed.append((minute, key, client.lrange(key, 0, -1)))
         return claimed
 
+    def legacy(self, claim_key: str) -> bool:
+        """Whether the claim was made by the version before late merges (no claim records)."""
+        return len(self._parts(claim_key)) == 2
+
     def done(self, claim_key: str) -> None:
         self.client.delete(claim_key)
+
+    def failed(self, claim: Claim) -> bool:
+        """A claim not merged: kept for a later flush; True when dropped instead.
+
+        It stays in Redis, retried with the stale claims, until its data would expire
+        with the buffer; the failure that finds it about to expire drops it.
+        """
+        claim_key = claim[1]
+        ttl = self.client.ttl(claim_key)
+        if ttl == -1:  # no expiry (the append died between RPUSH and EXPIRE): give it one
+            self.client.expire(claim_key, BUFFER_TTL_S)
+        elif 0 <= ttl < GIVE_UP_TTL_S:  # (-2: gone, another worker merged it meanwhile)
+            self.done(claim_key)
+            return True
+        return False
 
 
 class _MemoryBuffer:
@@ -132,6 +184,7 @@ class _MemoryBuffer:
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.minutes: dict[int, list[bytes]] = defaultdict(list)
+        self.before = 0  # the latest claim's, for the expiry of claims that failed
 
     def append(self, minute: int, blob: bytes) -> None:
         with self.lock:
@@ -139,11 +192,24 @@ class _MemoryBuffer:
 
     def claim(self, before: int) -> list[Claim]:
         with self.lock:
+            self.before = max(self.before, before)
             ready = sorted(m for m in self.minutes if m < before)
             return [(m, f"mem:{m}:{uuid.uuid4().hex}", self.minutes.pop(m)) for m in ready]
 
+    def legacy(self, claim_key: str) -> bool:
+        return False
+
     def done(self, claim_key: str) -> None:
         pass
+
+    def failed(self, claim: Claim) -> bool:
+        """As Redis's: put back for the next flush until about as old as a buffer expires."""
+        minute, _, blobs = claim
+        if minute < self.before - (BUFFER_TTL_S - GIVE_UP_TTL_S) // 60:
+            return True
+        with self.lock:
+            self.minutes[minute][:0] = blobs
+        return False
 
 
 _buffer: _RedisBuffer | _MemoryBuffer | None = None
@@ -303,19 +369,24 @@ _GPU_KEYS, _OWNER_KEYS = ["gpu_id", "bucket"], ["gpu_id", "owner", "bucket"]
 
 
 def _merge_clause(table: str, keys: list[str], columns: list[str]) -> str:
-    """Fold new samples into a row: sample-weighted averages, maxima of maxima."""
+    """Fold new samples into a row: sample-weighted averages, maxima of maxima.
+
+    An implausible value already in the row (written before such values were left out)
+    counts as none, so weighing it cannot overflow.
+    """
     updates = [f"samples = {table}.samples + excluded.samples"]
     for column in columns:
         old, new = f"{table}.{column}", f"excluded.{column}"
+        absent = f"{old} IS NULL OR abs({old}) >= {_LIMIT_SQL}"
         if "_avg" in column:
             updates.append(
-                f"{column} = CASE WHEN {old} IS NULL THEN {new} WHEN {new} IS NULL THEN {old} "
+                f"{column} = CASE WHEN {absent} THEN {new} WHEN {new} IS NULL THEN {old} "
                 f"ELSE ({old} * {table}.samples + {new} * excluded.samples) "
                 f"/ ({table}.samples + excluded.samples) END"
             )
         else:
             updates.append(
-                f"{column} = CASE WHEN {old} IS NULL OR {new} > {old} THEN {new} ELSE {old} END"
+                f"{column} = CASE WHEN {absent} OR {new} > {old} THEN {new} ELSE {old} END"
             )
     return f" ON CONFLICT ({', '.join(keys)}) DO UPDATE SET {', '.join(updates)}"
 
@@ -341,10 +412,10 @@ def _pg_merge_sql(
         into_minutes += _merge_clause(minute, keys, columns)
     sql = (
         f"WITH agg AS ({aggregate}), "  # noqa: S608 (names are ours, values parameters)
-        # Cards deleted since they were sampled have no history to keep. In gpu_id order,
-        # so two merges of the same rows lock them in the same order.
+        # Cards deleted since they were sampled have no history to keep. In key order,
+        # so two merges of the same rows lock them in the same order (no deadlock).
         f"live AS (SELECT * FROM agg WHERE gpu_id IN (SELECT id FROM {GPU._meta.db_table}) "
-        "ORDER BY gpu_id)"
+        f"ORDER BY {', '.join(k for k in keys if k != 'bucket')})"
     )
     if not hours:
         return f"{sql} {into_minutes}"
@@ -357,13 +428,18 @@ def _pg_merge_sql(
 
 
 def _pg_fold_sql(model: type, keys: list[str], columns: list[str]) -> str:
-    """Fold a range of minutes into their hours (averages weighted by samples)."""
+    """Fold a range of minutes into their hours (averages weighted by samples).
+
+    Minute values too large to be readings (written before they were left out) are left
+    out here too: weighed by their samples they would overflow and stop every fold.
+    """
     minute, hour = model._meta.db_table, _hour_table(model)
     group = [k for k in keys if k != "bucket"]
+    plausible = {c: f"FILTER (WHERE abs({c}) < {_LIMIT_SQL})" for c in columns}
     folded = [
-        f"sum({c} * samples) / sum(samples) FILTER (WHERE {c} IS NOT NULL)"
+        f"sum({c} * samples) {plausible[c]} / sum(samples) {plausible[c]}"
         if "_avg" in c
-        else f"max({c})"
+        else f"max({c}) {plausible[c]}"
         for c in columns
     ]
     return (
@@ -376,8 +452,14 @@ def _pg_fold_sql(model: type, keys: list[str], columns: list[str]) -> str:
     )
 
 
-def _aggregates(pairs: list[tuple[str, str]]) -> str:
-    return ", ".join(f"avg({v}) AS {avg}, max({v}) AS {peak}" for v, (avg, peak) in pairs)
+def _aggregates(pairs: list[tuple[str, tuple[str, str]]]) -> str:
+    # Implausible readings are not reported ones: avg() sums their squares, which
+    # overflows float8 ("value out of range") from about 1e154 and fails the minute.
+    return ", ".join(
+        f"avg({v}) FILTER (WHERE abs({v}) < {_LIMIT_SQL}) AS {avg}, "
+        f"max({v}) FILTER (WHERE abs({v}) < {_LIMIT_SQL}) AS {peak}"
+        for v, (avg, peak) in pairs
+    )
 
 
 # The samples as rows. Set-returning functions in the select list run in lockstep and
@@ -519,7 +601,8 @@ def _fold_hours(before: int) -> None:
 
 
 def _aggregate(values: Iterable[float | None]) -> tuple[float | None, float | None]:
-    present = [v for v in values if v is not None]
+    # As PostgreSQL's aggregates: implausible readings count as not reported.
+    present = [v for v in values if v is not None and -LIMIT < v < LIMIT]
     if not present:
         return None, None
     return sum(present) / len(present), max(present)
@@ -593,31 +676,58 @@ def _merge_python(cursor, minute: int, columns: list[list[bytes]]) -> int:
 
 
 def flush(now: datetime) -> int:
-    """Merge every finished minute in the buffer into rollups; returns the GPU-minutes written."""
+    """Merge every finished minute in the buffer into rollups; returns the GPU-minutes written.
+
+    A claim whose merge fails is logged and skipped: the other claims are merged and the
+    hours folded all the same. It stays in the buffer and is retried with the stale
+    claims at later flushes, until its data would expire (``BUFFER_TTL_S`` after the
+    minute's last sample); then it is dropped, with an error.
+    """
     written = 0
     source = buffer()
     before = minute_of(now)
     postgresql = connection.vendor == "postgresql"
-    for minute, claim_key, blobs in source.claim(before=before):
-        columns = [fields for blob in blobs if (fields := _fields(blob))]
-        with transaction.atomic(), connection.cursor() as cursor:
-            # Recorded first: a second worker retrying the same claim waits here for
-            # this one's commit, then finds it merged.
-            cursor.execute(
-                f"INSERT INTO {_CLAIMS_TABLE} (claim, minute) VALUES (%s, %s) "  # noqa: S608
-                "ON CONFLICT (claim) DO NOTHING",
-                [claim_key, before],
-            )
-            if cursor.rowcount == 1 and columns:
-                if postgresql:
-                    hours = minute < _folded_until(cursor, before)
-                    written += _merge_postgresql(cursor, minute, columns, hours)
-                else:  # the embedded default: hours merged at once, no folds
-                    written += _merge_python(cursor, minute, columns)
+    for claim in source.claim(before=before):
+        minute, claim_key, blobs = claim
+        try:
+            written += _merge_claim(source, claim, before, postgresql)
+        except Exception:  # one minute must not stop the others
+            logger.exception("rollups: minute %s (%s) not merged", _moment(minute), claim_key)
+            if source.failed(claim):
+                logger.error(
+                    "rollups: minute %s (%s, %d blobs) dropped: its merge kept failing "
+                    "and its data is about to expire",
+                    _moment(minute), claim_key, len(blobs),
+                )  # fmt: skip
+            continue
         source.done(claim_key)
     if postgresql:
         _fold_hours(before)
     return written
+
+
+def _merge_claim(source, claim: Claim, before: int, postgresql: bool) -> int:
+    minute, claim_key, blobs = claim
+    # A claim left by the version before claims were recorded (its worker died before
+    # deleting it): that version wrote a minute once and never merged into it, so rows
+    # for the minute mean the claim was merged. Its rule, kept for its keys.
+    if source.legacy(claim_key) and GpuMinute.objects.filter(bucket=_moment(minute)).exists():
+        return 0
+    columns = [fields for blob in blobs if (fields := _fields(blob))]
+    with transaction.atomic(), connection.cursor() as cursor:
+        # Recorded first: a second worker retrying the same claim waits here for this
+        # one's commit, then finds it merged.
+        cursor.execute(
+            f"INSERT INTO {_CLAIMS_TABLE} (claim, minute) VALUES (%s, %s) "  # noqa: S608
+            "ON CONFLICT (claim) DO NOTHING",
+            [claim_key, before],
+        )
+        if cursor.rowcount != 1 or not columns:
+            return 0
+        if postgresql:
+            hours = minute < _folded_until(cursor, before)
+            return _merge_postgresql(cursor, minute, columns, hours)
+        return _merge_python(cursor, minute, columns)  # the embedded default: hours at once
 
 
 def prune(now: datetime) -> dict[str, int]:

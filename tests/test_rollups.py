@@ -255,7 +255,7 @@ def test_a_value_that_is_not_a_number_counts_as_not_reported(cards):
     assert rollups.flush(T0 + timedelta(minutes=1)) == 2
     first = GpuMinute.objects.get(gpu=cards[0])
     assert (first.util_avg, first.power_avg_w, first.temperature_avg_c) == (None, None, 61)
-    assert first.memory_used_avg_mib == 1e30
+    assert first.memory_used_avg_mib is None  # an integer of 1e30: implausible
     assert GpuMinute.objects.get(gpu=cards[1]).util_avg == 7
     owner = OwnerMinute.objects.get()
     assert (owner.owner, owner.memory_used_avg_mib, owner.util_avg) == ("1000", 0, 9)
@@ -386,3 +386,236 @@ def test_a_minute_written_meanwhile_by_another_flusher_is_merged_not_lost(cards)
     first = GpuMinute.objects.get(gpu=cards[0])
     assert (first.samples, first.util_avg, first.util_max) == (2, 20.0, 30.0)
     assert GpuMinute.objects.get(gpu=cards[1]).samples == 1
+
+
+# --- implausible readings, failing claims, claims of the version before -----------------
+
+
+def test_a_huge_finite_reading_counts_as_not_reported_and_the_fleet_is_rolled_up(cards):
+    # Card A's agent reports finite but absurd numbers (1e308 overflows an average; 1e155
+    # after a 0 overflows the sum of squares behind it); card B is healthy throughout.
+    def cycle(at, mem_a, power_a):
+        snapshot = {"gpus": [
+            {"uuid": cards[0].uuid, "index": 0, "utilization_gpu_pct": 10,
+             "memory_used_mib": mem_a, "power_w": power_a,
+             "processes": [{"pid": 1, "user": "carol", "memory_used_mib": mem_a,
+                            "sm_util_pct": -1e300}]},
+            {"uuid": cards[1].uuid, "index": 1, "utilization_gpu_pct": 30,
+             "memory_used_mib": 1000},
+        ]}  # fmt: skip
+        rollups.buffer_samples({cards[0].node_id: snapshot}, {g.uuid: g.pk for g in cards}, at)
+
+    for minute in range(3):
+        at = T0 + timedelta(minutes=minute)
+        cycle(at, 0.0, 1e308)
+        cycle(at + timedelta(seconds=20), 1e308, 1e155)
+        cycle(at + timedelta(seconds=40), 1e155, 2e15)
+        assert rollups.flush(at + timedelta(minutes=1)) == 2
+    first = GpuMinute.objects.get(gpu=cards[0], bucket=T0)
+    assert (first.samples, first.memory_used_avg_mib, first.memory_used_max_mib) == (3, 0.0, 0.0)
+    assert (first.util_avg, first.power_avg_w, first.power_max_w) == (10.0, None, None)
+    carol = OwnerMinute.objects.get(bucket=T0)
+    assert (carol.samples, carol.memory_used_avg_mib, carol.util_avg) == (3, 0.0, None)
+    # Minutes 1 and 2 reach their hour at the fold, which the absurd numbers do not stop.
+    rollups.flush(T0 + timedelta(minutes=rollups.FOLD_EVERY))
+    assert _hour(cards[1]) == (9, 30.0, 30.0)
+    assert _hour(cards[0]) == (9, 10.0, 10.0)
+    hour = GpuHour.objects.get(gpu=cards[0])
+    assert (hour.memory_used_avg_mib, hour.power_max_w) == (0.0, None)
+    assert OwnerHour.objects.get().samples == 9
+
+
+def test_rows_holding_huge_values_from_before_stop_no_merge_and_no_fold(cards):
+    sample(cards, T0, 10)
+    rollups.flush(T0 + timedelta(minutes=1))  # minute 0 and its hour written at once
+    # Written before huge readings were left out: weighing them by samples overflows.
+    GpuMinute.objects.filter(gpu=cards[0]).update(util_avg=1e308, util_max=1e308)
+    GpuHour.objects.filter(gpu=cards[0]).update(util_avg=1e308, util_max=1e308)
+    GpuMinute.objects.create(
+        gpu=cards[0], bucket=T0 + timedelta(minutes=2), samples=1, util_avg=-1e300, util_max=9e307
+    )
+    sample(cards, T0 + timedelta(seconds=59), 20)  # late for minute 0: merged into its hour
+    sample(cards, T0 + timedelta(minutes=1), 40)
+    rollups.flush(T0 + timedelta(minutes=rollups.FOLD_EVERY))  # ... and folds minutes 1-9
+    row = GpuMinute.objects.get(gpu=cards[0], bucket=T0)
+    assert (row.samples, row.util_avg, row.util_max) == (2, 20.0, 20.0)
+    # The hour: minute 0 (now 20) and minutes 1 (40) and 2 (none), each of two samples.
+    assert _hour(cards[0]) == (4, 30.0, 40.0)
+
+
+def _corrupt_blob(card) -> bytes:
+    """A blob from another source that PostgreSQL refuses and Python cannot aggregate."""
+    return b"\t".join([f"[{card.pk}]".encode(), b'["x"]', *[b"[null]"] * 3, *[b"[]"] * 4])
+
+
+def _claims(source) -> list[str]:
+    return [key.decode() for key in source.client.keys(f"{source.prefix}:claim:*")]
+
+
+def test_a_claim_whose_merge_fails_holds_up_neither_other_minutes_nor_the_fold(cards, caplog):
+    source = rollups.buffer()
+    sample(cards, T0, 10)
+    rollups.flush(T0 + timedelta(minutes=1))  # hours folded from minute 1 on
+    source.append(rollups.minute_of(T0) + 1, _corrupt_blob(cards[0]))
+    sample(cards, T0 + timedelta(minutes=1), 20)
+    sample(cards, T0 + timedelta(minutes=2), 30)
+    assert rollups.flush(T0 + timedelta(minutes=rollups.FOLD_EVERY)) == 2  # minute 2
+    assert "not merged" in caplog.text and "2026-11-30 10:01" in caplog.text
+    assert not GpuMinute.objects.filter(bucket=T0 + timedelta(minutes=1)).exists()
+    assert _hour(cards[0]) == (2, 20.0, 30.0)  # minutes 0 and 2: the fold ran
+    [failed] = _claims(source)
+    # Retried with the stale claims, failing again, until its data is about to expire.
+    caplog.clear()
+    assert rollups.flush(T0 + timedelta(minutes=rollups.FOLD_EVERY + 6)) == 0
+    assert "not merged" in caplog.text and _claims(source) == [failed]
+    source.client.expire(failed, rollups.GIVE_UP_TTL_S - 1)
+    caplog.clear()
+    assert rollups.flush(T0 + timedelta(minutes=rollups.FOLD_EVERY + 7)) == 0
+    assert [r.levelname for r in caplog.records] == ["ERROR", "ERROR"]
+    assert "dropped" in caplog.records[1].getMessage()
+    assert _claims(source) == []
+
+
+def test_the_embedded_buffer_retries_a_failed_claim_until_it_is_as_old_as_an_expiry(
+    cards, monkeypatch, caplog
+):
+    monkeypatch.setattr(rollups, "_buffer", rollups._MemoryBuffer())
+    rollups.buffer().append(rollups.minute_of(T0), _corrupt_blob(cards[0]))
+    sample(cards, T0 + timedelta(minutes=1), 20)
+    assert rollups.flush(T0 + timedelta(minutes=2)) == 2
+    assert "not merged" in caplog.text
+    assert rollups.buffer().minutes.keys() == {rollups.minute_of(T0)}  # put back
+    assert rollups.flush(T0 + timedelta(minutes=3)) == 0
+    assert rollups.buffer().minutes  # still there
+    caplog.clear()
+    rollups.flush(T0 + timedelta(seconds=rollups.BUFFER_TTL_S))
+    assert "dropped" in caplog.text and not rollups.buffer().minutes
+
+
+def _legacy_claim(cards, minute: int) -> str:
+    """A claim key of the version before (``claim:<minute>:<hex>``) holding its blob."""
+    import uuid
+
+    import orjson
+
+    blob = orjson.dumps(
+        {"g": {g.pk: [10, None, None, None] for g in cards}, "o": []},
+        option=orjson.OPT_NON_STR_KEYS,
+    )
+    source = rollups.buffer()
+    key = f"{source.prefix}:claim:{minute}:{uuid.uuid4().hex}"
+    source.client.rpush(key, blob)
+    return key
+
+
+def test_a_claim_of_the_version_before_is_not_merged_into_a_minute_it_wrote(cards):
+    # The version before wrote minute T0 (and its hour), then died before deleting its
+    # claim. It wrote a minute only once, so the minute's rows say the claim is in them.
+    for card in cards:
+        GpuMinute.objects.create(gpu=card, bucket=T0, samples=1, util_avg=10, util_max=10)
+        GpuHour.objects.create(gpu=card, bucket=T0, samples=1, util_avg=10, util_max=10)
+    _legacy_claim(cards, rollups.minute_of(T0))
+    assert rollups.flush(T0 + timedelta(minutes=10)) == 0
+    assert GpuMinute.objects.get(gpu=cards[0]).samples == 1
+    assert _hour(cards[0]) == (1, 10.0, 10.0)
+    assert _claims(rollups.buffer()) == []
+
+
+def test_a_claim_of_the_version_before_whose_minute_was_not_written_is_merged(cards):
+    _legacy_claim(cards, rollups.minute_of(T0))  # it died before its commit
+    assert rollups.flush(T0 + timedelta(minutes=10)) == 2
+    assert GpuMinute.objects.get(gpu=cards[0]).samples == 1
+    assert _claims(rollups.buffer()) == []
+
+
+def test_a_flusher_killed_after_any_redis_command_loses_no_minute(cards, monkeypatch):
+    import redis
+
+    class Killed(Exception):
+        pass
+
+    real = redis.Redis.execute_command
+
+    def dies_after_command(n: int):
+        issued = 0
+
+        def execute_command(self, *args, **options):
+            nonlocal issued
+            result = real(self, *args, **options)
+            issued += 1
+            if issued == n:
+                raise Killed
+            return result
+
+        return execute_command
+
+    for dies_after in range(1, 30):  # the flusher dies right after its n-th Redis command
+        at = T0 + timedelta(hours=dies_after)
+        sample(cards, at, 10)
+        killed = dies_after_command(dies_after)
+        monkeypatch.setattr(redis.Redis, "execute_command", killed)
+        try:
+            rollups.flush(at + timedelta(minutes=1))
+            survived = True
+        except Killed:
+            survived = False
+        monkeypatch.undo()
+        rollups.flush(at + timedelta(minutes=10))  # retries what was left stale
+        assert GpuMinute.objects.get(gpu=cards[0], bucket=at).samples == 1, dies_after
+        if survived:  # past the last command: every point of the flush was tried
+            break
+    assert survived
+
+
+def test_two_flushers_claiming_at_once_never_share_a_minute(cards):
+    import threading
+
+    minutes = range(rollups.minute_of(T0), rollups.minute_of(T0) + 200)
+    for minute in minutes:
+        rollups.buffer().append(minute, b"blob")
+    start = threading.Barrier(2)
+    claims: list[list] = [[], []]
+
+    def claimer(mine: list) -> None:
+        source = rollups._RedisBuffer()  # another worker's
+        start.wait()
+        mine.extend(source.claim(before=minutes[-1] + 1))
+
+    threads = [threading.Thread(target=claimer, args=(c,)) for c in claims]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    first, second = ({minute for minute, _, _ in c} for c in claims)
+    assert not first & second and first | second == set(minutes)
+    assert all(blobs == [b"blob"] for c in claims for _, _, blobs in c)
+
+
+def test_merges_write_a_cards_owner_rows_in_one_order_whatever_the_samples_order(cards):
+    # Two merges of one minute lock its rows in the order they write them: the same
+    # order for both, or they can deadlock.
+    import json
+
+    import psycopg
+
+    statement = rollups._PG_SQL[OwnerMinute][False, True]
+    select = statement.split(" INSERT INTO")[0] + " SELECT gpu_id, owner FROM live"  # noqa: S608
+    owners = [f"user{i}" for i in range(6)]
+
+    def array(values) -> str:
+        return "{" + ",".join(values) + "}"
+
+    def written(names: list[str]) -> list[tuple]:
+        pairs = [(g.pk, name) for g in reversed(cards) for name in names]
+        params = {
+            "ids": array(str(pk) for pk, _ in pairs),
+            "owners": json.dumps([name for _, name in pairs]),
+            "mem": array("1" for _ in pairs),
+            "util": array("null" for _ in pairs),
+        }
+        cursor = psycopg.Cursor(connection.connection)
+        cursor.execute(select, params)
+        return cursor.fetchall()
+
+    expected = sorted((g.pk, name) for g in cards for name in owners)
+    assert written(owners) == written(owners[::-1]) == expected
