@@ -114,6 +114,19 @@ def reduce_snapshot(snapshot: dict[str, Any]) -> dict[str, Any]:
     return {"collected_at": snapshot.get("collected_at"), "gpus": {g["uuid"]: g for g in gpus}}
 
 
+def seen_at(
+    recorded: datetime | None, latest: dict[str, Any] | None, uuid: str = ""
+) -> datetime | None:
+    """When a node (or, given its UUID, a card) was last seen: the database keeps that to
+    a resolution (services.NODE_LAST_SEEN_RESOLUTION, GPU_LAST_SEEN_RESOLUTION); the
+    latest readings, while fresh, say exactly when the node last answered."""
+    stored_at = (latest or {}).get("stored_at")
+    if not stored_at or (uuid and uuid not in latest.get("gpus", {})):
+        return recorded
+    moment = datetime.fromtimestamp(stored_at, tz=UTC)
+    return moment if recorded is None or moment > recorded else recorded
+
+
 def card_reading(stored: dict[str, Any] | None) -> dict[str, Any]:
     """A card's latest reading as pages and the API show it: the live fields present."""
     return {f: stored[f] for f in LIVE_GPU_FIELDS if f in stored} if stored else {}
@@ -138,18 +151,12 @@ def latest_for(node_ids: Iterable[int]) -> dict[int, dict[str, Any]]:
 
 
 def _node_fields(node: dict[str, Any], latest: dict[str, Any] | None) -> dict[str, Any]:
-    last_seen = node["last_seen"].timestamp() if node["last_seen"] else None
-    # The database keeps last_seen to services.NODE_LAST_SEEN_RESOLUTION; the readings
-    # say when the node last answered.
-    if (stored_at := (latest or {}).get("stored_at")) and (
-        last_seen is None or stored_at > last_seen
-    ):
-        last_seen = stored_at
+    last_seen = seen_at(node["last_seen"], latest)
     return {
         "id": node["pk"],
         "name": node["name"],
         "state": node["state"],
-        "last_seen": datetime.fromtimestamp(last_seen, tz=UTC).isoformat() if last_seen else None,
+        "last_seen": last_seen.isoformat() if last_seen else None,
         "last_error": node["last_error"],
     }
 

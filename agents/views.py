@@ -81,6 +81,7 @@ def gpu_detail(request: HttpRequest, pk: int) -> HttpResponse:
         {
             "gpu": gpu,
             "reading": readings.card_reading(reading),
+            "last_seen": readings.seen_at(gpu.last_seen, latest, gpu.uuid),
             "ranges": RANGES,
             "labels": _labels(),
         },

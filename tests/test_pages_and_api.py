@@ -276,3 +276,21 @@ def test_admin_applies_the_registration_rules_bare_host_names_included(client, a
     assert response.status_code == 200
     assert "agent_url" in response.context["adminform"].form.errors
     assert not Node.objects.filter(name="gpu-d").exists()
+
+
+def test_a_cards_last_seen_is_exact_while_the_database_keeps_it_coarse(client, member_user, fleet):
+    from datetime import datetime, timedelta
+
+    from django.utils import timezone
+
+    # The database moves last_seen every few minutes only; the latest readings are exact.
+    long_ago = timezone.now() - timedelta(minutes=4)
+    GPU.objects.update(last_seen=long_ago)
+    api = APIClient()
+    api.force_authenticate(member_user)
+    reported = api.get(f"/api/v1/gpus/{GPU.objects.get(uuid='GPU-1').pk}/").json()["last_seen"]
+    seen = datetime.fromisoformat(reported.replace("Z", "+00:00"))
+    assert timezone.now() - seen < timedelta(seconds=30)
+    client.force_login(member_user)
+    page = client.get(reverse("agents:gpu", args=[GPU.objects.get(uuid="GPU-1").pk]))
+    assert page.context["last_seen"] == seen

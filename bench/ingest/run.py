@@ -164,7 +164,12 @@ def main(argv: list[str] | None = None) -> int:
                 )
                 return dict(cursor.fetchall())
 
-        time.sleep(1)  # let the statistics catch up with the warm-up cycle
+        # The measured cycles start just after a minute boundary, once the warm-up's
+        # minute is flushed (not counted): their flush then holds their samples and
+        # nothing else, and with 12 cycles of 5 s it is one full minute, as in production.
+        time.sleep(60.5 - time.time() % 60)
+        rollups.flush(timezone.now())
+        time.sleep(max(0.0, 1.0 - time.time() % 60))  # statistics catch up; still in the minute
         rows_before = rows_written()
         # Whole-run totals too: CPU spent between cycles (a deferred garbage collection,
         # the poller's idle loop) belongs to the cycles as much as what runs inside them.
@@ -197,8 +202,8 @@ def main(argv: list[str] | None = None) -> int:
         }
         time.sleep(1)
         rows_after = rows_written()
-        # Beat flushes the finished minutes; at one cycle per interval, a minute holds
-        # 60/interval cycles, so its flush cost is shared by that many cycles.
+        # Beat flushes each finished minute once; its cost is shared by the cycles whose
+        # samples it holds: exactly the measured ones.
         cpu0, pg0, started = self_cpu_s(), proc_cpu_s(backend_pid), time.monotonic()
         written = rollups.flush(timezone.now() + timedelta(minutes=2))
         flush = {"wall_s": time.monotonic() - started, "cpu_s": self_cpu_s() - cpu0,
@@ -219,8 +224,7 @@ def main(argv: list[str] | None = None) -> int:
 
     walls = [c["wall_s"] for c in cycles]
     per_cycle_cpu = [c["cpu_s"] + c["pg_cpu_s"] + c["redis_cpu_s"] for c in cycles]
-    # The flush covered every buffered cycle, the warm-up one included.
-    flush_share = (flush["cpu_s"] + flush["pg_cpu_s"]) / (len(cycles) + 1)
+    flush_share = (flush["cpu_s"] + flush["pg_cpu_s"]) / len(cycles)
     in_cycles = statistics.mean(per_cycle_cpu) + flush_share
     all_in = (run["cpu_s"] + run["pg_cpu_s"] + run["redis_cpu_s"]) / len(cycles) + flush_share
     result = {
