@@ -175,6 +175,9 @@ def main(argv: list[str] | None = None) -> int:
         # the poller's idle loop) belongs to the cycles as much as what runs inside them.
         run_cpu0, run_pg0 = self_cpu_s(), proc_cpu_s(backend_pid)
         run_redis0 = redis_client.info("cpu")
+        # Prometheus is measured over the same window, as CPU per scrape interval.
+        run_started = time.monotonic()
+        prom_cpu0 = proc_cpu_s(prometheus.pid) if prometheus is not None else 0.0
         cycles = []
         for _ in range(args.cycles):
             started = time.monotonic()
@@ -194,6 +197,9 @@ def main(argv: list[str] | None = None) -> int:
             time.sleep(max(0.0, args.interval - (time.monotonic() - started)))
 
         run_redis1 = redis_client.info("cpu")
+        if prometheus is not None:
+            prom_cpu = proc_cpu_s(prometheus.pid) - prom_cpu0
+            prom_window_s = time.monotonic() - run_started
         run = {
             "cpu_s": self_cpu_s() - run_cpu0,
             "pg_cpu_s": proc_cpu_s(backend_pid) - run_pg0,
@@ -213,7 +219,6 @@ def main(argv: list[str] | None = None) -> int:
         agent_cpu = proc_cpu_s(agent.pid)
         agent.terminate()
         if prometheus is not None:
-            prom_cpu = proc_cpu_s(prometheus.pid)
             prometheus.terminate()
         for proc in (agent, prometheus):
             if proc is not None:
@@ -255,8 +260,7 @@ def main(argv: list[str] | None = None) -> int:
     }  # fmt: skip
     if prometheus is not None:
         # Prometheus scraped for the whole run (warm-up included): per interval elapsed.
-        run_s = (len(cycles) + 1) * args.interval
-        result["prometheus_cpu_per_cycle_s"] = prom_cpu / (run_s / args.interval)
+        result["prometheus_cpu_per_cycle_s"] = prom_cpu / (prom_window_s / args.interval)
         result["prometheus_cpu_per_gpu_us"] = result["prometheus_cpu_per_cycle_s"] / gpu_count * 1e6
     print(json.dumps(result, indent=2))
     if args.json:
