@@ -1,13 +1,20 @@
-"""History requests as the pages and the API make them: a named range, validated."""
+"""History as the pages and the API read it: named ranges, and queries over the rollups.
+
+Queries take a set of GPU ids and a time range, so per-allocation and per-tenant
+history can be built on top by mapping them to GPUs and intervals.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from datetime import datetime, timedelta
+from typing import Any
 
+from django.db.models import Avg, Count, Max, Sum
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
-from agents import rollups
+from agents.models import GpuHour, GpuMinute, OwnerHour, OwnerMinute
 
 RANGES = {
     "1h": (timedelta(hours=1), _("1 hour")),
@@ -32,7 +39,81 @@ def window(name: str, now: datetime | None = None) -> tuple[datetime, datetime]:
 
 def gpu_history(gpu_ids: list[int], range_name: str) -> dict:
     start, end = window(range_name)
-    data = rollups.series(gpu_ids, start, end)
-    data["owners"] = rollups.owner_usage(gpu_ids, start, end)
+    data = series(gpu_ids, start, end)
+    data["owners"] = owner_usage(gpu_ids, start, end)
     data["range"] = range_name
     return data
+
+
+# Ranges up to this long are drawn from minutes; longer ones from hours.
+MINUTE_RANGE_LIMIT = timedelta(hours=36)
+
+
+def _in_range(
+    tables: dict[str, type],
+    gpu_ids: Iterable[int],
+    start: datetime,
+    end: datetime,
+    resolution: str | None,
+) -> tuple[str, Any]:
+    """The resolution to read (chosen by the range when not given) and its rows in range."""
+    if resolution is None:
+        resolution = "1m" if end - start <= MINUTE_RANGE_LIMIT else "1h"
+    rows = tables[resolution].objects.filter(
+        gpu_id__any=list(gpu_ids), bucket__gte=start, bucket__lt=end
+    )
+    return resolution, rows
+
+
+def series(
+    gpu_ids: Iterable[int], start: datetime, end: datetime, resolution: str | None = None
+) -> dict[str, Any]:
+    """History of a set of GPUs: per bucket, utilization averaged over the cards,
+    memory and power summed, maxima as maxima.
+    """
+    tables = {"1m": GpuMinute, "1h": GpuHour}
+    resolution, in_range = _in_range(tables, gpu_ids, start, end, resolution)
+    rows = (
+        in_range.values("bucket")
+        .annotate(
+            gpus=Count("gpu_id"),
+            util_avg=Avg("util_avg"),
+            util_max=Max("util_max"),
+            memory_used_avg_mib=Sum("memory_used_avg_mib"),
+            memory_used_max_mib=Sum("memory_used_max_mib"),
+            power_avg_w=Sum("power_avg_w"),
+            power_max_w=Sum("power_max_w"),
+            temperature_avg_c=Avg("temperature_avg_c"),
+            temperature_max_c=Max("temperature_max_c"),
+        )
+        .order_by("bucket")
+    )
+    return {
+        "resolution": resolution,
+        "start": start.isoformat(),
+        "end": end.isoformat(),
+        "points": [
+            {**{k: (round(v, 2) if isinstance(v, float) else v) for k, v in r.items()
+                if k != "bucket"}, "t": r["bucket"].isoformat()}
+            for r in rows
+        ],
+    }  # fmt: skip
+
+
+def owner_usage(
+    gpu_ids: Iterable[int], start: datetime, end: datetime, resolution: str | None = None
+) -> list[dict[str, Any]]:
+    """Per process owner over a range: average and peak memory, average utilization."""
+    tables = {"1m": OwnerMinute, "1h": OwnerHour}
+    _, in_range = _in_range(tables, gpu_ids, start, end, resolution)
+    rows = (
+        in_range.values("owner")
+        .annotate(
+            memory_used_avg_mib=Avg("memory_used_avg_mib"),
+            memory_used_max_mib=Max("memory_used_max_mib"),
+            util_avg=Avg("util_avg"),
+            samples=Sum("samples"),
+        )
+        .order_by("-memory_used_avg_mib")
+    )
+    return list(rows)

@@ -23,7 +23,7 @@ from django.db import transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
-from agents import live, metrics, poller, readings, rollups
+from agents import live, metrics, poller, readings, sample_buffer
 from agents.choices import GpuHealth, NodeSource, NodeState
 from agents.models import GPU, Node
 from portal import crypto
@@ -327,7 +327,7 @@ def record_poll_results(
         gpu_ids, summary.gpus_created = _record_gpus(answered, now)
         summary.answered, summary.failed, summary.gpus_seen = len(answered), failed, len(gpu_ids)
         latest = readings.store_latest(answered)
-        rollups.buffer_samples(answered, gpu_ids, now)
+        sample_buffer.buffer_samples(answered, gpu_ids, now)
         tiles = _tile_rows(known, answered, failed, summary.went_offline, now)
         transaction.on_commit(lambda: live.publish_nodes(list(known), latest, tiles))
     return summary

@@ -85,7 +85,7 @@ EXPECTED = {
 
 def play(cards: list[Any]) -> list[int]:
     """Buffer and flush the history for ``cards`` (A, B); the GPU-minutes each flush wrote."""
-    from agents import rollups
+    from agents import rollups, sample_buffer
 
     def cycle(at: datetime, fields: tuple[dict | None, dict | None]) -> None:
         gpus = [
@@ -94,7 +94,7 @@ def play(cards: list[Any]) -> list[int]:
             if readings is not None
         ]
         ids = {card.uuid: card.pk for card in cards}
-        rollups.buffer_samples({cards[0].node_id: {"gpus": gpus}}, ids, at)
+        sample_buffer.buffer_samples({cards[0].node_id: {"gpus": gpus}}, ids, at)
 
     written = []
     for second, fields in zip((0, 20, 40), CYCLES_MINUTE_0, strict=True):

@@ -165,7 +165,7 @@ def gpu_with_history(full_stack):
 
     from django.utils import timezone
 
-    from agents import rollups
+    from agents import rollups, sample_buffer
     from agents.models import GPU
 
     deadline = time.monotonic() + 30
@@ -180,7 +180,7 @@ def gpu_with_history(full_stack):
             "processes": [{"pid": 7, "user": "carol", "memory_used_mib": 900}],
         }]}  # fmt: skip
         at = now - timedelta(minutes=minutes_ago)
-        rollups.buffer_samples({gpu.node_id: snapshot}, {gpu.uuid: gpu.pk}, at)
+        sample_buffer.buffer_samples({gpu.node_id: snapshot}, {gpu.uuid: gpu.pk}, at)
     # The worker's own flush may take some minutes first; together they cover all.
     rollups.flush(now)
     return f"{full_stack}gpus/{gpu.pk}/"

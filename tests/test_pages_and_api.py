@@ -137,7 +137,7 @@ def test_history_api_returns_rollups_for_a_gpu_and_a_node(member_user, fleet):
 
     from django.utils import timezone
 
-    from agents import rollups
+    from agents import rollups, sample_buffer
 
     now = timezone.now()
     gpu = GPU.objects.get(uuid="GPU-1")
@@ -152,7 +152,7 @@ def test_history_api_returns_rollups_for_a_gpu_and_a_node(member_user, fleet):
             }
         ]
     }
-    rollups.buffer_samples({fleet.pk: snap}, {"GPU-1": gpu.pk}, now - timedelta(minutes=2))
+    sample_buffer.buffer_samples({fleet.pk: snap}, {"GPU-1": gpu.pk}, now - timedelta(minutes=2))
     rollups.flush(now)
     client = APIClient()
     client.force_authenticate(member_user)

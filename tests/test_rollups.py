@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from django.db import connection
 
-from agents import rollups
+from agents import history, rollups, sample_buffer
 from agents.models import GPU, GpuHour, GpuMinute, Node, OwnerHour, OwnerMinute
 from tests import rollups_scenario as scenario
 
@@ -31,7 +31,7 @@ def sample(cards, at, util, mem=1000, power=300.0, temp=60, processes=()):
             for i, g in enumerate(cards)
         ]
     }  # fmt: skip
-    rollups.buffer_samples({cards[0].node_id: snapshot}, {g.uuid: g.pk for g in cards}, at)
+    sample_buffer.buffer_samples({cards[0].node_id: snapshot}, {g.uuid: g.pk for g in cards}, at)
 
 
 def test_a_finished_minute_becomes_one_row_per_gpu_with_avg_and_max(cards):
@@ -59,7 +59,7 @@ def test_a_minute_is_flushed_once_even_when_flush_runs_twice(cards):
 
 def test_missing_fields_stay_empty_rather_than_zero(cards):
     snapshot = {"gpus": [{"uuid": cards[0].uuid, "index": 0, "utilization_gpu_pct": 5}]}
-    rollups.buffer_samples({cards[0].node_id: snapshot}, {cards[0].uuid: cards[0].pk}, T0)
+    sample_buffer.buffer_samples({cards[0].node_id: snapshot}, {cards[0].uuid: cards[0].pk}, T0)
     rollups.flush(T0 + timedelta(minutes=1))
     row = GpuMinute.objects.get()
     assert row.util_avg == 5 and row.power_avg_w is None and row.temperature_max_c is None
@@ -86,7 +86,7 @@ def test_process_owners_are_rolled_up_per_card(cards):
     dave = OwnerMinute.objects.get(gpu=cards[0], owner="dave")
     assert (dave.samples, dave.memory_used_avg_mib) == (2, 50)
     assert OwnerHour.objects.filter(owner="carol").count() == 2
-    usage = rollups.owner_usage([cards[0].pk], T0, T0 + timedelta(hours=1))
+    usage = history.owner_usage([cards[0].pk], T0, T0 + timedelta(hours=1))
     assert [u["owner"] for u in usage] == ["carol", "dave"]
 
 
@@ -99,11 +99,11 @@ def test_samples_of_a_deleted_card_are_dropped_not_fatal(cards):
 def test_series_for_several_cards_averages_utilization_and_sums_memory(cards):
     sample(cards, T0, 10, mem=1000)
     rollups.flush(T0 + timedelta(minutes=1))
-    data = rollups.series([g.pk for g in cards], T0, T0 + timedelta(hours=1))
+    data = history.series([g.pk for g in cards], T0, T0 + timedelta(hours=1))
     assert data["resolution"] == "1m"
     [point] = data["points"]
     assert (point["gpus"], point["util_avg"], point["memory_used_avg_mib"]) == (2, 10.5, 2000)
-    week = rollups.series([g.pk for g in cards], T0 - timedelta(days=6), T0 + timedelta(days=1))
+    week = history.series([g.pk for g in cards], T0 - timedelta(days=6), T0 + timedelta(days=1))
     assert week["resolution"] == "1h" and week["points"][0]["util_max"] == 11
 
 
@@ -119,20 +119,20 @@ def test_retention_drops_only_rows_past_their_age(cards, settings):
 
 def test_two_flushers_never_claim_the_same_minute(cards):
     sample(cards, T0, 10)
-    first = rollups.buffer().claim(before=rollups.minute_of(T0) + 1)
-    second = rollups.buffer().claim(before=rollups.minute_of(T0) + 1)
+    first = sample_buffer.buffer().claim(before=sample_buffer.minute_of(T0) + 1)
+    second = sample_buffer.buffer().claim(before=sample_buffer.minute_of(T0) + 1)
     assert len(first) == 1 and second == []
 
 
 def test_a_claim_abandoned_by_a_dead_flusher_is_retried_later(cards):
     sample(cards, T0, 10)
-    rollups.buffer().claim(before=rollups.minute_of(T0) + 1)  # the claimer dies here
+    sample_buffer.buffer().claim(before=sample_buffer.minute_of(T0) + 1)  # the claimer dies here
     assert rollups.flush(T0 + timedelta(minutes=2)) == 0
     assert rollups.flush(T0 + timedelta(minutes=10)) == 2
 
 
 def test_the_embedded_buffer_keeps_samples_in_process(cards, monkeypatch):
-    monkeypatch.setattr(rollups, "_buffer", rollups._MemoryBuffer())
+    monkeypatch.setattr(sample_buffer, "_buffer", sample_buffer._MemoryBuffer())
     sample(cards, T0, 10)
     assert rollups.flush(T0 + timedelta(minutes=1)) == 2
     assert rollups.flush(T0 + timedelta(minutes=1)) == 0
@@ -144,14 +144,14 @@ django.setup()
 from datetime import UTC, datetime, timedelta
 from django.core.management import call_command
 call_command("migrate", verbosity=0)
-from agents import rollups
+from agents import history, rollups, sample_buffer
 from agents.models import GPU, GpuHour, Node
 node = Node.objects.create(name="n")
 gpu = GPU.objects.create(node=node, index=0, uuid="GPU-0", model="T4")
 t0 = datetime(2026, 11, 30, 10, 0, tzinfo=UTC)
 for minute, util in [(0, 10), (1, 30)]:
     snap = {"gpus": [{"uuid": "GPU-0", "index": 0, "utilization_gpu_pct": util}]}
-    rollups.buffer_samples({node.pk: snap}, {"GPU-0": gpu.pk}, t0 + timedelta(minutes=minute))
+    sample_buffer.buffer_samples({node.pk: snap}, {"GPU-0": gpu.pk}, t0 + timedelta(minutes=minute))
     rollups.flush(t0 + timedelta(minutes=minute + 1))
 hour = GpuHour.objects.get()
 print(json.dumps([hour.samples, hour.util_avg, hour.util_max, hour.power_avg_w]))
@@ -198,7 +198,7 @@ def test_samples_that_arrive_after_their_minute_was_flushed_are_merged_into_it(c
 
 def test_a_claim_retried_after_its_commit_is_not_merged_twice(cards, monkeypatch):
     sample(cards, T0, 10)
-    source = rollups.buffer()
+    source = sample_buffer.buffer()
     # The flusher dies between its commit and deleting the claim from the buffer.
     monkeypatch.setattr(source, "done", lambda claim_key: None)
     assert rollups.flush(T0 + timedelta(minutes=1)) == 2
@@ -233,7 +233,7 @@ def test_an_average_is_over_the_samples_that_reported_the_field(cards):
     card = cards[0]
     for second, extra in [(0, {"power_w": 100.0}), (20, {}), (40, {"power_w": 300.0})]:
         snapshot = {"gpus": [{"uuid": card.uuid, "index": 0, "utilization_gpu_pct": 5, **extra}]}
-        rollups.buffer_samples(
+        sample_buffer.buffer_samples(
             {card.node_id: snapshot}, {card.uuid: card.pk}, T0 + timedelta(seconds=second)
         )
     rollups.flush(T0 + timedelta(minutes=1))
@@ -251,7 +251,7 @@ def test_a_value_that_is_not_a_number_counts_as_not_reported(cards):
         {"uuid": cards[1].uuid, "index": 1, "utilization_gpu_pct": 7},
     ]}  # fmt: skip
     ids = {g.uuid: g.pk for g in cards}
-    rollups.buffer_samples({cards[0].node_id: snapshot}, ids, T0)
+    sample_buffer.buffer_samples({cards[0].node_id: snapshot}, ids, T0)
     assert rollups.flush(T0 + timedelta(minutes=1)) == 2
     first = GpuMinute.objects.get(gpu=cards[0])
     assert (first.util_avg, first.power_avg_w, first.temperature_avg_c) == (None, None, 61)
@@ -280,7 +280,7 @@ def test_retention_forgets_merged_claims_but_not_how_far_hours_are_folded(cards)
 @pytest.mark.parametrize("buffer", ["redis", "in-process"])
 def test_a_history_with_late_samples_gives_the_hand_computed_rollups(cards, buffer, monkeypatch):
     if buffer == "in-process":
-        monkeypatch.setattr(rollups, "_buffer", rollups._MemoryBuffer())
+        monkeypatch.setattr(sample_buffer, "_buffer", sample_buffer._MemoryBuffer())
     assert scenario.play(cards) == [2, 3, 0]
     assert scenario.rows(cards) == scenario.EXPECTED
 
@@ -331,7 +331,7 @@ def test_a_blob_buffered_by_the_version_before_is_still_flushed(cards):
         {"g": {cards[0].pk: [10, 1000, None, 60]}, "o": [[cards[0].pk, "carol", 500.0, None]]},
         option=orjson.OPT_NON_STR_KEYS,
     )
-    rollups.buffer().append(rollups.minute_of(T0), old)
+    sample_buffer.buffer().append(sample_buffer.minute_of(T0), old)
     sample(cards[:1], T0 + timedelta(seconds=30), 30)
     assert rollups.flush(T0 + timedelta(minutes=1)) == 1
     row = GpuMinute.objects.get()
@@ -403,7 +403,9 @@ def test_a_huge_finite_reading_counts_as_not_reported_and_the_fleet_is_rolled_up
             {"uuid": cards[1].uuid, "index": 1, "utilization_gpu_pct": 30,
              "memory_used_mib": 1000},
         ]}  # fmt: skip
-        rollups.buffer_samples({cards[0].node_id: snapshot}, {g.uuid: g.pk for g in cards}, at)
+        sample_buffer.buffer_samples(
+            {cards[0].node_id: snapshot}, {g.uuid: g.pk for g in cards}, at
+        )
 
     for minute in range(3):
         at = T0 + timedelta(minutes=minute)
@@ -453,10 +455,10 @@ def _claims(source) -> list[str]:
 
 
 def test_a_claim_whose_merge_fails_holds_up_neither_other_minutes_nor_the_fold(cards, caplog):
-    source = rollups.buffer()
+    source = sample_buffer.buffer()
     sample(cards, T0, 10)
     rollups.flush(T0 + timedelta(minutes=1))  # hours folded from minute 1 on
-    source.append(rollups.minute_of(T0) + 1, _corrupt_blob(cards[0]))
+    source.append(sample_buffer.minute_of(T0) + 1, _corrupt_blob(cards[0]))
     sample(cards, T0 + timedelta(minutes=1), 20)
     sample(cards, T0 + timedelta(minutes=2), 30)
     assert rollups.flush(T0 + timedelta(minutes=rollups.FOLD_EVERY)) == 2  # minute 2
@@ -468,7 +470,7 @@ def test_a_claim_whose_merge_fails_holds_up_neither_other_minutes_nor_the_fold(c
     caplog.clear()
     assert rollups.flush(T0 + timedelta(minutes=rollups.FOLD_EVERY + 6)) == 0
     assert "not merged" in caplog.text and _claims(source) == [failed]
-    source.client.expire(failed, rollups.GIVE_UP_TTL_S - 1)
+    source.client.expire(failed, sample_buffer.GIVE_UP_TTL_S - 1)
     caplog.clear()
     assert rollups.flush(T0 + timedelta(minutes=rollups.FOLD_EVERY + 7)) == 0
     assert [r.levelname for r in caplog.records] == ["ERROR", "ERROR"]
@@ -479,17 +481,17 @@ def test_a_claim_whose_merge_fails_holds_up_neither_other_minutes_nor_the_fold(c
 def test_the_embedded_buffer_retries_a_failed_claim_until_it_is_as_old_as_an_expiry(
     cards, monkeypatch, caplog
 ):
-    monkeypatch.setattr(rollups, "_buffer", rollups._MemoryBuffer())
-    rollups.buffer().append(rollups.minute_of(T0), _corrupt_blob(cards[0]))
+    monkeypatch.setattr(sample_buffer, "_buffer", sample_buffer._MemoryBuffer())
+    sample_buffer.buffer().append(sample_buffer.minute_of(T0), _corrupt_blob(cards[0]))
     sample(cards, T0 + timedelta(minutes=1), 20)
     assert rollups.flush(T0 + timedelta(minutes=2)) == 2
     assert "not merged" in caplog.text
-    assert rollups.buffer().minutes.keys() == {rollups.minute_of(T0)}  # put back
+    assert sample_buffer.buffer().minutes.keys() == {sample_buffer.minute_of(T0)}  # put back
     assert rollups.flush(T0 + timedelta(minutes=3)) == 0
-    assert rollups.buffer().minutes  # still there
+    assert sample_buffer.buffer().minutes  # still there
     caplog.clear()
-    rollups.flush(T0 + timedelta(seconds=rollups.BUFFER_TTL_S))
-    assert "dropped" in caplog.text and not rollups.buffer().minutes
+    rollups.flush(T0 + timedelta(seconds=sample_buffer.BUFFER_TTL_S))
+    assert "dropped" in caplog.text and not sample_buffer.buffer().minutes
 
 
 def _legacy_claim(cards, minute: int) -> str:
@@ -502,7 +504,7 @@ def _legacy_claim(cards, minute: int) -> str:
         {"g": {g.pk: [10, None, None, None] for g in cards}, "o": []},
         option=orjson.OPT_NON_STR_KEYS,
     )
-    source = rollups.buffer()
+    source = sample_buffer.buffer()
     key = f"{source.prefix}:claim:{minute}:{uuid.uuid4().hex}"
     source.client.rpush(key, blob)
     return key
@@ -514,18 +516,18 @@ def test_a_claim_of_the_version_before_is_not_merged_into_a_minute_it_wrote(card
     for card in cards:
         GpuMinute.objects.create(gpu=card, bucket=T0, samples=1, util_avg=10, util_max=10)
         GpuHour.objects.create(gpu=card, bucket=T0, samples=1, util_avg=10, util_max=10)
-    _legacy_claim(cards, rollups.minute_of(T0))
+    _legacy_claim(cards, sample_buffer.minute_of(T0))
     assert rollups.flush(T0 + timedelta(minutes=10)) == 0
     assert GpuMinute.objects.get(gpu=cards[0]).samples == 1
     assert _hour(cards[0]) == (1, 10.0, 10.0)
-    assert _claims(rollups.buffer()) == []
+    assert _claims(sample_buffer.buffer()) == []
 
 
 def test_a_claim_of_the_version_before_whose_minute_was_not_written_is_merged(cards):
-    _legacy_claim(cards, rollups.minute_of(T0))  # it died before its commit
+    _legacy_claim(cards, sample_buffer.minute_of(T0))  # it died before its commit
     assert rollups.flush(T0 + timedelta(minutes=10)) == 2
     assert GpuMinute.objects.get(gpu=cards[0]).samples == 1
-    assert _claims(rollups.buffer()) == []
+    assert _claims(sample_buffer.buffer()) == []
 
 
 def test_a_flusher_killed_after_any_redis_command_loses_no_minute(cards, monkeypatch):
@@ -570,14 +572,14 @@ def test_a_flusher_killed_after_any_redis_command_loses_no_minute(cards, monkeyp
 def test_two_flushers_claiming_at_once_never_share_a_minute(cards):
     import threading
 
-    minutes = range(rollups.minute_of(T0), rollups.minute_of(T0) + 200)
+    minutes = range(sample_buffer.minute_of(T0), sample_buffer.minute_of(T0) + 200)
     for minute in minutes:
-        rollups.buffer().append(minute, b"blob")
+        sample_buffer.buffer().append(minute, b"blob")
     start = threading.Barrier(2)
     claims: list[list] = [[], []]
 
     def claimer(mine: list) -> None:
-        source = rollups._RedisBuffer()  # another worker's
+        source = sample_buffer._RedisBuffer()  # another worker's
         start.wait()
         mine.extend(source.claim(before=minutes[-1] + 1))
 

@@ -6,7 +6,7 @@
 
 No agents: each cycle's answered snapshots are built in this process (per GPU the
 fields the rollups read, a few more for realism, and 0-2 processes), handed to
-``rollups.buffer_samples`` as a poll cycle does, and every finished minute is then
+``sample_buffer.buffer_samples`` as a poll cycle does, and every finished minute is then
 flushed with ``rollups.flush`` as beat does. Reported: CPU per cycle of the buffer
 (this process + Redis), CPU per minute of the flush (this process + its PostgreSQL
 backend, read from /proc as bench/ingest/run.py does), and what that makes per GPU
@@ -100,7 +100,7 @@ def main(argv: list[str] | None = None) -> int:
     from django.core.management import call_command
     from django.db import connection
 
-    from agents import rollups
+    from agents import rollups, sample_buffer
     from agents.models import GPU, GpuHour, GpuMinute, Node, OwnerHour, OwnerMinute
 
     if connection.vendor != "postgresql" or not settings.REDIS_URL:
@@ -147,7 +147,7 @@ def main(argv: list[str] | None = None) -> int:
             moment = at - timedelta(seconds=1) if late else at + timedelta(seconds=5 * cycle)
             gc.collect()  # the garbage of building the cycle is not the buffer's
             cpu0, redis0 = self_cpu_s(), redis_cpu()
-            rollups.buffer_samples(answered, gpu_ids, moment)
+            sample_buffer.buffer_samples(answered, gpu_ids, moment)
             if not late:
                 buffers.append({"cpu_s": self_cpu_s() - cpu0, "redis_cpu_s": redis_cpu() - redis0})
         wall0, cpu0, pg0 = time.monotonic(), self_cpu_s(), proc_cpu_s(backend_pid)
