@@ -475,18 +475,17 @@ class _Connection(asyncio.Protocol):
 
     def abandon(self) -> None:
         """Drop the connection and whatever it was carrying (no callback)."""
-        self._detach()
-        self.closed = True
-        self.pool._forget(self)
-        if self.transport is not None:
-            self.transport.abort()
+        self.close(abort=True)
 
-    def close(self) -> None:
+    def close(self, abort: bool = False) -> None:
         self._detach()
         self.closed = True
         self.pool._forget(self)
         if self.transport is not None:
-            self.transport.close()
+            if abort:
+                self.transport.abort()
+            else:
+                self.transport.close()
 
     def _detach(self) -> None:
         if self.exchange is not None:

@@ -261,8 +261,8 @@ class NodeSnapshot:
     allocations: list[AllocationUsage] | None = None
     violations: list[Violation] | None = None
 
-    def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {}
+    def _node_keys(self, out: dict[str, Any]) -> dict[str, Any]:
+        """The node's own keys, shared by both views, added to ``out``."""
         if self.agent is not None:
             out["agent"] = self.agent.to_dict()
         out["hostname"] = self.hostname
@@ -272,6 +272,10 @@ class NodeSnapshot:
             out["cuda_version"] = self.cuda_version
         out["collected_at"] = self.collected_at
         out["collect_duration_s"] = self.collect_duration_s
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        out = self._node_keys({})
         out["gpus"] = [gpu.to_dict() for gpu in self.gpus]
         if self.allocations is not None:
             out["allocations"] = [a.to_dict() for a in self.allocations]
@@ -281,15 +285,6 @@ class NodeSnapshot:
 
     def to_portal_dict(self) -> dict[str, Any]:
         """The portal view: node keys as ``to_dict``, cards reduced, no slices or violations."""
-        out: dict[str, Any] = {"view": "portal"}
-        if self.agent is not None:
-            out["agent"] = self.agent.to_dict()
-        out["hostname"] = self.hostname
-        if self.driver_version is not None:
-            out["driver_version"] = self.driver_version
-        if self.cuda_version is not None:
-            out["cuda_version"] = self.cuda_version
-        out["collected_at"] = self.collected_at
-        out["collect_duration_s"] = self.collect_duration_s
+        out = self._node_keys({"view": "portal"})
         out["gpus"] = [gpu.to_portal_dict() for gpu in self.gpus]
         return out
