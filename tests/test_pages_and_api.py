@@ -226,28 +226,6 @@ def test_admin_keeps_the_token_when_the_field_is_left_empty(client, admin_user, 
     assert fleet.state == "draining"
 
 
-def test_admin_rejects_a_malformed_agent_url_and_changes_nothing(client, admin_user, fleet):
-    client.force_login(admin_user)
-    response = client.post(
-        reverse("admin:agents_node_add"),
-        {
-            "name": "gpu-b",
-            "source": "agent",
-            "agent_url": "not a url",
-            "agent_token": "t",
-            "labels": "{}",
-            "state": "offline",
-            "gpus-TOTAL_FORMS": "0",
-            "gpus-INITIAL_FORMS": "0",
-            "gpus-MIN_NUM_FORMS": "0",
-            "gpus-MAX_NUM_FORMS": "1000",
-        },
-    )
-    assert response.status_code == 200
-    assert "agent_url" in response.context["adminform"].form.errors
-    assert not Node.objects.filter(name="gpu-b").exists()
-
-
 def _admin_add(client, **fields):
     return client.post(
         reverse("admin:agents_node_add"),
@@ -263,6 +241,14 @@ def _admin_add(client, **fields):
             **fields,
         },
     )
+
+
+def test_admin_rejects_a_malformed_agent_url_and_changes_nothing(client, admin_user, fleet):
+    client.force_login(admin_user)
+    response = _admin_add(client, name="gpu-b", agent_url="not a url")
+    assert response.status_code == 200
+    assert "agent_url" in response.context["adminform"].form.errors
+    assert not Node.objects.filter(name="gpu-b").exists()
 
 
 def test_admin_applies_the_registration_rules_bare_host_names_included(client, admin_user, fleet):

@@ -359,8 +359,9 @@ def test_fetch_all_with_its_own_pool_as_the_connection_test_uses_it(sim_agents):
     assert result.ok, result.error
 
 
-class _SlowHandler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
+class _SlowHandler(_KeepAliveHandler):
+    """Counts the requests it gets and answers each after half a second."""
+
     requests = 0
     lock = threading.Lock()
 
@@ -368,14 +369,7 @@ class _SlowHandler(BaseHTTPRequestHandler):
         with self.lock:
             type(self).requests += 1
         time.sleep(0.5)
-        body = b'{"gpus": []}'
-        self.send_response(200)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *args) -> None:
-        pass
+        super().do_GET()
 
 
 def test_an_interrupted_poll_stops_its_batch_too():

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 from django.db import connection
@@ -158,7 +159,9 @@ print(json.dumps([hour.samples, hour.util_avg, hour.util_max, hour.power_avg_w])
 """
 
 
-def test_flushing_works_on_the_embedded_sqlite_default(tmp_path):
+def _run_embedded(script: str, tmp_path) -> Any:
+    """Run ``script`` in a child process on the embedded default (SQLite, no Redis);
+    returns the JSON of its last line of output."""
     import json
     import subprocess
 
@@ -169,11 +172,15 @@ def test_flushing_works_on_the_embedded_sqlite_default(tmp_path):
         DJANGO_SETTINGS_MODULE="portal.settings",
     )  # fmt: skip
     result = subprocess.run(
-        [procs.PYTHON, "-c", EMBEDDED_FLUSH], cwd=procs.REPO, env=env,
+        [procs.PYTHON, "-c", script], cwd=procs.REPO, env=env,
         capture_output=True, text=True, timeout=120, check=False,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
-    assert json.loads(result.stdout.strip().splitlines()[-1]) == [2, 20.0, 30.0, None]
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def test_flushing_works_on_the_embedded_sqlite_default(tmp_path):
+    assert _run_embedded(EMBEDDED_FLUSH, tmp_path) == [2, 20.0, 30.0, None]
 
 
 def _hour(card) -> tuple:
@@ -302,21 +309,7 @@ print(json.dumps({"written": written, "rows": rows}))
 
 
 def test_the_embedded_default_gives_the_same_hand_computed_rollups(tmp_path):
-    import json
-    import subprocess
-
-    from tests import procs
-
-    env = procs.child_env(
-        DATABASE_URL=None, REDIS_URL=None, SECRET_KEY=None, PORTAL_VAR_DIR=str(tmp_path),
-        DJANGO_SETTINGS_MODULE="portal.settings",
-    )  # fmt: skip
-    result = subprocess.run(
-        [procs.PYTHON, "-c", EMBEDDED_SCENARIO], cwd=procs.REPO, env=env,
-        capture_output=True, text=True, timeout=120, check=False,
-    )  # fmt: skip
-    assert result.returncode == 0, result.stderr
-    out = json.loads(result.stdout.strip().splitlines()[-1])
+    out = _run_embedded(EMBEDDED_SCENARIO, tmp_path)
     assert out["written"] == [2, 3, 0]
     rows = {
         name: {tuple(key): values for key, values in table} for name, table in out["rows"].items()

@@ -22,14 +22,13 @@ from __future__ import annotations
 import argparse
 import gc
 import json
-import os
 import random
 import statistics
 import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from bench.ingest.run import proc_cpu_s, self_cpu_s
+from bench.ingest.run import proc_cpu_s, production_stack, self_cpu_s
 
 USERS = [f"user{i:02d}" for i in range(40)]
 
@@ -91,31 +90,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", type=Path, help="write the results here too")
     args = parser.parse_args(argv)
 
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "portal.settings")
-    import django
-
-    django.setup()
-    import redis
-    from django.conf import settings
-    from django.core.management import call_command
+    redis_client = production_stack("bench/ingest/rollups")
     from django.db import connection
 
     from agents import rollups, sample_buffer
     from agents.models import GPU, GpuHour, GpuMinute, Node, OwnerHour, OwnerMinute
 
-    if connection.vendor != "postgresql" or not settings.REDIS_URL:
-        raise SystemExit(
-            "bench/ingest/rollups measures the production stack: set DATABASE_URL and REDIS_URL"
-        )
-    call_command("migrate", verbosity=0)
     tables = [m._meta.db_table for m in (GpuMinute, GpuHour, OwnerMinute, OwnerHour)]
     # The claims merged and how far minutes are folded into hours go too.
     tables += {"agents_rollupclaim"} & set(connection.introspection.table_names())
     with connection.cursor() as cursor:
         cursor.execute(f"TRUNCATE {', '.join(tables)}")
-    Node.objects.all().delete()
-    redis_client = redis.Redis.from_url(settings.REDIS_URL)
-    redis_client.flushdb()
 
     node_count = -(-args.gpus // args.per_node)
     nodes = Node.objects.bulk_create(Node(name=f"bench-{i:05d}") for i in range(node_count))

@@ -60,6 +60,33 @@ def self_cpu_s() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
+def production_stack(bench: str):
+    """Django set up on PostgreSQL and Redis (refusing anything else), migrated, with no
+    nodes and an empty Redis database; returns a Redis client for that database."""
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "portal.settings")
+    import django
+
+    django.setup()
+    import redis
+    from django.conf import settings
+    from django.db import connection
+
+    from agents.models import Node
+
+    if connection.vendor != "postgresql" or not settings.REDIS_URL:
+        raise SystemExit(f"{bench} measures the production stack: set DATABASE_URL and REDIS_URL")
+    from django.core.management import call_command
+
+    call_command("migrate", verbosity=0)
+    Node.objects.all().delete()
+    from django.core.cache import cache
+
+    cache.clear()
+    client = redis.Redis.from_url(settings.REDIS_URL)
+    client.flushdb()
+    return client
+
+
 def percentile(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
@@ -112,29 +139,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", type=Path, help="write the results here too")
     args = parser.parse_args(argv)
 
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "portal.settings")
-    import django
-
-    django.setup()
-    import redis
-    from django.conf import settings
-    from django.core.cache import cache
-    from django.core.management import call_command
+    redis_client = production_stack("bench/ingest")
     from django.db import connection
     from django.utils import timezone
 
     from agents import rollups, services
     from agents.models import GPU, GpuMinute, Node
-
-    if connection.vendor != "postgresql" or not settings.REDIS_URL:
-        raise SystemExit(
-            "bench/ingest measures the production stack: set DATABASE_URL and REDIS_URL"
-        )
-    call_command("migrate", verbosity=0)
-    Node.objects.all().delete()
-    cache.clear()
-    redis_client = redis.Redis.from_url(settings.REDIS_URL)
-    redis_client.flushdb()
 
     gpu_count = args.nodes * args.gpus
     agent = start_simulator(args.nodes, args.gpus, args.first_port, args.interval)
