@@ -3,17 +3,12 @@ from django.utils.translation import gettext_lazy as _
 
 
 class AgentsConfig(AppConfig):
-    """Fleet inventory: nodes, their GPUs, and the poller that reads the node agents.
+    """Fleet inventory: nodes, their GPUs, their registration, and the client that speaks to
+    node agents.
 
-    The node agent program itself lives in ``agents.gpu_agent`` and imports
-    nothing from Django.
+    The node agent program itself lives in ``agents.gpu_agent`` and imports nothing from
+    Django. Readings, history and live pages are the ``telemetry`` app's, above this one.
     """
 
     name = "agents"
     verbose_name = _("Nodes and GPUs")
-
-    def ready(self) -> None:
-        from agents.metrics import FleetCollector
-        from portal.metrics import register
-
-        register(FleetCollector())

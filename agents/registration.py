@@ -21,11 +21,11 @@ from django.db import transaction
 from django.utils import timezone
 from django.utils.translation import gettext as _
 
-from agents import poller
 from agents.choices import NodeSource, NodeState
 from agents.models import Node, token_hint
 from agents.validators import valid_agent_url
 from portal import crypto
+from telemetry import poller
 
 FIELDS = ("name", "agent_url", "token", "labels", "state")
 MAX_IMPORT_ROWS = 5000

@@ -1,17 +1,11 @@
 from django.urls import path
 
-from agents import node_views, views
+from agents import node_views
 
 app_name = "agents"
 
-urlpatterns = [
-    path("", views.dashboard, name="dashboard"),
-    path("nodes/<int:pk>/", views.node_detail, name="node"),
-    path("gpus/<int:pk>/", views.gpu_detail, name="gpu"),
-]
-
 # Node registration (staff only): agents/node_views.py.
-urlpatterns += [
+urlpatterns = [
     path("nodes/", node_views.node_list, name="node_list"),
     path("nodes/add/", node_views.node_add, name="node_add"),
     path("nodes/<int:pk>/edit/", node_views.node_edit, name="node_edit"),

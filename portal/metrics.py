@@ -1,7 +1,7 @@
 """The portal's own /metrics for Prometheus: one registry that each app adds collectors to.
 
 Apps register a collector in their ``AppConfig.ready`` (the fleet's lives in
-``agents.metrics``); allocation, quota and request gauges join the same way.
+``telemetry.metrics``); allocation, quota and request gauges join the same way.
 Values are computed at scrape time from the database and the cache, so every
 web process answers the same, whichever process did the work.
 """

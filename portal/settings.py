@@ -69,6 +69,7 @@ INSTALLED_APPS = [
     "channels",
     "portal",
     "agents",
+    "telemetry",
     "pools",
     "quotas",
     "alerts",
@@ -151,7 +152,7 @@ AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
 ]
 LOGIN_URL = "login"
-LOGIN_REDIRECT_URL = "agents:dashboard"
+LOGIN_REDIRECT_URL = "telemetry:dashboard"
 LOGOUT_REDIRECT_URL = "login"
 
 LANGUAGE_CODE = env_str("LANGUAGE_CODE", "en")
@@ -236,24 +237,24 @@ CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_BEAT_SCHEDULE = {
     "poll-agents": {
-        "task": "agents.tasks.poll_agents",
+        "task": "telemetry.tasks.poll_agents",
         "schedule": timedelta(seconds=GPU_POLL_INTERVAL),
         # A poll that waited longer than one interval is stale: the next one is due.
         "options": {"expires": GPU_POLL_INTERVAL},
     },
     "flush-rollups": {
-        "task": "agents.tasks.flush_rollups",
+        "task": "telemetry.tasks.flush_rollups",
         "schedule": timedelta(seconds=20),
         "options": {"expires": 20},
     },
     "prune-rollups": {
-        "task": "agents.tasks.prune_rollups",
+        "task": "telemetry.tasks.prune_rollups",
         "schedule": timedelta(hours=1),
     },
 }
 if PROMETHEUS_URL:
     CELERY_BEAT_SCHEDULE["poll-prometheus"] = {
-        "task": "agents.tasks.poll_prometheus",
+        "task": "telemetry.tasks.poll_prometheus",
         "schedule": timedelta(seconds=GPU_POLL_INTERVAL),
         "options": {"expires": GPU_POLL_INTERVAL},
     }

@@ -7,13 +7,14 @@ from portal import views
 from portal.metrics import metrics_view
 
 urlpatterns = [
+    path("", include("telemetry.urls")),
     path("", include("agents.urls")),
     path("accounts/login/", auth_views.LoginView.as_view(), name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("i18n/", include("django.conf.urls.i18n")),
     path("healthz", views.healthz, name="healthz"),
     path("metrics", metrics_view, name="metrics"),
-    path("api/v1/", include(("agents.api.urls", "api"))),
+    path("api/v1/", include(("portal.api_urls", "api"))),
     path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),
     path("admin/", admin.site.urls),

@@ -85,7 +85,7 @@ EXPECTED = {
 
 def play(cards: list[Any]) -> list[int]:
     """Buffer and flush the history for ``cards`` (A, B); the GPU-minutes each flush wrote."""
-    from agents import rollups, sample_buffer
+    from telemetry import rollups, sample_buffer
 
     def cycle(at: datetime, fields: tuple[dict | None, dict | None]) -> None:
         gpus = [
@@ -110,7 +110,7 @@ def play(cards: list[Any]) -> list[int]:
 
 def rows(cards: list[Any]) -> dict[str, dict[tuple, list]]:
     """Every rollup row of ``cards``, keyed as in EXPECTED."""
-    from agents.models import GpuHour, GpuMinute, OwnerHour, OwnerMinute
+    from telemetry.models import GpuHour, GpuMinute, OwnerHour, OwnerMinute
 
     index = {card.pk: card.index for card in cards}
     gpu_values = ["samples", "util_avg", "util_max", "memory_used_avg_mib",

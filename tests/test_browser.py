@@ -165,8 +165,8 @@ def gpu_with_history(full_stack):
 
     from django.utils import timezone
 
-    from agents import rollups, sample_buffer
     from agents.models import GPU
+    from telemetry import rollups, sample_buffer
 
     deadline = time.monotonic() + 30
     while not (gpu := GPU.objects.order_by("pk").first()):

@@ -6,7 +6,7 @@ import pytest
 
 from agents.choices import NodeState
 from agents.models import GPU, Node
-from agents.tasks import poll_agents
+from telemetry.tasks import poll_agents
 from tests import procs
 
 

@@ -9,10 +9,10 @@ from channels.testing import WebsocketCommunicator
 from django.conf import settings
 from django.test import Client
 
-from agents import live
-from agents.live import FLEET_GROUP, node_group
 from agents.models import Node
 from portal.asgi import application
+from telemetry import live
+from telemetry.live import FLEET_GROUP, node_group
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

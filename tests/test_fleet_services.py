@@ -10,10 +10,10 @@ from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 from django.core.cache import cache
 
-from agents import live, readings, services
 from agents.choices import GpuHealth, NodeState
 from agents.models import GPU, Node
-from agents.poller import PollResult
+from telemetry import live, readings, services
+from telemetry.poller import PollResult
 
 
 def snapshot(hostname: str, *gpus: dict) -> dict:

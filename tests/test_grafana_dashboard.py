@@ -8,8 +8,8 @@ import time
 
 import pytest
 
-from agents import services
 from agents.models import Node
+from telemetry import services
 from tests import procs
 
 DASHBOARD = procs.REPO / "deploy" / "grafana" / "dashboards" / "gpu-portal-fleet.json"

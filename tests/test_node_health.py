@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from agents import services
 from agents.choices import NodeState
 from agents.models import GPU, Node
+from telemetry import services
 from tests import procs
 from tests.conftest import AGENT_TOKEN
 

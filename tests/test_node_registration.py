@@ -8,10 +8,11 @@ import pytest
 from django.db import connection
 from django.utils import timezone
 
-from agents import registration, services
+from agents import registration
 from agents.choices import NodeSource
 from agents.models import Node
 from portal import crypto
+from telemetry import services
 from tests import procs
 
 pytestmark = pytest.mark.django_db
@@ -343,31 +344,6 @@ def test_a_connection_test_with_a_wrong_token_reports_the_refusal(sim_agents):
 def test_a_connection_test_to_a_closed_port_fails_cleanly():
     result = registration.test_connection(f"http://127.0.0.1:{procs.free_port()}", TOKEN)
     assert not result.ok and result.error
-
-
-@pytest.mark.django_db(transaction=True)
-def test_the_migration_encrypts_existing_tokens_and_can_be_reversed():
-    from django.db.migrations.executor import MigrationExecutor
-
-    before, after = [("agents", "0002_rollups")], [("agents", "0003_encrypt_agent_token")]
-    executor = MigrationExecutor(connection)
-    executor.migrate(before)
-    old_apps = executor.loader.project_state(before).apps
-    old_apps.get_model("agents", "Node").objects.create(name="old", agent_token=TOKEN)
-    try:
-        executor = MigrationExecutor(connection)
-        executor.migrate(after)
-        assert TOKEN not in _raw_token_column("old")
-        # only(): the model of today may have columns that migration did not add yet.
-        assert Node.objects.only("agent_token_encrypted").get(name="old").agent_token == TOKEN
-        executor = MigrationExecutor(connection)
-        executor.migrate(before)
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT agent_token FROM agents_node WHERE name = 'old'")
-            assert cursor.fetchone()[0] == TOKEN
-    finally:
-        executor = MigrationExecutor(connection)
-        executor.migrate(executor.loader.graph.leaf_nodes())
 
 
 @pytest.mark.parametrize(

@@ -168,9 +168,9 @@ def test_anonymous_visitors_are_sent_to_the_login_page(client):
 def test_the_fleet_page_links_admins_to_node_management(client, admin_user, member_user):
     client.force_login(admin_user)
     link = f'href="{reverse("agents:node_list")}"'
-    assert link in client.get(reverse("agents:dashboard")).content.decode()
+    assert link in client.get(reverse("telemetry:dashboard")).content.decode()
     client.force_login(member_user)
-    assert link not in client.get(reverse("agents:dashboard")).content.decode()
+    assert link not in client.get(reverse("telemetry:dashboard")).content.decode()
 
 
 # --- API --------------------------------------------------------------------------------

@@ -7,9 +7,9 @@ from django.urls import reverse
 from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
-from agents import services
 from agents.models import GPU, Node
-from agents.poller import PollResult
+from telemetry import services
+from telemetry.poller import PollResult
 
 pytestmark = pytest.mark.django_db
 
@@ -44,14 +44,14 @@ def fleet() -> Node:
 
 
 def test_dashboard_requires_login(client):
-    response = client.get(reverse("agents:dashboard"))
+    response = client.get(reverse("telemetry:dashboard"))
     assert response.status_code == 302
     assert response["Location"].startswith(reverse("login"))
 
 
 def test_dashboard_renders_the_fleet_for_a_member(client, member_user, fleet):
     client.force_login(member_user)
-    response = client.get(reverse("agents:dashboard"))
+    response = client.get(reverse("telemetry:dashboard"))
     assert response.status_code == 200
     body = response.content.decode()
     assert "1 node, 2 GPUs" in body
@@ -63,7 +63,7 @@ def test_dashboard_renders_the_fleet_for_a_member(client, member_user, fleet):
 
 def test_node_page_lists_its_cards(client, member_user, fleet):
     client.force_login(member_user)
-    response = client.get(reverse("agents:node", args=[fleet.pk]))
+    response = client.get(reverse("telemetry:node", args=[fleet.pk]))
     assert response.status_code == 200
     body = response.content.decode()
     assert "GPU-1" in body and "GPU-2" in body
@@ -73,13 +73,13 @@ def test_node_page_lists_its_cards(client, member_user, fleet):
 def test_gpu_page_shows_identity_and_latest_reading(client, member_user, fleet):
     client.force_login(member_user)
     gpu = GPU.objects.get(uuid="GPU-1")
-    response = client.get(reverse("agents:gpu", args=[gpu.pk]))
+    response = client.get(reverse("telemetry:gpu", args=[gpu.pk]))
     body = response.content.decode()
     assert response.status_code == 200
     assert "GPU-1" in body and "NVIDIA H100 80GB HBM3" in body and "42 %" in body
 
 
-@pytest.mark.parametrize("name", ["agents:node", "agents:gpu"])
+@pytest.mark.parametrize("name", ["telemetry:node", "telemetry:gpu"])
 def test_detail_pages_answer_404_for_unknown_ids(client, member_user, name):
     client.force_login(member_user)
     assert client.get(reverse(name, args=[999999])).status_code == 404
@@ -87,7 +87,7 @@ def test_detail_pages_answer_404_for_unknown_ids(client, member_user, name):
 
 def test_dashboard_speaks_simplified_chinese(client, member_user, fleet):
     client.force_login(member_user)
-    response = client.get(reverse("agents:dashboard"), HTTP_ACCEPT_LANGUAGE="zh-hans")
+    response = client.get(reverse("telemetry:dashboard"), HTTP_ACCEPT_LANGUAGE="zh-hans")
     body = response.content.decode()
     assert '<html lang="zh-hans">' in body
     assert "利用率" in body  # Utilization
@@ -137,7 +137,7 @@ def test_history_api_returns_rollups_for_a_gpu_and_a_node(member_user, fleet):
 
     from django.utils import timezone
 
-    from agents import rollups, sample_buffer
+    from telemetry import rollups, sample_buffer
 
     now = timezone.now()
     gpu = GPU.objects.get(uuid="GPU-1")
@@ -278,5 +278,5 @@ def test_a_cards_last_seen_is_exact_while_the_database_keeps_it_coarse(client, m
     seen = datetime.fromisoformat(reported.replace("Z", "+00:00"))
     assert timezone.now() - seen < timedelta(seconds=30)
     client.force_login(member_user)
-    page = client.get(reverse("agents:gpu", args=[GPU.objects.get(uuid="GPU-1").pk]))
+    page = client.get(reverse("telemetry:gpu", args=[GPU.objects.get(uuid="GPU-1").pk]))
     assert page.context["last_seen"] == seen

@@ -7,10 +7,11 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from agents import registration, services
+from agents import registration
 from agents.choices import NodeState
 from agents.models import Node
-from agents.poller import PollResult
+from telemetry import services
+from telemetry.poller import PollResult
 from tests import procs
 from tests.test_fleet_services import gpu, snapshot
 

@@ -12,7 +12,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import orjson
 import pytest
 
-from agents import poller
+from telemetry import poller
 from tests import procs
 
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from agents import services
 from agents.models import Node
-from agents.poller import PollResult
+from telemetry import services
+from telemetry.poller import PollResult
 
 pytestmark = pytest.mark.django_db
 

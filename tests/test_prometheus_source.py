@@ -15,9 +15,9 @@ from collections.abc import Callable, Iterator
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from agents import poller, prometheus_source, readings, services, tasks
 from agents.choices import GpuHealth, NodeSource, NodeState
 from agents.models import GPU, Node
+from telemetry import poller, prometheus_source, readings, services, tasks
 from tests import procs
 
 ANCHORS = procs.REPO.parent / "shared" / "anchors" / "dcgm-exporter"

@@ -8,8 +8,9 @@ from typing import Any
 import pytest
 from django.db import connection
 
-from agents import history, rollups, sample_buffer
-from agents.models import GPU, GpuHour, GpuMinute, Node, OwnerHour, OwnerMinute
+from agents.models import GPU, Node
+from telemetry import history, rollups, sample_buffer
+from telemetry.models import GpuHour, GpuMinute, OwnerHour, OwnerMinute
 from tests import rollups_scenario as scenario
 
 pytestmark = pytest.mark.django_db
@@ -145,8 +146,9 @@ django.setup()
 from datetime import UTC, datetime, timedelta
 from django.core.management import call_command
 call_command("migrate", verbosity=0)
-from agents import history, rollups, sample_buffer
-from agents.models import GPU, GpuHour, Node
+from telemetry import history, rollups, sample_buffer
+from agents.models import GPU, Node
+from telemetry.models import GpuHour
 node = Node.objects.create(name="n")
 gpu = GPU.objects.create(node=node, index=0, uuid="GPU-0", model="T4")
 t0 = datetime(2026, 11, 30, 10, 0, tzinfo=UTC)
@@ -274,7 +276,7 @@ def test_retention_forgets_merged_claims_but_not_how_far_hours_are_folded(cards)
 
     def claims() -> list[str]:
         with connection.cursor() as cursor:
-            cursor.execute("SELECT claim FROM agents_rollupclaim ORDER BY claim")
+            cursor.execute("SELECT claim FROM telemetry_rollupclaim ORDER BY claim")
             return [row[0] for row in cursor.fetchall()]
 
     assert len(claims()) == 2
@@ -317,21 +319,6 @@ def test_the_embedded_default_gives_the_same_hand_computed_rollups(tmp_path):
     assert rows == scenario.EXPECTED
 
 
-def test_a_blob_buffered_by_the_version_before_is_still_flushed(cards):
-    import orjson
-
-    old = orjson.dumps(
-        {"g": {cards[0].pk: [10, 1000, None, 60]}, "o": [[cards[0].pk, "carol", 500.0, None]]},
-        option=orjson.OPT_NON_STR_KEYS,
-    )
-    sample_buffer.buffer().append(sample_buffer.minute_of(T0), old)
-    sample(cards[:1], T0 + timedelta(seconds=30), 30)
-    assert rollups.flush(T0 + timedelta(minutes=1)) == 1
-    row = GpuMinute.objects.get()
-    assert (row.samples, row.util_avg, row.power_avg_w, row.power_max_w) == (2, 20.0, 300.0, 300.0)
-    assert OwnerMinute.objects.get().memory_used_avg_mib == 500
-
-
 @pytest.mark.django_db(transaction=True)
 def test_a_minute_written_meanwhile_by_another_flusher_is_merged_not_lost(cards):
     import threading
@@ -344,7 +331,7 @@ def test_a_minute_written_meanwhile_by_another_flusher_is_merged_not_lost(cards)
     # flush finds the minute empty, inserts, and waits on the other's rows.
     other = psycopg.connect(**connection.get_connection_params())
     other.execute(
-        "INSERT INTO agents_gpuminute (gpu_id, bucket, samples, util_avg, util_max) "
+        "INSERT INTO telemetry_gpuminute (gpu_id, bucket, samples, util_avg, util_max) "
         "VALUES (%s, %s, 1, 30, 30)",
         [cards[0].pk, T0],
     )
@@ -374,14 +361,14 @@ def test_a_minute_written_meanwhile_by_another_flusher_is_merged_not_lost(cards)
     finally:
         other.close()
         with connection.cursor() as cursor:  # not a model table: the test flush keeps it
-            cursor.execute("DELETE FROM agents_rollupclaim")
+            cursor.execute("DELETE FROM telemetry_rollupclaim")
     assert written == [2]
     first = GpuMinute.objects.get(gpu=cards[0])
     assert (first.samples, first.util_avg, first.util_max) == (2, 20.0, 30.0)
     assert GpuMinute.objects.get(gpu=cards[1]).samples == 1
 
 
-# --- implausible readings, failing claims, claims of the version before -----------------
+# --- implausible readings, failing claims ---------------------------------------------
 
 
 def test_a_huge_finite_reading_counts_as_not_reported_and_the_fleet_is_rolled_up(cards):
@@ -418,24 +405,6 @@ def test_a_huge_finite_reading_counts_as_not_reported_and_the_fleet_is_rolled_up
     hour = GpuHour.objects.get(gpu=cards[0])
     assert (hour.memory_used_avg_mib, hour.power_max_w) == (0.0, None)
     assert OwnerHour.objects.get().samples == 9
-
-
-def test_rows_holding_huge_values_from_before_stop_no_merge_and_no_fold(cards):
-    sample(cards, T0, 10)
-    rollups.flush(T0 + timedelta(minutes=1))  # minute 0 and its hour written at once
-    # Written before huge readings were left out: weighing them by samples overflows.
-    GpuMinute.objects.filter(gpu=cards[0]).update(util_avg=1e308, util_max=1e308)
-    GpuHour.objects.filter(gpu=cards[0]).update(util_avg=1e308, util_max=1e308)
-    GpuMinute.objects.create(
-        gpu=cards[0], bucket=T0 + timedelta(minutes=2), samples=1, util_avg=-1e300, util_max=9e307
-    )
-    sample(cards, T0 + timedelta(seconds=59), 20)  # late for minute 0: merged into its hour
-    sample(cards, T0 + timedelta(minutes=1), 40)
-    rollups.flush(T0 + timedelta(minutes=rollups.FOLD_EVERY))  # ... and folds minutes 1-9
-    row = GpuMinute.objects.get(gpu=cards[0], bucket=T0)
-    assert (row.samples, row.util_avg, row.util_max) == (2, 20.0, 20.0)
-    # The hour: minute 0 (now 20) and minutes 1 (40) and 2 (none), each of two samples.
-    assert _hour(cards[0]) == (4, 30.0, 40.0)
 
 
 def _corrupt_blob(card) -> bytes:
@@ -485,42 +454,6 @@ def test_the_embedded_buffer_retries_a_failed_claim_until_it_is_as_old_as_an_exp
     caplog.clear()
     rollups.flush(T0 + timedelta(seconds=sample_buffer.BUFFER_TTL_S))
     assert "dropped" in caplog.text and not sample_buffer.buffer().minutes
-
-
-def _legacy_claim(cards, minute: int) -> str:
-    """A claim key of the version before (``claim:<minute>:<hex>``) holding its blob."""
-    import uuid
-
-    import orjson
-
-    blob = orjson.dumps(
-        {"g": {g.pk: [10, None, None, None] for g in cards}, "o": []},
-        option=orjson.OPT_NON_STR_KEYS,
-    )
-    source = sample_buffer.buffer()
-    key = f"{source.prefix}:claim:{minute}:{uuid.uuid4().hex}"
-    source.client.rpush(key, blob)
-    return key
-
-
-def test_a_claim_of_the_version_before_is_not_merged_into_a_minute_it_wrote(cards):
-    # The version before wrote minute T0 (and its hour), then died before deleting its
-    # claim. It wrote a minute only once, so the minute's rows say the claim is in them.
-    for card in cards:
-        GpuMinute.objects.create(gpu=card, bucket=T0, samples=1, util_avg=10, util_max=10)
-        GpuHour.objects.create(gpu=card, bucket=T0, samples=1, util_avg=10, util_max=10)
-    _legacy_claim(cards, sample_buffer.minute_of(T0))
-    assert rollups.flush(T0 + timedelta(minutes=10)) == 0
-    assert GpuMinute.objects.get(gpu=cards[0]).samples == 1
-    assert _hour(cards[0]) == (1, 10.0, 10.0)
-    assert _claims(sample_buffer.buffer()) == []
-
-
-def test_a_claim_of_the_version_before_whose_minute_was_not_written_is_merged(cards):
-    _legacy_claim(cards, sample_buffer.minute_of(T0))  # it died before its commit
-    assert rollups.flush(T0 + timedelta(minutes=10)) == 2
-    assert GpuMinute.objects.get(gpu=cards[0]).samples == 1
-    assert _claims(sample_buffer.buffer()) == []
 
 
 def test_a_flusher_killed_after_any_redis_command_loses_no_minute(cards, monkeypatch):

@@ -1,9 +1,8 @@
-from rest_framework.routers import DefaultRouter
+from rest_framework.routers import SimpleRouter
 
-from agents.api.views import GPUViewSet, NodeViewSet
+from agents.api.views import NodeViewSet
 
-router = DefaultRouter()
+router = SimpleRouter()
 router.register("nodes", NodeViewSet)
-router.register("gpus", GPUViewSet)
 
 urlpatterns = router.urls

@@ -1,68 +1,11 @@
 from django.db.models import Count
-from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import viewsets
-from rest_framework.decorators import action
-from rest_framework.exceptions import ValidationError
-from rest_framework.request import Request
-from rest_framework.response import Response
 
-from agents import history, readings
 from agents.api.node_registration import NodeRegistrationMixin
-from agents.api.serializers import GPUSerializer, NodeSerializer
-from agents.models import GPU, Node
-
-RANGE_PARAMETER = OpenApiParameter(
-    "range", OpenApiTypes.STR, enum=list(history.RANGES), default="1h",
-    description="How far back: 1h and 24h come from 1-minute rollups, 7d from 1-hour ones.",
-)  # fmt: skip
-
-
-def _history(gpu_ids: list[int], request: Request) -> Response:
-    try:
-        return Response(history.gpu_history(gpu_ids, request.query_params.get("range", "1h")))
-    except history.BadRange as exc:
-        raise ValidationError({"range": str(exc)}) from None
+from agents.api.serializers import NodeSerializer
+from agents.models import Node
 
 
 class NodeViewSet(NodeRegistrationMixin, viewsets.ModelViewSet):
     queryset = Node.objects.annotate(gpu_count=Count("gpus")).order_by("name")
     serializer_class = NodeSerializer
-
-    @extend_schema(parameters=[RANGE_PARAMETER], responses=OpenApiTypes.OBJECT)
-    @action(detail=True)
-    def history(self, request: Request, pk: str | None = None) -> Response:
-        """The node's cards together: utilization averaged, memory and power summed."""
-        node = self.get_object()
-        return _history(list(node.gpus.values_list("pk", flat=True)), request)
-
-
-class GPUViewSet(viewsets.ReadOnlyModelViewSet):
-    queryset = GPU.objects.select_related("node").order_by("node__name", "index")
-    serializer_class = GPUSerializer
-
-    def get_queryset(self):
-        queryset = super().get_queryset()
-        params = self.request.query_params
-        if node := params.get("node"):
-            queryset = queryset.filter(node__name=node)
-        if model := params.get("model"):
-            queryset = queryset.filter(model=model)
-        if health := params.get("health"):
-            queryset = queryset.filter(health=health)
-        return queryset
-
-    def get_serializer(self, *args, **kwargs):
-        # Read the cache once per page, not once per GPU.
-        instances = args[0] if args else []
-        if isinstance(instances, GPU):
-            instances = [instances]
-        kwargs.setdefault("context", self.get_serializer_context())
-        kwargs["context"]["latest"] = readings.latest_for({g.node_id for g in instances})
-        return super().get_serializer(*args, **kwargs)
-
-    @extend_schema(parameters=[RANGE_PARAMETER], responses=OpenApiTypes.OBJECT)
-    @action(detail=True)
-    def history(self, request: Request, pk: str | None = None) -> Response:
-        """One card's utilization, memory, power and temperature, with its process owners."""
-        return _history([self.get_object().pk], request)

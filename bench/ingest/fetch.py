@@ -6,7 +6,7 @@ One simulator process serves the virtual nodes; this process polls them with the
 poller (no Django, no database) once per simulator tick, just after the tick so every
 answer is a fresh snapshot, and reports per cycle: wall time, CPU of this process and
 CPU of the simulator. The first cycle (connecting) is reported apart. ``--poller FILE``
-measures another version of agents/poller.py instead (``git show REV:agents/poller.py``).
+measures another version of telemetry/poller.py instead (``git show REV:telemetry/poller.py``).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from bench.ingest.run import proc_cpu_s, self_cpu_s, start_simulator
 
 def _load_poller(path: Path | None) -> ModuleType:
     if path is None:
-        from agents import poller
+        from telemetry import poller
 
         return poller
     spec = importlib.util.spec_from_file_location("bench_poller", path)

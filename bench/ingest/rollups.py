@@ -93,12 +93,13 @@ def main(argv: list[str] | None = None) -> int:
     redis_client = production_stack("bench/ingest/rollups")
     from django.db import connection
 
-    from agents import rollups, sample_buffer
-    from agents.models import GPU, GpuHour, GpuMinute, Node, OwnerHour, OwnerMinute
+    from agents.models import GPU, Node
+    from telemetry import rollups, sample_buffer
+    from telemetry.models import GpuHour, GpuMinute, OwnerHour, OwnerMinute
 
     tables = [m._meta.db_table for m in (GpuMinute, GpuHour, OwnerMinute, OwnerHour)]
     # The claims merged and how far minutes are folded into hours go too.
-    tables += {"agents_rollupclaim"} & set(connection.introspection.table_names())
+    tables += {"telemetry_rollupclaim"} & set(connection.introspection.table_names())
     with connection.cursor() as cursor:
         cursor.execute(f"TRUNCATE {', '.join(tables)}")
 

@@ -143,8 +143,9 @@ def main(argv: list[str] | None = None) -> int:
     from django.db import connection
     from django.utils import timezone
 
-    from agents import rollups, services
-    from agents.models import GPU, GpuMinute, Node
+    from agents.models import GPU, Node
+    from telemetry import rollups, services
+    from telemetry.models import GpuMinute
 
     gpu_count = args.nodes * args.gpus
     agent = start_simulator(args.nodes, args.gpus, args.first_port, args.interval)

@@ -7,7 +7,7 @@ from celery import group, shared_task
 from django.conf import settings
 from django.utils import timezone
 
-from agents import rollups, services
+from telemetry import rollups, services
 
 logger = logging.getLogger(__name__)
 
@@ -53,7 +53,7 @@ def prune_rollups() -> dict:
 def poll_prometheus() -> dict:
     """Read the dcgm-exporter series in Prometheus once; never raises for Prometheus itself."""
     # Imported here: prometheus-api-client is only loaded where a Prometheus is configured.
-    from agents import prometheus_source
+    from telemetry import prometheus_source
 
     summary = prometheus_source.poll_prometheus()
     if summary.failed:

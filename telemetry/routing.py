@@ -1,6 +1,6 @@
 from django.urls import path
 
-from agents.consumers import FleetConsumer, NodeConsumer
+from telemetry.consumers import FleetConsumer, NodeConsumer
 
 websocket_urlpatterns = [
     path("ws/fleet/", FleetConsumer.as_asgi()),

@@ -4,8 +4,8 @@ from asgiref.sync import sync_to_async
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
-from agents import live, readings
 from agents.models import Node
+from telemetry import live, readings
 
 # Close codes in the application range 4000-4999: log in first; no such node.
 CLOSE_UNAUTHENTICATED = 4401

@@ -5,10 +5,10 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, render
 from django.utils.translation import gettext as _
 
-from agents import readings
 from agents.choices import GpuHealth, NodeState
-from agents.history import RANGES
 from agents.models import GPU, Node
+from telemetry import readings
+from telemetry.history import RANGES
 
 
 def _labels() -> dict:
@@ -44,7 +44,7 @@ def dashboard(request: HttpRequest) -> HttpResponse:
             models[model] = models.get(model, 0) + count
     return render(
         request,
-        "agents/dashboard.html",
+        "telemetry/dashboard.html",
         {
             "tiles": tiles,
             "gpu_count": sum(t["gpu_count"] for t in tiles),
@@ -60,7 +60,7 @@ def node_detail(request: HttpRequest, pk: int) -> HttpResponse:
     node = get_object_or_404(Node, pk=pk)
     return render(
         request,
-        "agents/node_detail.html",
+        "telemetry/node_detail.html",
         {
             "node": node,
             "detail": readings.node_detail(node),
@@ -77,7 +77,7 @@ def gpu_detail(request: HttpRequest, pk: int) -> HttpResponse:
     reading = latest.get("gpus", {}).get(gpu.uuid, {})
     return render(
         request,
-        "agents/gpu_detail.html",
+        "telemetry/gpu_detail.html",
         {
             "gpu": gpu,
             "reading": readings.card_reading(reading),

@@ -58,7 +58,7 @@ class SnapshotError(ValueError):
 
 # Fields of a card the portal computes with, when present (None is "not reported").
 # Fields of a card the portal computes with or keys on, when present (None: not reported).
-# Rollups also ignore implausible magnitudes (agents.rollups), so no range check here.
+# Rollups also ignore implausible magnitudes (telemetry.rollups), so no range check here.
 NUMBER_FIELDS = (
     "memory_total_mib", "memory_used_mib", "utilization_gpu_pct", "utilization_memory_pct",
     "temperature_c", "power_w", "power_limit_w", "sm_clock_mhz",

@@ -25,9 +25,9 @@ from django.db import IntegrityError, transaction
 from prometheus_api_client import PrometheusApiClientException, PrometheusConnect
 from urllib3.util.retry import Retry
 
-from agents import poller, services
 from agents.choices import NodeSource
 from agents.models import GPU, Node
+from telemetry import poller, services
 
 logger = logging.getLogger(__name__)
 

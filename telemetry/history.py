@@ -14,7 +14,7 @@ from django.db.models import Avg, Count, Max, Sum
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
-from agents.models import GpuHour, GpuMinute, OwnerHour, OwnerMinute
+from telemetry.models import GpuHour, GpuMinute, OwnerHour, OwnerMinute
 
 RANGES = {
     "1h": (timedelta(hours=1), _("1 hour")),

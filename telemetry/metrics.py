@@ -10,8 +10,8 @@ from django.conf import settings
 from django.core.cache import cache
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
-from agents import readings
 from agents.models import GPU, Node
+from telemetry import readings
 
 _POLL_STATS = "metrics:poll"
 

@@ -23,10 +23,10 @@ from django.db import transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
-from agents import live, metrics, poller, readings, sample_buffer
 from agents.choices import GpuHealth, NodeSource, NodeState
 from agents.models import GPU, Node
 from portal import crypto
+from telemetry import live, metrics, poller, readings, sample_buffer
 
 logger = logging.getLogger(__name__)
 

@@ -2,7 +2,7 @@
 
 Each poll cycle appends one compact blob of its readings to a buffer for the
 current minute (one Redis RPUSH, whatever the fleet size; an in-process dict on the
-embedded default). Once a minute has passed, ``agents.rollups.flush`` claims its
+embedded default). Once a minute has passed, ``telemetry.rollups.flush`` claims its
 buffer atomically (a Redis script renaming it, so two workers never flush the same
 minute) and merges it into the rollup tables. A value that is not a number where one
 belongs counts as not reported, so one bad card cannot spoil the minute of the fleet.
@@ -122,14 +122,10 @@ class _RedisBuffer:
             key = key.decode()
             parts = self._parts(key)
             minute = int(parts[0])
-            claimed_in = int(parts[1]) if len(parts) == 3 else minute  # keys before late merges
+            claimed_in = int(parts[1])
             if claimed_in < before - STALE_CLAIM_S // 60 and key not in mine:
                 claimed.append((minute, key, client.lrange(key, 0, -1)))
         return claimed
-
-    def legacy(self, claim_key: str) -> bool:
-        """Whether the claim was made by the version before late merges (no claim records)."""
-        return len(self._parts(claim_key)) == 2
 
     def done(self, claim_key: str) -> None:
         self.client.delete(claim_key)
@@ -167,9 +163,6 @@ class _MemoryBuffer:
             self.before = max(self.before, before)
             ready = sorted(m for m in self.minutes if m < before)
             return [(m, f"mem:{m}:{uuid.uuid4().hex}", self.minutes.pop(m)) for m in ready]
-
-    def legacy(self, claim_key: str) -> bool:
-        return False
 
     def done(self, claim_key: str) -> None:
         pass
@@ -274,15 +267,6 @@ def _blob(samples: dict[int, tuple], owned: list[tuple]) -> bytes:
 
 def blob_columns(blob: bytes) -> list[bytes]:
     """A blob's nine columns."""
-    if blob[:1] == b"{":
-        # Buffered by the version before this one (one JSON object per cycle), still
-        # there at an upgrade.
-        try:
-            data = orjson.loads(blob)
-            samples = {int(pk): tuple(values) for pk, values in data["g"].items()}
-            blob = _blob(samples, [tuple(row) for row in data["o"]])
-        except (TypeError, ValueError, LookupError):
-            return []
     return blob.split(b"\t")
 
 

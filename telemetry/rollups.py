@@ -1,18 +1,18 @@
 """History: 1-minute and 1-hour rollups per GPU and per process owner.
 
-``flush`` claims each finished minute of the sample buffer (agents.sample_buffer) and
+``flush`` claims each finished minute of the sample buffer (telemetry.sample_buffer) and
 merges it into ``GpuMinute``/``OwnerMinute`` rows; the hours get the same merge
 (sample-weighted averages, maxima of maxima), on PostgreSQL every FOLD_EVERY minutes
 for all those minutes at once. A minute can be merged more than once: samples that
 arrive after their minute was flushed are claimed later and merged into the rows
 already there. Each claim is recorded in the transaction that merges it
-(``agents_rollupclaim``), so a claim retried after its commit (the worker died before
+(``telemetry_rollupclaim``), so a claim retried after its commit (the worker died before
 deleting it) is not merged twice. A reading of ``LIMIT`` or more in size is
 implausible (a broken sensor or agent) and counts as not reported: summed or squared,
 such numbers overflow PostgreSQL's float8 and would fail the whole minute. A claim
 whose merge fails all the same is logged and left for a later flush; it cannot hold
 up the other claims or the hour fold (see ``flush``). Retention prunes both. The
-queries over them are in agents.history.
+queries over them are in telemetry.history.
 """
 
 from __future__ import annotations
@@ -28,8 +28,9 @@ import psycopg
 from django.conf import settings
 from django.db import connection, transaction
 
-from agents.models import GPU, GpuHour, GpuMinute, OwnerHour, OwnerMinute
-from agents.sample_buffer import Claim, blob_columns, buffer, minute_of, minute_start
+from agents.models import GPU
+from telemetry.models import GpuHour, GpuMinute, OwnerHour, OwnerMinute
+from telemetry.sample_buffer import Claim, blob_columns, buffer, minute_of, minute_start
 
 logger = logging.getLogger(__name__)
 
@@ -45,7 +46,7 @@ _LIMIT_SQL = "1e15"
 # Claims recorded as merged are forgotten after this long; a claim lives in Redis at
 # most 6 hours (the buffer's expiry), so it cannot come back after that.
 CLAIM_MEMORY = timedelta(days=1)
-_CLAIMS_TABLE = "agents_rollupclaim"
+_CLAIMS_TABLE = "telemetry_rollupclaim"
 
 
 # --- flushing ---------------------------------------------------------------------
@@ -64,15 +65,11 @@ _GPU_KEYS, _OWNER_KEYS = ["gpu_id", "bucket"], ["gpu_id", "owner", "bucket"]
 
 
 def _merge_clause(table: str, keys: list[str], columns: list[str]) -> str:
-    """Fold new samples into a row: sample-weighted averages, maxima of maxima.
-
-    An implausible value already in the row (written before such values were left out)
-    counts as none, so weighing it cannot overflow.
-    """
+    """Fold new samples into a row: sample-weighted averages, maxima of maxima."""
     updates = [f"samples = {table}.samples + excluded.samples"]
     for column in columns:
         old, new = f"{table}.{column}", f"excluded.{column}"
-        absent = f"{old} IS NULL OR abs({old}) >= {_LIMIT_SQL}"
+        absent = f"{old} IS NULL"
         if "_avg" in column:
             updates.append(
                 f"{column} = CASE WHEN {absent} THEN {new} WHEN {new} IS NULL THEN {old} "
@@ -123,14 +120,11 @@ def _pg_merge_sql(
 
 
 def _pg_fold_sql(model: type, keys: list[str], columns: list[str]) -> str:
-    """Fold a range of minutes into their hours (averages weighted by samples).
-
-    Minute values too large to be readings (written before they were left out) are left
-    out here too: weighed by their samples they would overflow and stop every fold.
-    """
+    """Fold a range of minutes into their hours (averages weighted by the samples of the
+    minutes that have a value)."""
     minute, hour = model._meta.db_table, _hour_table(model)
     group = [k for k in keys if k != "bucket"]
-    plausible = {c: f"FILTER (WHERE abs({c}) < {_LIMIT_SQL})" for c in columns}
+    plausible = {c: f"FILTER (WHERE {c} IS NOT NULL)" for c in columns}
     folded = [
         f"sum({c} * samples) {plausible[c]} / sum(samples) {plausible[c]}"
         if "_avg" in c
@@ -259,8 +253,7 @@ _FOLD_KEY = "fold:hours"
 
 
 def _folded_until(cursor, before: int) -> int:
-    # The first flush folds nothing: whatever came before it is in the hours already
-    # (merged at once, as before there were folds), so it starts from its own minute.
+    # The first flush starts the folds from its own minute: nothing was merged before it.
     cursor.execute(
         f"INSERT INTO {_CLAIMS_TABLE} (claim, minute) VALUES (%s, %s) "  # noqa: S608
         "ON CONFLICT (claim) DO NOTHING",
@@ -403,11 +396,6 @@ def flush(now: datetime) -> int:
 
 def _merge_claim(source, claim: Claim, before: int, postgresql: bool) -> int:
     minute, claim_key, blobs = claim
-    # A claim left by the version before claims were recorded (its worker died before
-    # deleting it): that version wrote a minute once and never merged into it, so rows
-    # for the minute mean the claim was merged. Its rule, kept for its keys.
-    if source.legacy(claim_key) and GpuMinute.objects.filter(bucket=minute_start(minute)).exists():
-        return 0
     columns = [fields for blob in blobs if (fields := blob_columns(blob))]
     with transaction.atomic(), connection.cursor() as cursor:
         # Recorded first: a second worker retrying the same claim waits here for this

@@ -18,9 +18,9 @@ from channels.layers import get_channel_layer
 from django.conf import settings
 from django.core.cache import cache
 
-from agents import readings
 from agents.models import Node
 from portal import redis_client
+from telemetry import readings
 
 FLEET_GROUP = "fleet"
 # A watcher refreshes its key on every update it gets; a vanished one lapses after this.

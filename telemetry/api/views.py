@@ -1,0 +1,68 @@
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, extend_schema
+from rest_framework import viewsets
+from rest_framework.decorators import action
+from rest_framework.exceptions import ValidationError
+from rest_framework.generics import get_object_or_404
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from agents.models import GPU, Node
+from telemetry import history, readings
+from telemetry.api.serializers import GPUSerializer
+
+RANGE_PARAMETER = OpenApiParameter(
+    "range", OpenApiTypes.STR, enum=list(history.RANGES), default="1h",
+    description="How far back: 1h and 24h come from 1-minute rollups, 7d from 1-hour ones.",
+)  # fmt: skip
+
+
+def _history(gpu_ids: list[int], request: Request) -> Response:
+    try:
+        return Response(history.gpu_history(gpu_ids, request.query_params.get("range", "1h")))
+    except history.BadRange as exc:
+        raise ValidationError({"range": str(exc)}) from None
+
+
+class NodeHistoryView(APIView):
+    @extend_schema(
+        operation_id="nodes_history_retrieve",
+        parameters=[RANGE_PARAMETER],
+        responses=OpenApiTypes.OBJECT,
+    )
+    def get(self, request: Request, pk: int) -> Response:
+        """The node's cards together: utilization averaged, memory and power summed."""
+        node = get_object_or_404(Node, pk=pk)
+        return _history(list(node.gpus.values_list("pk", flat=True)), request)
+
+
+class GPUViewSet(viewsets.ReadOnlyModelViewSet):
+    queryset = GPU.objects.select_related("node").order_by("node__name", "index")
+    serializer_class = GPUSerializer
+
+    def get_queryset(self):
+        queryset = super().get_queryset()
+        params = self.request.query_params
+        if node := params.get("node"):
+            queryset = queryset.filter(node__name=node)
+        if model := params.get("model"):
+            queryset = queryset.filter(model=model)
+        if health := params.get("health"):
+            queryset = queryset.filter(health=health)
+        return queryset
+
+    def get_serializer(self, *args, **kwargs):
+        # Read the cache once per page, not once per GPU.
+        instances = args[0] if args else []
+        if isinstance(instances, GPU):
+            instances = [instances]
+        kwargs.setdefault("context", self.get_serializer_context())
+        kwargs["context"]["latest"] = readings.latest_for({g.node_id for g in instances})
+        return super().get_serializer(*args, **kwargs)
+
+    @extend_schema(parameters=[RANGE_PARAMETER], responses=OpenApiTypes.OBJECT)
+    @action(detail=True)
+    def history(self, request: Request, pk: str | None = None) -> Response:
+        """One card's utilization, memory, power and temperature, with its process owners."""
+        return _history([self.get_object().pk], request)

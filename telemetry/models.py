@@ -1,0 +1,109 @@
+"""History: 1-minute and 1-hour rollups per card and per process owner (telemetry.rollups)."""
+
+from __future__ import annotations
+
+from django.db import models
+from django.utils.translation import gettext_lazy as _
+
+from agents.models import GPU
+
+
+class _Rollup(models.Model):
+    """Aggregates of the readings in one time bucket (its start): avg and max per metric."""
+
+    bucket = models.DateTimeField(_("bucket start"))
+    samples = models.PositiveIntegerField(_("samples"))
+    util_avg = models.FloatField(null=True)
+    util_max = models.FloatField(null=True)
+    memory_used_avg_mib = models.FloatField(null=True)
+    memory_used_max_mib = models.FloatField(null=True)
+    power_avg_w = models.FloatField(null=True)
+    power_max_w = models.FloatField(null=True)
+    temperature_avg_c = models.FloatField(null=True)
+    temperature_max_c = models.FloatField(null=True)
+
+    class Meta:
+        abstract = True
+
+    def __str__(self) -> str:
+        return f"GPU {self.gpu_id} @ {self.bucket:%Y-%m-%d %H:%M}"
+
+
+class GpuMinute(_Rollup):
+    gpu = models.ForeignKey(GPU, on_delete=models.CASCADE, related_name="+", db_index=False)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["gpu", "bucket"], name="gpuminute_gpu_bucket")
+        ]
+        indexes = [models.Index(fields=["bucket"], name="gpuminute_bucket")]
+
+
+class GpuHour(_Rollup):
+    gpu = models.ForeignKey(GPU, on_delete=models.CASCADE, related_name="+", db_index=False)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["gpu", "bucket"], name="gpuhour_gpu_bucket")]
+        indexes = [models.Index(fields=["bucket"], name="gpuhour_bucket")]
+
+
+class _OwnerRollup(models.Model):
+    """What one process owner (a Unix user) used of one card in one time bucket."""
+
+    owner = models.CharField(_("owner"), max_length=64)
+    bucket = models.DateTimeField(_("bucket start"))
+    samples = models.PositiveIntegerField(_("samples"))
+    memory_used_avg_mib = models.FloatField(null=True)
+    memory_used_max_mib = models.FloatField(null=True)
+    util_avg = models.FloatField(null=True)
+    util_max = models.FloatField(null=True)
+
+    class Meta:
+        abstract = True
+
+    def __str__(self) -> str:
+        return f"{self.owner} on GPU {self.gpu_id} @ {self.bucket:%Y-%m-%d %H:%M}"
+
+
+class OwnerMinute(_OwnerRollup):
+    gpu = models.ForeignKey(GPU, on_delete=models.CASCADE, related_name="+", db_index=False)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["gpu", "owner", "bucket"], name="ownerminute_gpu_owner_bucket"
+            )
+        ]
+        indexes = [
+            models.Index(fields=["bucket"], name="ownerminute_bucket"),
+            models.Index(fields=["owner", "bucket"], name="ownerminute_owner_bucket"),
+        ]
+
+
+class OwnerHour(_OwnerRollup):
+    gpu = models.ForeignKey(GPU, on_delete=models.CASCADE, related_name="+", db_index=False)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["gpu", "owner", "bucket"], name="ownerhour_gpu_owner_bucket"
+            )
+        ]
+        indexes = [
+            models.Index(fields=["bucket"], name="ownerhour_bucket"),
+            models.Index(fields=["owner", "bucket"], name="ownerhour_owner_bucket"),
+        ]
+
+
+class RollupClaim(models.Model):
+    """A sample-buffer claim already merged, so a claim retried after its commit is not merged
+    twice; one row (``fold:hours``) holds the first minute not folded into hours yet.
+
+    Written only by telemetry.rollups, in raw SQL inside the transaction that merges the claim.
+    """
+
+    claim = models.CharField(max_length=200, primary_key=True)
+    minute = models.BigIntegerField()
+
+    def __str__(self) -> str:
+        return self.claim
