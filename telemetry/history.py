@@ -14,6 +14,7 @@ from django.db.models import Avg, Count, Max, Sum
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
+from agents.gpu_agent import schema
 from telemetry.models import GpuHour, GpuMinute, OwnerHour, OwnerMinute
 
 RANGES = {
@@ -45,6 +46,21 @@ def gpu_history(gpu_ids: list[int], range_name: str) -> dict:
     return data
 
 
+def _combined(fields: tuple[schema.Field, ...], across_cards: bool) -> dict[str, Any]:
+    """How rollup rows combine, from the reading schema: averages averaged and peaks as
+    peaks, except that across the cards of one bucket memory and power add up."""
+    out: dict[str, Any] = {}
+    for field in fields:
+        avg, peak = field.history.columns()
+        summed = across_cards and field.history.across_cards == "sum"
+        out[avg] = Sum(avg) if summed else Avg(avg)
+        out[peak] = Sum(peak) if summed else Max(peak)
+    return out
+
+
+_ACROSS_CARDS = _combined(schema.HISTORY_GPU_FIELDS, across_cards=True)
+_OWNER_OVER_CARDS = _combined(schema.HISTORY_PROCESS_FIELDS, across_cards=False)
+
 # Ranges up to this long are drawn from minutes; longer ones from hours.
 MINUTE_RANGE_LIMIT = timedelta(hours=36)
 
@@ -74,19 +90,7 @@ def series(
     tables = {"1m": GpuMinute, "1h": GpuHour}
     resolution, in_range = _in_range(tables, gpu_ids, start, end, resolution)
     rows = (
-        in_range.values("bucket")
-        .annotate(
-            gpus=Count("gpu_id"),
-            util_avg=Avg("util_avg"),
-            util_max=Max("util_max"),
-            memory_used_avg_mib=Sum("memory_used_avg_mib"),
-            memory_used_max_mib=Sum("memory_used_max_mib"),
-            power_avg_w=Sum("power_avg_w"),
-            power_max_w=Sum("power_max_w"),
-            temperature_avg_c=Avg("temperature_avg_c"),
-            temperature_max_c=Max("temperature_max_c"),
-        )
-        .order_by("bucket")
+        in_range.values("bucket").annotate(gpus=Count("gpu_id"), **_ACROSS_CARDS).order_by("bucket")
     )
     return {
         "resolution": resolution,
@@ -103,17 +107,12 @@ def series(
 def owner_usage(
     gpu_ids: Iterable[int], start: datetime, end: datetime, resolution: str | None = None
 ) -> list[dict[str, Any]]:
-    """Per process owner over a range: average and peak memory, average utilization."""
+    """Per process owner over a range: the average and peak of each history field."""
     tables = {"1m": OwnerMinute, "1h": OwnerHour}
     _, in_range = _in_range(tables, gpu_ids, start, end, resolution)
     rows = (
         in_range.values("owner")
-        .annotate(
-            memory_used_avg_mib=Avg("memory_used_avg_mib"),
-            memory_used_max_mib=Max("memory_used_max_mib"),
-            util_avg=Avg("util_avg"),
-            samples=Sum("samples"),
-        )
+        .annotate(**_OWNER_OVER_CARDS, samples=Sum("samples"))
         .order_by("-memory_used_avg_mib")
     )
     return list(rows)

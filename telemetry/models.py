@@ -5,7 +5,16 @@ from __future__ import annotations
 from django.db import models
 from django.utils.translation import gettext_lazy as _
 
+from agents.gpu_agent import schema
 from agents.models import GPU
+
+
+def _history_columns(model: type[models.Model], fields: tuple[schema.Field, ...]) -> None:
+    """Add each history field's average and peak columns: the reading schema declares them
+    (adding one is a declaration there and a migration)."""
+    for field in fields:
+        for column in field.history.columns():
+            model.add_to_class(column, models.FloatField(null=True))
 
 
 class _Rollup(models.Model):
@@ -13,20 +22,15 @@ class _Rollup(models.Model):
 
     bucket = models.DateTimeField(_("bucket start"))
     samples = models.PositiveIntegerField(_("samples"))
-    util_avg = models.FloatField(null=True)
-    util_max = models.FloatField(null=True)
-    memory_used_avg_mib = models.FloatField(null=True)
-    memory_used_max_mib = models.FloatField(null=True)
-    power_avg_w = models.FloatField(null=True)
-    power_max_w = models.FloatField(null=True)
-    temperature_avg_c = models.FloatField(null=True)
-    temperature_max_c = models.FloatField(null=True)
 
     class Meta:
         abstract = True
 
     def __str__(self) -> str:
         return f"GPU {self.gpu_id} @ {self.bucket:%Y-%m-%d %H:%M}"
+
+
+_history_columns(_Rollup, schema.HISTORY_GPU_FIELDS)
 
 
 class GpuMinute(_Rollup):
@@ -53,16 +57,15 @@ class _OwnerRollup(models.Model):
     owner = models.CharField(_("owner"), max_length=64)
     bucket = models.DateTimeField(_("bucket start"))
     samples = models.PositiveIntegerField(_("samples"))
-    memory_used_avg_mib = models.FloatField(null=True)
-    memory_used_max_mib = models.FloatField(null=True)
-    util_avg = models.FloatField(null=True)
-    util_max = models.FloatField(null=True)
 
     class Meta:
         abstract = True
 
     def __str__(self) -> str:
         return f"{self.owner} on GPU {self.gpu_id} @ {self.bucket:%Y-%m-%d %H:%M}"
+
+
+_history_columns(_OwnerRollup, schema.HISTORY_PROCESS_FIELDS)
 
 
 class OwnerMinute(_OwnerRollup):

@@ -24,6 +24,7 @@ from typing import Any
 import orjson
 
 from agents import fanout
+from agents.gpu_agent import schema
 
 # ?view=portal: only the fields the portal keeps. An agent that does not know the view
 # ignores the query and sends the full snapshot, which reads the same here.
@@ -52,55 +53,10 @@ class PollResult:
         return self.snapshot is not None
 
 
-class SnapshotError(ValueError):
-    """The agent answered, but not with a snapshot we can use."""
-
-
-# Fields of a card the portal computes with, when present (None is "not reported").
-# Fields of a card the portal computes with or keys on, when present (None: not reported).
-# Rollups also ignore implausible magnitudes (telemetry.rollups), so no range check here.
-NUMBER_FIELDS = (
-    "memory_total_mib", "memory_used_mib", "utilization_gpu_pct", "utilization_memory_pct",
-    "temperature_c", "power_w", "power_limit_w", "sm_clock_mhz",
-)  # fmt: skip
-TEXT_FIELDS = ("name", "pci_bus_id", "serial", "health")
-_NUMBER = frozenset({int, float, type(None)})
-_TEXT = frozenset({str, type(None)})
-_FIELD_TYPES = tuple((f, _NUMBER) for f in NUMBER_FIELDS) + tuple((f, _TEXT) for f in TEXT_FIELDS)
-
-
-def validate_snapshot(data: Any) -> dict[str, Any]:
-    """Check the shape and types the services rely on; anything else is the agent's fault.
-
-    The portal adds, averages and compares these fields: one wrong type would break the
-    summaries of every node recorded with it, so the whole answer is refused. This runs
-    for every card of every cycle, hence one type lookup per field (about 2 µs a card).
-    """
-    if type(data) is not dict:
-        raise SnapshotError("snapshot is not a JSON object")
-    gpus = data.get("gpus")
-    if type(gpus) is not list:
-        raise SnapshotError("snapshot has no 'gpus' list")
-    for gpu in gpus:
-        if type(gpu) is not dict:
-            raise SnapshotError("a GPU entry is not an object")
-        get = gpu.get
-        uuid = get("uuid")
-        if type(uuid) is not str or not uuid:
-            raise SnapshotError("a GPU entry has no 'uuid'")
-        index = get("index")
-        if type(index) is not int or index < 0:
-            raise SnapshotError(f"GPU {uuid} has no valid 'index'")
-        for name, allowed in _FIELD_TYPES:
-            if type(get(name)) not in allowed:
-                kind = "a number" if allowed is _NUMBER else "a string"
-                raise SnapshotError(f"GPU {uuid}: '{name}' is not {kind}")
-        processes = get("processes")
-        if processes and (
-            type(processes) is not list or any(type(p) is not dict for p in processes)
-        ):
-            raise SnapshotError(f"GPU {uuid}: 'processes' is not a list of objects")
-    return data
+# The check is the reading schema's (agents/gpu_agent/schema.py): types, ranges and
+# lengths of every field the portal keeps; an answer outside them is refused for its node.
+SnapshotError = schema.SnapshotError
+validate_snapshot = schema.check_snapshot
 
 
 def _poll_result(target: AgentTarget, response: fanout.Response) -> PollResult:

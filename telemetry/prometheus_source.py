@@ -26,6 +26,7 @@ from prometheus_api_client import PrometheusApiClientException, PrometheusConnec
 from urllib3.util.retry import Retry
 
 from agents.choices import NodeSource
+from agents.gpu_agent import schema
 from agents.models import GPU, Node
 from telemetry import poller, services
 
@@ -38,7 +39,7 @@ NAME_SUFFIX = "@prometheus"
 
 # Memory fields add up over a card's MIG instances; every other field is a card-level value
 # that dcgm-exporter repeats on each instance's series, so those take the largest copy.
-_ADDITIVE = frozenset({"memory_used_mib", "memory_free_mib", "_memory_reserved_mib"})
+_ADDITIVE = frozenset({"memory_used_mib", "_memory_free_mib", "_memory_reserved_mib"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,31 +52,22 @@ class Source:
     rank: int
 
 
+# The fields read from dcgm-exporter: the reading schema's that name series, and two that
+# only serve to reckon a card's total memory (used + free + reserved).
+_READ = [f for f in schema.GPU_FIELDS if f.dcgm]
+_TOTAL_MEMORY_PARTS = (
+    schema.Field("_memory_free_mib", "number", dcgm=(
+        schema.Dcgm("DCGM_FI_DEV_FB_FREE_BYTES", 1 / MIB), schema.Dcgm("DCGM_FI_DEV_FB_FREE"))),
+    schema.Field("_memory_reserved_mib", "number", dcgm=(
+        schema.Dcgm("DCGM_FI_DEV_FB_RESERVED_BYTES", 1 / MIB),
+        schema.Dcgm("DCGM_FI_DEV_FB_RESERVED"))),
+)  # fmt: skip
 # Series name -> the snapshot field it fills. The 4.9 names rank first: they carry more
 # precision (bytes, Hz) than the legacy ones they replace.
 SOURCES: dict[str, Source] = {
-    # dcgm-exporter 4.9 (DCGM 4.7 base-unit fields)
-    "DCGM_FI_DEV_GPU_UTIL_RATIO": Source("utilization_gpu_pct", 100.0, 0),
-    "DCGM_FI_DEV_MEMORY_UTIL_RATIO": Source("utilization_memory_pct", 100.0, 0),
-    "DCGM_FI_DEV_FB_USED_BYTES": Source("memory_used_mib", 1 / MIB, 0),
-    "DCGM_FI_DEV_FB_FREE_BYTES": Source("memory_free_mib", 1 / MIB, 0),
-    "DCGM_FI_DEV_FB_RESERVED_BYTES": Source("_memory_reserved_mib", 1 / MIB, 0),
-    "DCGM_FI_DEV_GPU_TEMP_CELSIUS": Source("temperature_c", 1.0, 0),
-    "DCGM_FI_DEV_BOARD_POWER_WATTS": Source("power_w", 1.0, 0),
-    "DCGM_FI_DEV_SM_CLOCK_HERTZ": Source("sm_clock_mhz", 1e-6, 0),
-    "DCGM_FI_DEV_MEMORY_CLOCK_HERTZ": Source("mem_clock_mhz", 1e-6, 0),
-    "DCGM_FI_DEV_GPU_ENERGY_JOULES_TOTAL": Source("energy_mj", 1000.0, 0),
-    # legacy names (dcgm-exporter up to 4.8, and our own agent's /metrics)
-    "DCGM_FI_DEV_GPU_UTIL": Source("utilization_gpu_pct", 1.0, 1),
-    "DCGM_FI_DEV_MEM_COPY_UTIL": Source("utilization_memory_pct", 1.0, 1),
-    "DCGM_FI_DEV_FB_USED": Source("memory_used_mib", 1.0, 1),
-    "DCGM_FI_DEV_FB_FREE": Source("memory_free_mib", 1.0, 1),
-    "DCGM_FI_DEV_FB_RESERVED": Source("_memory_reserved_mib", 1.0, 1),
-    "DCGM_FI_DEV_GPU_TEMP": Source("temperature_c", 1.0, 1),
-    "DCGM_FI_DEV_POWER_USAGE": Source("power_w", 1.0, 1),
-    "DCGM_FI_DEV_SM_CLOCK": Source("sm_clock_mhz", 1.0, 1),
-    "DCGM_FI_DEV_MEM_CLOCK": Source("mem_clock_mhz", 1.0, 1),
-    "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION": Source("energy_mj", 1.0, 1),
+    dcgm.series: Source(read.name, dcgm.scale, rank)
+    for read in (*_READ, *_TOTAL_MEMORY_PARTS)
+    for rank, dcgm in enumerate(read.dcgm)
 }
 
 HOSTNAME_LABELS = ("Hostname", "hostname")  # before 4.6 / from 4.6 on
@@ -138,22 +130,15 @@ class _Card:
         if self.labels.get("pci_bus_id"):
             gpu["pci_bus_id"] = self.labels["pci_bus_id"]
         used = self.reading("memory_used_mib")
-        free = self.reading("memory_free_mib")
+        free = self.reading("_memory_free_mib")
         reserved = self.reading("_memory_reserved_mib")
         if used is not None and free is not None:
             gpu["memory_total_mib"] = round(used + free + (reserved or 0.0))
-        if used is not None:
-            gpu["memory_used_mib"] = round(used)
-        if free is not None:
-            gpu["memory_free_mib"] = round(free)
-        for name in ("utilization_gpu_pct", "utilization_memory_pct", "temperature_c"):
-            if (value := self.reading(name)) is not None:
-                gpu[name] = round(value)
-        if (power := self.reading("power_w")) is not None:
-            gpu["power_w"] = round(power, 3)
-        for name in ("sm_clock_mhz", "mem_clock_mhz", "energy_mj"):
-            if (value := self.reading(name)) is not None:
-                gpu[name] = round(value)
+        for read in _READ:
+            if (value := self.reading(read.name)) is not None:
+                # To the field's type: base-unit series scaled back (bytes to MiB, ratios
+                # to %, Hz to MHz) round half to even to the nearest unit.
+                gpu[read.name] = round(value) if read.type == "int" else round(value, 3)
         gpu["health"] = "ok"
         return gpu
 

@@ -18,6 +18,7 @@ import orjson
 from django.conf import settings
 from django.db.models import Count
 
+from agents.gpu_agent import schema
 from agents.models import GPU, Node
 from portal import redis_client
 
@@ -25,15 +26,7 @@ from portal import redis_client
 LATEST_TTL_S = 600
 
 # Reading fields the browser shows, copied from the agent's snapshot as they are.
-LIVE_GPU_FIELDS = (
-    "utilization_gpu_pct",
-    "utilization_memory_pct",
-    "memory_used_mib",
-    "temperature_c",
-    "power_w",
-    "power_limit_w",
-    "sm_clock_mhz",
-)
+LIVE_GPU_FIELDS = schema.LIVE_GPU_FIELDS
 _NODE_FIELDS = ("pk", "name", "state", "last_seen", "last_error")
 
 
@@ -87,11 +80,8 @@ def _fresh(reduced: dict, now: float) -> bool:
 
 # What is kept of each card: the agent's "portal view" of a snapshot (docs/agent.md),
 # which agents that know it send already; a full snapshot is cut down to it here.
-STORED_GPU_FIELDS = (
-    "index", "uuid", "name", "pci_bus_id", "serial", "memory_total_mib", "health",
-    *LIVE_GPU_FIELDS,
-)  # fmt: skip
-STORED_PROCESS_FIELDS = ("user", "memory_used_mib", "sm_util_pct")
+STORED_GPU_FIELDS = schema.GPU_FIELD_NAMES
+STORED_PROCESS_FIELDS = schema.PROCESS_FIELD_NAMES
 
 
 def _portal_view(gpu: dict[str, Any]) -> dict[str, Any]:

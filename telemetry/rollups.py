@@ -28,18 +28,25 @@ import psycopg
 from django.conf import settings
 from django.db import connection, transaction
 
+from agents.gpu_agent import schema
 from agents.models import GPU
 from telemetry.models import GpuHour, GpuMinute, OwnerHour, OwnerMinute
-from telemetry.sample_buffer import Claim, blob_columns, buffer, minute_of, minute_start
+from telemetry.sample_buffer import (
+    GPU_ID,
+    OWNER,
+    OWNER_GPU_ID,
+    Claim,
+    blob_columns,
+    buffer,
+    minute_of,
+    minute_start,
+)
 
 logger = logging.getLogger(__name__)
 
-_ROLLUP_COLUMNS = {
-    "util": ("util_avg", "util_max"),
-    "memory_used": ("memory_used_avg_mib", "memory_used_max_mib"),
-    "power": ("power_avg_w", "power_max_w"),
-    "temperature": ("temperature_avg_c", "temperature_max_c"),
-}
+# (field, its avg and max columns) of what history keeps, from the reading schema.
+_GPU_HISTORY = [(f.name, f.history.columns()) for f in schema.HISTORY_GPU_FIELDS]
+_OWNER_HISTORY = [(f.name, f.history.columns()) for f in schema.HISTORY_PROCESS_FIELDS]
 # Readings this large or larger are not aggregated (treated as not reported).
 LIMIT = 1e15
 _LIMIT_SQL = "1e15"
@@ -59,8 +66,8 @@ _CLAIMS_TABLE = "telemetry_rollupclaim"
 # minutes and hours at once. The upserts are portable between PostgreSQL and SQLite
 # (ON CONFLICT ... DO UPDATE, CASE, excluded).
 
-_GPU_VALUE_COLUMNS = [c for pair in _ROLLUP_COLUMNS.values() for c in pair]
-_OWNER_VALUE_COLUMNS = ["memory_used_avg_mib", "memory_used_max_mib", "util_avg", "util_max"]
+_GPU_VALUE_COLUMNS = [c for _, pair in _GPU_HISTORY for c in pair]
+_OWNER_VALUE_COLUMNS = [c for _, pair in _OWNER_HISTORY for c in pair]
 _GPU_KEYS, _OWNER_KEYS = ["gpu_id", "bucket"], ["gpu_id", "owner", "bucket"]
 
 
@@ -153,29 +160,31 @@ def _aggregates(pairs: list[tuple[str, tuple[str, str]]]) -> str:
 
 # The samples as rows. Set-returning functions in the select list run in lockstep and
 # stream (ProjectSet); in FROM (``unnest(a, b, ...)``) each would be materialized
-# first, which took twice as long for 96,000 samples.
+# first, which took twice as long for 96,000 samples. Sample columns are bound as
+# ``v0``, ``v1``... in the order of the history fields.
+_GPU_PARAMS = [f"v{i}" for i in range(len(_GPU_HISTORY))]
+_OWNER_PARAMS = [f"v{i}" for i in range(len(_OWNER_HISTORY))]
 _PG_GPU_SAMPLES = (
-    "(SELECT unnest(%(ids)s::bigint[]) AS gpu_id, unnest(%(util)s::float8[]) AS util, "
-    "unnest(%(mem)s::float8[]) AS mem, unnest(%(power)s::float8[]) AS power, "
-    "unnest(%(temp)s::float8[]) AS temp) AS s"
+    "(SELECT unnest(%(ids)s::bigint[]) AS gpu_id, "
+    + ", ".join(f"unnest(%({v})s::float8[]) AS {v}" for v in _GPU_PARAMS)
+    + ") AS s"
 )
 _PG_OWNER_SAMPLES = (
     "(SELECT unnest(%(ids)s::bigint[]) AS gpu_id, "
     "json_array_elements_text(%(owners)s::json) AS owner, "
-    "unnest(%(mem)s::float8[]) AS mem, unnest(%(util)s::float8[]) AS util) AS s"
+    + ", ".join(f"unnest(%({v})s::float8[]) AS {v}" for v in _OWNER_PARAMS)
+    + ") AS s"
 )
-_SAMPLE_NAMES = ("util", "mem", "power", "temp")
 _PG_GPU_AGGREGATE = (
     "SELECT gpu_id, count(*) AS samples, "  # noqa: S608
-    + _aggregates(list(zip(_SAMPLE_NAMES, _ROLLUP_COLUMNS.values(), strict=True)))
+    + _aggregates([(v, pair) for v, (_, pair) in zip(_GPU_PARAMS, _GPU_HISTORY, strict=True)])
     + f" FROM {_PG_GPU_SAMPLES} GROUP BY gpu_id"
-)  # fmt: skip
+)
 _PG_OWNER_AGGREGATE = (
     "SELECT gpu_id, owner, count(*) AS samples, "  # noqa: S608
-    + _aggregates([("mem", ("memory_used_avg_mib", "memory_used_max_mib")),
-                   ("util", ("util_avg", "util_max"))])
+    + _aggregates([(v, pair) for v, (_, pair) in zip(_OWNER_PARAMS, _OWNER_HISTORY, strict=True)])
     + f" FROM {_PG_OWNER_SAMPLES} GROUP BY gpu_id, owner"
-)  # fmt: skip
+)
 # By (whether the minute's hours are merged at once, whether its rows may exist).
 _PG_SQL = {
     model: {
@@ -194,24 +203,35 @@ _PG_FOLD_SQL = [
 ]
 
 
-def _joined(columns: list[list[bytes]], index: int, brackets: bytes) -> str:
-    """One column of every blob as one array: PostgreSQL's ``{...}`` or JSON's ``[...]``."""
-    parts = [c[index][1:-1] for c in columns if len(c[index]) > 2]
+def _joined(blobs: list[dict[str, bytes]], name: str, ids: str, brackets: bytes) -> str:
+    """One column of every blob as one array: PostgreSQL's ``{...}`` or JSON's ``[...]``.
+
+    A blob without the column (buffered before its field joined history) adds nulls, one
+    per entry of its ``ids`` column, so the columns stay in lockstep.
+    """
+    parts = []
+    for blob in blobs:
+        column = blob.get(name)
+        if column is None:
+            count = len(orjson.loads(blob.get(ids, b"[]")))
+            column = b"[" + b",".join([b"null"] * count) + b"]"
+        if len(column) > 2:
+            parts.append(column[1:-1])
     return (brackets[:1] + b",".join(parts) + brackets[1:]).decode()
 
 
-def _merge_postgresql(cursor, minute: int, columns: list[list[bytes]], hours: bool) -> int:
+def _merge_postgresql(cursor, minute: int, blobs: list[dict[str, bytes]], hours: bool) -> int:
     bucket = minute_start(minute)
     moments = {"bucket": bucket, "hour": bucket.replace(minute=0)}
-    names = ("ids", "util", "mem", "power", "temp")
-    gpus = {name: _joined(columns, i, b"{}") for i, name in enumerate(names)}
+    gpus = {"ids": _joined(blobs, GPU_ID, GPU_ID, b"{}")}
+    for param, (name, _) in zip(_GPU_PARAMS, _GPU_HISTORY, strict=True):
+        gpus[param] = _joined(blobs, name, GPU_ID, b"{}")
     written = _write_minute(cursor, GpuMinute, {**gpus, **moments}, hours)
-    owners = {
-        name: _joined(columns, i, b"{}")
-        for i, name in zip((5, 7, 8), ("ids", "mem", "util"), strict=True)
-    }
+    owners = {"ids": _joined(blobs, OWNER_GPU_ID, OWNER_GPU_ID, b"{}")}
     if owners["ids"] != "{}":
-        owners["owners"] = _joined(columns, 6, b"[]")
+        owners["owners"] = _joined(blobs, OWNER, OWNER_GPU_ID, b"[]")
+        for param, (name, _) in zip(_OWNER_PARAMS, _OWNER_HISTORY, strict=True):
+            owners[param] = _joined(blobs, f"owner.{name}", OWNER_GPU_ID, b"{}")
         _write_minute(cursor, OwnerMinute, {**owners, **moments}, hours)
     return written
 
@@ -296,29 +316,34 @@ def _aggregate(values: Iterable[float | None]) -> tuple[float | None, float | No
     return sum(present) / len(present), max(present)
 
 
-def _minute_rows(minute: int, columns: list[list[bytes]]) -> tuple[list[tuple], list[tuple]]:
+def _column(blob: dict[str, bytes], name: str, count: int) -> list:
+    return orjson.loads(blob[name]) if name in blob else [None] * count
+
+
+def _minute_rows(minute: int, blobs: list[dict[str, bytes]]) -> tuple[list[tuple], list[tuple]]:
     """Aggregate a minute's blobs in Python: (gpu_id, bucket, samples, avg, max, ...) rows."""
     per_gpu: dict[int, list[tuple]] = defaultdict(list)
     per_owner: dict[tuple[int, str], list[tuple]] = defaultdict(list)
-    for blob in columns:
-        ids, *values = map(orjson.loads, blob[:5])
+    for blob in blobs:
+        ids = orjson.loads(blob[GPU_ID])
+        values = [_column(blob, name, len(ids)) for name, _ in _GPU_HISTORY]
         for pk, *sample in zip(ids, *values, strict=True):
             per_gpu[pk].append(sample)
-        for pk, owner, *used in zip(*map(orjson.loads, blob[5:]), strict=True):
-            per_owner[(pk, owner)].append(used)
+        owner_ids = _column(blob, OWNER_GPU_ID, 0)
+        owners = _column(blob, OWNER, len(owner_ids))
+        used = [_column(blob, f"owner.{name}", len(owner_ids)) for name, _ in _OWNER_HISTORY]
+        for pk, owner, *sample in zip(owner_ids, owners, *used, strict=True):
+            per_owner[(pk, owner)].append(sample)
     bucket = minute_start(minute)
-    gpu_rows = []
-    for pk, samples in per_gpu.items():
-        values: list[float | None] = []
-        for column in zip(*samples, strict=True):
-            values.extend(_aggregate(column))
-        gpu_rows.append((pk, bucket, len(samples), *values))
-    owner_rows = [
-        (pk, owner, bucket, len(samples), *_aggregate([s[0] for s in samples]),
-         *_aggregate([s[1] for s in samples]))
-        for (pk, owner), samples in per_owner.items()
-    ]  # fmt: skip
-    return gpu_rows, owner_rows
+    rows: list[list[tuple]] = [[], []]
+    for out, groups in ((rows[0], per_gpu), (rows[1], per_owner)):
+        for key, samples in groups.items():
+            aggregates: list[float | None] = []
+            for column in zip(*samples, strict=True):
+                aggregates.extend(_aggregate(column))
+            keys = key if isinstance(key, tuple) else (key,)
+            out.append((*keys, bucket, len(samples), *aggregates))
+    return rows[0], rows[1]
 
 
 # Rows per INSERT: under both PostgreSQL's 65,535 and SQLite's 32,766 parameters.
@@ -344,8 +369,8 @@ def _hour_of(rows: list[tuple], bucket_at: int) -> list[tuple]:
     ]
 
 
-def _merge_python(cursor, minute: int, columns: list[list[bytes]]) -> int:
-    gpu_rows, owner_rows = _minute_rows(minute, columns)
+def _merge_python(cursor, minute: int, blobs: list[dict[str, bytes]]) -> int:
+    gpu_rows, owner_rows = _minute_rows(minute, blobs)
     alive = set(GPU.objects.filter(pk__any={r[0] for r in gpu_rows}).values_list("pk", flat=True))
     gpu_rows = [r for r in gpu_rows if r[0] in alive]
     owner_rows = [r for r in owner_rows if r[0] in alive]

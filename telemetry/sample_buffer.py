@@ -23,12 +23,19 @@ import orjson
 import redis
 from django.conf import settings
 
+from agents.gpu_agent import schema
 from portal import redis_client
 
 logger = logging.getLogger(__name__)
 
-# Per GPU, in this order; None where the card did not report the field.
-SAMPLE_FIELDS = ("utilization_gpu_pct", "memory_used_mib", "power_w", "temperature_c")
+# What history keeps (the reading schema's history fields): per card, and per process
+# owner summed over the owner's processes on the card.
+SAMPLE_FIELDS = tuple(f.name for f in schema.HISTORY_GPU_FIELDS)
+OWNER_FIELDS = tuple(f.name for f in schema.HISTORY_PROCESS_FIELDS)
+# The blob's named columns.
+GPU_ID, OWNER_GPU_ID, OWNER = "gpu_id", "owner.gpu_id", "owner.user"
+GPU_COLUMNS = (GPU_ID, *SAMPLE_FIELDS)
+OWNER_COLUMNS = (OWNER_GPU_ID, OWNER, *(f"owner.{name}" for name in OWNER_FIELDS))
 
 # A claimed minute whose flush died is retried after this long.
 STALE_CLAIM_S = 300
@@ -49,12 +56,13 @@ def minute_start(minute: int) -> datetime:
 
 # --- the buffer -----------------------------------------------------------------
 #
-# One blob per cycle: nine JSON arrays joined by tabs (JSON never holds a raw tab),
-# column by column so the flush can hand each column to PostgreSQL as one array:
-#   GPU ids, util, memory used, power, temperature  (one entry per GPU)
-#   GPU ids, owners, memory used, util              (one entry per GPU and process owner)
-# Values are numbers or null (not reported); an owner's util is the sum of its
-# processes' SM utilization, null where no process reported one.
+# One blob per cycle: named columns, each ``name=<JSON array>``, joined by tabs (JSON
+# never holds a raw tab), column by column so the flush can hand each column to
+# PostgreSQL as one array:
+#   gpu_id, then each of SAMPLE_FIELDS                  (one entry per card)
+#   owner.gpu_id, owner.user, then each of OWNER_FIELDS  (one entry per card and owner)
+# Values are numbers or null (not reported). A column a blob lacks (written before its
+# field joined history) reads as not reported.
 
 # A claim: (minute, claim id, blobs).
 Claim = tuple[int, str, list[bytes]]
@@ -188,6 +196,7 @@ def buffer() -> _RedisBuffer | _MemoryBuffer:
 
 
 _sample = operator.itemgetter(*SAMPLE_FIELDS)
+_owned = operator.itemgetter(*OWNER_FIELDS)
 # What a JSON array of numbers and nulls holds between its brackets.
 _NUMERIC_JSON = b"0123456789.-+eEnul,"
 
@@ -205,10 +214,17 @@ def buffer_samples(answered: dict[int, dict], gpu_ids: dict[str, int], now: date
         buffer().append(minute_of(now), blob)
 
 
+def _process_values(process: dict) -> list:
+    try:
+        return list(_owned(process)) if len(OWNER_FIELDS) > 1 else [_owned(process)]
+    except KeyError:  # the agent leaves out what it could not read
+        return [process.get(f) for f in OWNER_FIELDS]
+
+
 def _encode(answered: dict[int, dict], gpu_ids: dict[str, int]) -> bytes | None:
     """The cycle's blob; raises on a value that is not a number where one belongs."""
     samples: dict[int, tuple] = {}
-    owned: list[tuple] = []  # (gpu id, owner, memory used, util)
+    owned: list[tuple] = []  # (gpu id, owner, *OWNER_FIELDS summed over its processes)
     pk_of = gpu_ids.get
     for snapshot in answered.values():
         for gpu in snapshot["gpus"]:
@@ -222,52 +238,54 @@ def _encode(answered: dict[int, dict], gpu_ids: dict[str, int]) -> bytes | None:
             processes = gpu.get("processes")
             if not processes:
                 continue
-            if len(processes) == 1:  # the usual case: one job, one owner
-                process = processes[0]
-                if owner := process.get("user"):
-                    memory = process.get("memory_used_mib") or 0
-                    owned.append((pk, owner, memory, process.get("sm_util_pct")))
-                continue
             per_owner: dict[str, list] = {}
             for process in processes:
                 owner = process.get("user")
                 if not owner:
                     continue
-                memory = process.get("memory_used_mib") or 0
-                # Per-process SM utilization only where the agent reports it.
-                util = process.get("sm_util_pct")
+                values = _process_values(process)
                 if (seen := per_owner.get(owner)) is None:
-                    per_owner[owner] = [memory, util]
-                else:
-                    seen[0] += memory
-                    if util is not None:
-                        seen[1] = util if seen[1] is None else seen[1] + util
-            owned.extend((pk, owner, memory, util) for owner, (memory, util) in per_owner.items())
+                    per_owner[owner] = values
+                    continue
+                for i, value in enumerate(values):
+                    if value is not None:
+                        seen[i] = value if seen[i] is None else seen[i] + value
+            owned.extend((pk, owner, *values) for owner, values in per_owner.items())
     return _blob(samples, owned) if samples else None
 
 
 def _blob(samples: dict[int, tuple], owned: list[tuple]) -> bytes:
     dumps = orjson.dumps
-    columns = [dumps(list(samples)), *map(dumps, zip(*samples.values(), strict=True))]
+    numeric = [dumps(list(samples)), *map(dumps, zip(*samples.values(), strict=True))]
+    names = list(GPU_COLUMNS)
     if owned:
         owner_columns = list(zip(*owned, strict=True))
         # Checked once per distinct owner rather than per process: few users run many jobs.
         if any(type(o) is not str or len(o) > 64 for o in set(owner_columns[1])):
             raise ValueError("an owner that is not a short text")
-        columns += map(dumps, owner_columns)
-    else:
-        columns += [b"[]"] * 4
-    for index in (1, 2, 3, 4, 7, 8):
-        if columns[index][1:-1].translate(None, _NUMERIC_JSON):
+        owners = dumps(owner_columns[1])
+        if b"\\u0000" in owners:
+            raise ValueError("an owner with a NUL character")  # PostgreSQL text cannot hold one
+        numeric += [dumps(owner_columns[0]), *map(dumps, owner_columns[2:])]
+        names += [OWNER_GPU_ID, *OWNER_COLUMNS[2:]]
+    for column in numeric:
+        if column[1:-1].translate(None, _NUMERIC_JSON):
             raise ValueError("a sample that is not a number")
-    if b"\\u0000" in columns[6]:
-        raise ValueError("an owner with a NUL character")  # PostgreSQL text cannot hold one
-    return b"\t".join(columns)
+    parts = [b"%s=%s" % (n.encode(), c) for n, c in zip(names, numeric, strict=True)]
+    if owned:
+        parts.append(b"%s=%s" % (OWNER.encode(), owners))
+    return b"\t".join(parts)
 
 
-def blob_columns(blob: bytes) -> list[bytes]:
-    """A blob's nine columns."""
-    return blob.split(b"\t")
+def blob_columns(blob: bytes) -> dict[str, bytes]:
+    """A blob's columns by name (JSON arrays); {} for a blob that is not one."""
+    columns = {}
+    for part in blob.split(b"\t"):
+        name, sep, column = part.partition(b"=")
+        if not sep:
+            return {}
+        columns[name.decode()] = column
+    return columns
 
 
 def _number(value: Any) -> float | None:
@@ -299,8 +317,7 @@ def _cleaned(answered: dict[int, dict]) -> dict[int, dict]:
                 **{f: _number(gpu.get(f)) for f in SAMPLE_FIELDS},
                 "processes": [
                     {"user": _owner(p.get("user")),
-                     "memory_used_mib": _number(p.get("memory_used_mib")),
-                     "sm_util_pct": _number(p.get("sm_util_pct"))}
+                     **{f: _number(p.get(f)) for f in OWNER_FIELDS}}
                     for p in (processes if isinstance(processes, list) else ())
                     if isinstance(p, dict)
                 ],

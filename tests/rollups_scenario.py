@@ -3,7 +3,7 @@
 Shared by the PostgreSQL tests (``test_rollups.py``, in process) and the embedded
 default's (SQLite and the in-process buffer, in a child process), so both paths are
 held to the same hand-computed rows. It covers: fields not reported (None), several
-processes of one owner on a card, an owner without per-process utilization, readings
+processes of one owner on a card, readings
 too large to be plausible (not reported either, so the databases never overflow), samples
 that arrive after their minute was flushed, and hours built from two minutes.
 Imports nothing from Django at module level, so the child can import it before setup.
@@ -21,29 +21,29 @@ T0 = datetime(2026, 11, 30, 10, 0, tzinfo=UTC)
 # reported (rollups.LIMIT).
 CYCLES_MINUTE_0 = [
     ({"utilization_gpu_pct": 10, "memory_used_mib": 1000, "power_w": 100.0, "temperature_c": 50,
-      "processes": [{"pid": 1, "user": "carol", "memory_used_mib": 500, "sm_util_pct": 20},
+      "processes": [{"pid": 1, "user": "carol", "memory_used_mib": 500},
                     {"pid": 2, "user": "carol", "memory_used_mib": 100},
-                    {"pid": 3, "user": "dave", "memory_used_mib": 50, "sm_util_pct": 5},
+                    {"pid": 3, "user": "dave", "memory_used_mib": 50},
                     {"pid": 4, "memory_used_mib": 999}]},  # no owner: not counted
      {"utilization_gpu_pct": 0, "temperature_c": 30, "power_w": 1e308}),
     ({"utilization_gpu_pct": 20, "memory_used_mib": 2000, "power_w": 200.0, "temperature_c": 60,
       "processes": [{"pid": 1, "user": "carol", "memory_used_mib": 700}]},
      {"utilization_gpu_pct": 50, "temperature_c": 30, "memory_used_mib": -1e18}),
     ({"utilization_gpu_pct": 60, "memory_used_mib": 3000, "temperature_c": 70, "power_w": 1e155,
-      "processes": [{"pid": 3, "user": "dave", "memory_used_mib": 150, "sm_util_pct": 15}]},
+      "processes": [{"pid": 3, "user": "dave", "memory_used_mib": 150}]},
      {"utilization_gpu_pct": 100, "temperature_c": 30}),
 ]  # fmt: skip
 # Polled at 10:00:59, recorded after minute 0 was flushed; card B did not answer.
 LATE_CYCLE_MINUTE_0 = (
     {"utilization_gpu_pct": 70, "memory_used_mib": 6000, "temperature_c": 40,
      "processes": [{"pid": 1, "user": "carol", "memory_used_mib": 1100},
-                   {"pid": 5, "user": "eve", "memory_used_mib": 5e17, "sm_util_pct": 2e16}]},
+                   {"pid": 5, "user": "eve", "memory_used_mib": 5e17}]},
     None,
 )  # fmt: skip
 CYCLE_MINUTE_1 = (
     {"utilization_gpu_pct": 50, "memory_used_mib": 1000, "power_w": 300.0, "temperature_c": 45,
      "processes": [{"pid": 1, "user": "carol", "memory_used_mib": 200},
-                   {"pid": 3, "user": "dave", "memory_used_mib": 250, "sm_util_pct": 25}]},
+                   {"pid": 3, "user": "dave", "memory_used_mib": 250}]},
     {"utilization_gpu_pct": 10, "temperature_c": 35},
 )  # fmt: skip
 
@@ -63,17 +63,17 @@ GPU_HOURS = {
     (1, 0): [4, 40.0, 100.0, None, None, None, None, 31.25, 35.0],
 }
 OWNER_MINUTES = {
-    # carol: 600 (util 20, one of her two processes reported it), 700, late 1100
-    (0, 0, "carol"): [3, 800.0, 1100.0, 20.0, 20.0],
-    (0, 0, "dave"): [2, 100.0, 150.0, 10.0, 15.0],
-    (0, 1, "carol"): [1, 200.0, 200.0, None, None],
-    (0, 1, "dave"): [1, 250.0, 250.0, 25.0, 25.0],
-    (0, 0, "eve"): [1, None, None, None, None],  # only readings of 1e15 and more
+    # carol: 600 (her two processes), 700, late 1100
+    (0, 0, "carol"): [3, 800.0, 1100.0],
+    (0, 0, "dave"): [2, 100.0, 150.0],
+    (0, 1, "carol"): [1, 200.0, 200.0],
+    (0, 1, "dave"): [1, 250.0, 250.0],
+    (0, 0, "eve"): [1, None, None],  # only readings of 1e15 and more
 }
 OWNER_HOURS = {
-    (0, 0, "carol"): [4, 650.0, 1100.0, 20.0, 20.0],
-    (0, 0, "dave"): [3, 150.0, 250.0, 15.0, 25.0],
-    (0, 0, "eve"): [1, None, None, None, None],
+    (0, 0, "carol"): [4, 650.0, 1100.0],
+    (0, 0, "dave"): [3, 150.0, 250.0],
+    (0, 0, "eve"): [1, None, None],
 }
 EXPECTED = {
     "gpu_minutes": GPU_MINUTES,
@@ -116,7 +116,7 @@ def rows(cards: list[Any]) -> dict[str, dict[tuple, list]]:
     gpu_values = ["samples", "util_avg", "util_max", "memory_used_avg_mib",
                   "memory_used_max_mib", "power_avg_w", "power_max_w",
                   "temperature_avg_c", "temperature_max_c"]  # fmt: skip
-    owner_values = ["samples", "memory_used_avg_mib", "memory_used_max_mib", "util_avg", "util_max"]
+    owner_values = ["samples", "memory_used_avg_mib", "memory_used_max_mib"]
     out: dict[str, dict[tuple, list]] = {}
     for name, model, step, values in (
         ("gpu_minutes", GpuMinute, 60, gpu_values),

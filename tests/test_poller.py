@@ -88,8 +88,8 @@ def test_closed_port_is_a_failed_poll():
     ("mode", "reason"),
     [
         ("garbage", "not valid JSON"),
-        ("shapeless", "no 'uuid'"),
-        ("wrong-type", "'temperature_c' is not a number"),
+        ("shapeless", "'uuid' is missing"),
+        ("wrong-type", "'temperature_c' is not an integer"),
     ],
 )
 def test_agent_answering_garbage_is_a_failed_poll(bad_server, mode, reason):
@@ -175,7 +175,7 @@ class _SlowBodyHandler(BaseHTTPRequestHandler):
     """Sends a snapshot in pieces with pauses, as a loaded network would."""
 
     def do_GET(self) -> None:
-        gpus = [{"uuid": f"GPU-{i}", "index": i, "name": "x" * 500} for i in range(64)]
+        gpus = [{"uuid": f"GPU-{i}", "index": i, "name": "x" * 120} for i in range(256)]
         body = orjson.dumps({"gpus": gpus})
         self.send_response(200)
         self.send_header("Content-Length", str(len(body)))
@@ -198,7 +198,7 @@ def test_a_snapshot_arriving_in_pieces_is_read_whole():
         server.shutdown()
         server.server_close()
     assert result[1].ok, result[1].error
-    assert len(result[1].snapshot["gpus"]) == 64
+    assert len(result[1].snapshot["gpus"]) == 256
 
 
 class _RecordingHandler(BaseHTTPRequestHandler):

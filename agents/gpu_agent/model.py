@@ -6,8 +6,9 @@ cannot report is ``None`` here and absent from the JSON: zero would be a lie
 
 Keys are only ever added to this contract, never renamed or removed: the portal's
 poller and services read ``hostname``, ``agent.version``, the versions and the
-identity and live fields of ``gpus[]``. Those fields, and nothing else, make the
-compact "portal" view (``PORTAL_GPU_FIELDS``, ``to_portal_dict``; see ``snapshot_views.py``).
+identity and live fields of ``gpus[]``. Those fields, declared in ``schema.py``, and
+nothing else, make the compact "portal" view (``PORTAL_GPU_FIELDS``, ``to_portal_dict``;
+see ``snapshot_views.py``).
 """
 
 from __future__ import annotations
@@ -15,32 +16,17 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 from typing import Any, Literal
 
+from agents.gpu_agent import schema
+
 Health = Literal["ok", "lost"]
 
-# The portal view: per card, what the portal's poller and services read (identity, the
-# live readings, health) and, per process, what its owner rollups read. The portal's
-# contract with the agent, documented in docs/agent.md: it grows with the portal.
-PORTAL_GPU_FIELDS = (
-    "index",
-    "uuid",
-    "name",
-    "pci_bus_id",
-    "serial",
-    "memory_total_mib",
-    "memory_used_mib",
-    "utilization_gpu_pct",
-    "utilization_memory_pct",
-    "temperature_c",
-    "power_w",
-    "power_limit_w",
-    "sm_clock_mhz",
-    "health",
-    "processes",
-)
-# sm_util_pct is read by the portal where an agent reports it; this one does not (yet).
-PORTAL_PROCESS_FIELDS = ("user", "memory_used_mib", "sm_util_pct")
+# The portal view: per card, the fields of the reading schema (identity, live readings,
+# health) and the processes; per process, the schema's process fields. The portal's
+# contract with the agent, documented in docs/agent.md: it grows with the schema.
+PORTAL_GPU_FIELDS = (*schema.GPU_FIELD_NAMES, schema.PROCESSES)
+PORTAL_PROCESS_FIELDS = schema.PROCESS_FIELD_NAMES
 # The plain values among them; processes are objects, reduced on their own.
-_PORTAL_GPU_VALUES = tuple(f for f in PORTAL_GPU_FIELDS if f != "processes")
+_PORTAL_GPU_VALUES = schema.GPU_FIELD_NAMES
 
 
 # Field names per (class, skipped names), in declared order: dataclasses.fields() rebuilds

@@ -1,0 +1,239 @@
+"""The reading schema: every field of a card and of a process that the portal reads, declared once.
+
+Each field says its name (units live in the names), its type, its range, whether pages show
+it live, whether history keeps it and how, and which dcgm-exporter series carry it. The
+agent's portal view, the portal's snapshot check, the latest-readings cache, the sample
+buffer's columns, the rollup tables and their SQL, the Prometheus source's mapping and the
+live fields are all derived from these tuples. Adding a field to history is one declaration
+here plus a migration (docs/architecture.md, "Adding a field to history").
+
+This module is part of the agent package: it imports nothing but the standard library, so
+the agent stays standalone and the portal reads the same declarations.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+# Integers as PostgreSQL's columns hold them; anything larger is no reading.
+INT32_MAX = 2**31 - 1
+INT16_MAX = 2**15 - 1
+
+
+@dataclass(frozen=True, slots=True)
+class History:
+    """How history keeps a field: the average and the peak of each time bucket.
+
+    The rollup columns are ``<column>_avg<suffix>`` and ``<column>_max<suffix>``;
+    ``across_cards`` says how a node's history combines its cards (utilization is
+    averaged, memory and power add up).
+    """
+
+    column: str
+    suffix: str = ""
+    across_cards: Literal["avg", "sum"] = "avg"
+
+    def columns(self) -> tuple[str, str]:
+        return f"{self.column}_avg{self.suffix}", f"{self.column}_max{self.suffix}"
+
+
+@dataclass(frozen=True, slots=True)
+class Dcgm:
+    """A dcgm-exporter series that carries the field, and the factor to the field's unit."""
+
+    series: str
+    scale: float = 1.0
+
+
+@dataclass(frozen=True, slots=True)
+class Field:
+    name: str
+    type: Literal["int", "number", "text"]
+    unit: str = ""
+    minimum: float | None = None
+    maximum: float | None = None
+    max_length: int | None = None  # text
+    required: bool = False
+    live: bool = False  # shown on the live pages and in the API's latest readings
+    history: History | None = None
+    # Preferred first: dcgm-exporter 4.9's base-unit names, then the legacy ones.
+    dcgm: tuple[Dcgm, ...] = ()
+
+    def check(self, value: Any) -> str | None:
+        """Why ``value`` is not a reading of this field, or None when it is one (or absent)."""
+        if value is None:
+            return "is missing" if self.required else None
+        kind = type(value)
+        if self.type == "text":
+            if kind is not str:
+                return "is not a string"
+            if self.max_length is not None and len(value) > self.max_length:
+                return f"is longer than {self.max_length} characters"
+            if "\x00" in value:
+                return "holds a NUL character"
+            return None
+        if kind is int:
+            pass
+        elif kind is float and self.type == "number":
+            if value != value or value in (float("inf"), float("-inf")):
+                return "is not a finite number"
+        else:
+            return "is not an integer" if self.type == "int" else "is not a number"
+        if (self.minimum is not None and value < self.minimum) or (
+            self.maximum is not None and value > self.maximum
+        ):
+            return f"is outside {self.minimum:g}..{self.maximum:g}"
+        return None
+
+
+MIB = 1024 * 1024
+
+# Identity first, then the live readings; the order is the portal view's key order.
+GPU_FIELDS: tuple[Field, ...] = (
+    Field("index", "int", minimum=0, maximum=INT16_MAX, required=True),
+    Field("uuid", "text", max_length=64, required=True),
+    Field("name", "text", max_length=128),
+    Field("pci_bus_id", "text", max_length=32),
+    Field("serial", "text", max_length=64),
+    Field("memory_total_mib", "int", "MiB", 0, INT32_MAX),
+    Field(
+        "memory_used_mib", "int", "MiB", 0, INT32_MAX, live=True,
+        history=History("memory_used", "_mib", across_cards="sum"),
+        dcgm=(Dcgm("DCGM_FI_DEV_FB_USED_BYTES", 1 / MIB), Dcgm("DCGM_FI_DEV_FB_USED")),
+    ),
+    Field(
+        "utilization_gpu_pct", "int", "%", 0, 100, live=True, history=History("util"),
+        dcgm=(Dcgm("DCGM_FI_DEV_GPU_UTIL_RATIO", 100.0), Dcgm("DCGM_FI_DEV_GPU_UTIL")),
+    ),
+    Field(
+        "utilization_memory_pct", "int", "%", 0, 100, live=True,
+        dcgm=(Dcgm("DCGM_FI_DEV_MEMORY_UTIL_RATIO", 100.0), Dcgm("DCGM_FI_DEV_MEM_COPY_UTIL")),
+    ),
+    Field(
+        "temperature_c", "int", "°C", -273, 1000, live=True,
+        history=History("temperature", "_c"),
+        dcgm=(Dcgm("DCGM_FI_DEV_GPU_TEMP_CELSIUS"), Dcgm("DCGM_FI_DEV_GPU_TEMP")),
+    ),
+    Field(
+        "power_w", "number", "W", 0, 1e6, live=True,
+        history=History("power", "_w", across_cards="sum"),
+        dcgm=(Dcgm("DCGM_FI_DEV_BOARD_POWER_WATTS"), Dcgm("DCGM_FI_DEV_POWER_USAGE")),
+    ),
+    Field("power_limit_w", "number", "W", 0, 1e6, live=True),
+    Field(
+        "sm_clock_mhz", "int", "MHz", 0, 1e6, live=True,
+        dcgm=(Dcgm("DCGM_FI_DEV_SM_CLOCK_HERTZ", 1e-6), Dcgm("DCGM_FI_DEV_SM_CLOCK")),
+    ),
+    Field("health", "text", max_length=16),
+)  # fmt: skip
+
+# Per process: who runs it and what it holds, for the per-owner history.
+PROCESS_FIELDS: tuple[Field, ...] = (
+    Field("user", "text", max_length=64),
+    Field(
+        "memory_used_mib", "int", "MiB", 0, INT32_MAX,
+        history=History("memory_used", "_mib", across_cards="sum"),
+    ),
+)  # fmt: skip
+
+GPU_FIELD_NAMES = tuple(f.name for f in GPU_FIELDS)
+PROCESS_FIELD_NAMES = tuple(f.name for f in PROCESS_FIELDS)
+LIVE_GPU_FIELDS = tuple(f.name for f in GPU_FIELDS if f.live)
+HISTORY_GPU_FIELDS = tuple(f for f in GPU_FIELDS if f.history)
+HISTORY_PROCESS_FIELDS = tuple(f for f in PROCESS_FIELDS if f.history)
+# A card's processes are a list of objects under this key, beside the fields above.
+PROCESSES = "processes"
+
+
+class SnapshotError(ValueError):
+    """The agent answered, but not with a snapshot the portal can use."""
+
+
+_NUMBER_KINDS = {"int": frozenset({int}), "number": frozenset({int, float})}
+
+
+@dataclass(frozen=True, slots=True)
+class _Plan:
+    """What the hot loop compares, per kind of field, with plain tuples."""
+
+    required: tuple[str, ...]
+    numbers: tuple[tuple[str, frozenset, float, float], ...]
+    texts: tuple[tuple[str, int], ...]
+    fields: dict[str, Field]
+
+
+def _plan(fields: tuple[Field, ...]) -> _Plan:
+    inf = float("inf")
+    return _Plan(
+        required=tuple(f.name for f in fields if f.required),
+        numbers=tuple(
+            (f.name, _NUMBER_KINDS[f.type],
+             -inf if f.minimum is None else f.minimum, inf if f.maximum is None else f.maximum)
+            for f in fields if f.type != "text"
+        ),
+        texts=tuple(
+            (f.name, f.max_length or INT32_MAX) for f in fields if f.type == "text"
+        ),
+        fields={f.name: f for f in fields},
+    )  # fmt: skip
+
+
+_GPU_PLAN = _plan(GPU_FIELDS)
+_PROCESS_PLAN = _plan(PROCESS_FIELDS)
+# At most this many processes a card: a real card runs tens, not thousands.
+MAX_PROCESSES = 1024
+
+
+def _first_problem(item: dict, plan: _Plan) -> tuple[str, str] | None:
+    """The first field of ``item`` that is not a reading: (name, why). The portal checks
+    every card of every cycle, so this compares types and bounds inline and asks the
+    field for the words only when something is wrong."""
+    get = item.get
+    for name in plan.required:
+        if get(name) is None:
+            return name, "is missing"
+    for name, kinds, low, high in plan.numbers:
+        value = get(name)
+        # NaN fails both comparisons; bool is not a reading (its type is not int).
+        if value is not None and (type(value) not in kinds or not low <= value <= high):
+            return name, plan.fields[name].check(value) or "is not valid"
+    for name, length in plan.texts:
+        value = get(name)
+        if value is not None and (type(value) is not str or len(value) > length or "\x00" in value):
+            return name, plan.fields[name].check(value) or "is not valid"
+    return None
+
+
+def check_snapshot(data: Any, max_gpus: int | None = None) -> dict[str, Any]:
+    """Check a snapshot against the schema; returns it, or raises ``SnapshotError`` naming
+    the card and the field at fault. Fields the schema does not declare are not looked at.
+    """
+    if type(data) is not dict:
+        raise SnapshotError("snapshot is not a JSON object")
+    gpus = data.get("gpus")
+    if type(gpus) is not list:
+        raise SnapshotError("snapshot has no 'gpus' list")
+    if max_gpus is not None and len(gpus) > max_gpus:
+        raise SnapshotError(f"snapshot lists {len(gpus)} GPUs, more than {max_gpus}")
+    for position, gpu in enumerate(gpus):
+        if type(gpu) is not dict:
+            raise SnapshotError(f"GPU entry {position} is not an object")
+        if (problem := _first_problem(gpu, _GPU_PLAN)) is not None:
+            uuid = gpu.get("uuid")
+            card = uuid if type(uuid) is str and problem[0] != "uuid" else f"entry {position}"
+            raise SnapshotError(f"GPU {card}: '{problem[0]}' {problem[1]}")
+        processes = gpu.get(PROCESSES)
+        if processes is None:
+            continue
+        if type(processes) is not list or len(processes) > MAX_PROCESSES:
+            raise SnapshotError(
+                f"GPU {gpu['uuid']}: '{PROCESSES}' is not a list of at most "
+                f"{MAX_PROCESSES} processes"
+            )
+        for process in processes:
+            if type(process) is not dict:
+                raise SnapshotError(f"GPU {gpu['uuid']}: a process is not an object")
+            if (problem := _first_problem(process, _PROCESS_PLAN)) is not None:
+                raise SnapshotError(f"GPU {gpu['uuid']}: process '{problem[0]}' {problem[1]}")
+    return data
