@@ -10,7 +10,7 @@ from collections.abc import Iterable
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.db.models import Avg, Count, Max, Sum
+from django.db.models import Avg, Count, ExpressionWrapper, F, FloatField, Max, Q, Sum
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
@@ -116,3 +116,42 @@ def owner_usage(
         .order_by("-memory_used_avg_mib")
     )
     return list(rows)
+
+
+def _weighted(fields: tuple[schema.Field, ...]) -> dict[str, Any]:
+    """Over a window: each average weighted by the samples behind it, peaks as peaks."""
+    out: dict[str, Any] = {}
+    for field in fields:
+        avg, peak = field.history.columns()
+        present = Q(**{f"{avg}__isnull": False})
+        out[avg] = ExpressionWrapper(
+            Sum(F(avg) * F("samples"), filter=present) / Sum("samples", filter=present),
+            output_field=FloatField(),
+        )
+        out[peak] = Max(peak)
+    return out
+
+
+def usage_by_card(
+    gpu_ids: Iterable[int], start: datetime, end: datetime, resolution: str | None = None
+) -> dict[int, dict[str, Any]]:
+    """Per card over a window: samples, and each history field's weighted average and peak."""
+    _, in_range = _in_range({"1m": GpuMinute, "1h": GpuHour}, gpu_ids, start, end, resolution)
+    rows = in_range.values("gpu_id").annotate(
+        samples_total=Sum("samples"), **_weighted(schema.HISTORY_GPU_FIELDS)
+    )
+    return {row.pop("gpu_id"): {**row, "samples": row.pop("samples_total")} for row in rows}
+
+
+def usage_by_card_owner(
+    gpu_ids: Iterable[int], start: datetime, end: datetime, resolution: str | None = None
+) -> list[dict[str, Any]]:
+    """Per card and process owner over a window, as ``usage_by_card``."""
+    tables = {"1m": OwnerMinute, "1h": OwnerHour}
+    _, in_range = _in_range(tables, gpu_ids, start, end, resolution)
+    rows = (
+        in_range.values("gpu_id", "owner")
+        .annotate(samples_total=Sum("samples"), **_weighted(schema.HISTORY_PROCESS_FIELDS))
+        .order_by("gpu_id", "owner")
+    )
+    return [{**row, "samples": row.pop("samples_total")} for row in rows]

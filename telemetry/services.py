@@ -26,7 +26,8 @@ from django.utils import timezone
 from agents.choices import GpuHealth, NodeSource, NodeState
 from agents.models import GPU, Node
 from portal import crypto
-from telemetry import live, metrics, poller, readings, sample_buffer
+from telemetry import live, metrics, poller, readings, sample_buffer, signals
+from telemetry.signals import PollCycle
 
 logger = logging.getLogger(__name__)
 
@@ -330,6 +331,13 @@ def record_poll_results(
         sample_buffer.buffer_samples(answered, gpu_ids, now)
         tiles = _tile_rows(known, answered, failed, summary.went_offline, now)
         transaction.on_commit(lambda: live.publish_nodes(list(known), latest, tiles))
+        cycle = signals.PollCycle(
+            at=now, answered=tuple(answered), failed=dict(failed),
+            went_offline=tuple(summary.went_offline),
+        )  # fmt: skip
+        transaction.on_commit(
+            lambda: signals.poll_cycle_recorded.send_robust(sender=PollCycle, cycle=cycle)
+        )
     return summary
 
 

@@ -1,0 +1,106 @@
+"""Telemetry's public interface: what the other apps (pools, quotas, alerts, reports, the
+API) may call. Everything else in the telemetry app, its Redis keys included, is private;
+tests/test_boundaries.py fails when another app reaches past this module.
+
+Readings are the reading schema's fields (``agents.gpu_agent.schema``), units in the
+names; a field a card did not report is absent, never zero. Usage over a window comes
+from the 1-minute rollups (up to 36 hours) or the 1-hour ones (longer windows).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from agents.gpu_agent.schema import GPU_FIELDS, HISTORY_GPU_FIELDS, HISTORY_PROCESS_FIELDS
+from telemetry import history, readings
+from telemetry.signals import PollCycle, poll_cycle_recorded
+
+__all__ = [
+    "GPU_FIELDS",
+    "HISTORY_GPU_FIELDS",
+    "HISTORY_PROCESS_FIELDS",
+    "CardReading",
+    "CardUsage",
+    "NodeReading",
+    "OwnerUsage",
+    "PollCycle",
+    "card_usage",
+    "latest",
+    "owner_usage",
+    "poll_cycle_recorded",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class CardReading:
+    uuid: str
+    values: dict[str, Any]  # the schema's card fields that were reported
+    processes: tuple[dict[str, Any], ...]  # each the schema's process fields reported
+
+
+@dataclass(frozen=True, slots=True)
+class NodeReading:
+    node_id: int
+    seen_at: datetime  # when the portal last heard from the node's agent
+    collected_at: float | None  # the agent's own clock, seconds since the epoch
+    cards: dict[str, CardReading]  # by UUID
+
+
+@dataclass(frozen=True, slots=True)
+class CardUsage:
+    gpu_id: int
+    samples: int
+    values: dict[str, float | None]  # per history field: ``<column>_avg``/``_max`` columns
+
+
+@dataclass(frozen=True, slots=True)
+class OwnerUsage:
+    gpu_id: int
+    owner: str  # the process owner (a Unix user)
+    samples: int
+    values: dict[str, float | None]
+
+
+def latest(node_ids: Iterable[int]) -> dict[int, NodeReading]:
+    """The latest readings of these nodes; nodes without fresh readings are left out."""
+    out = {}
+    for node_id, stored in readings.latest_for(node_ids).items():
+        cards = {
+            uuid: CardReading(
+                uuid=uuid,
+                values={k: v for k, v in card.items() if k != "processes"},
+                processes=tuple(card.get("processes") or ()),
+            )
+            for uuid, card in stored.get("gpus", {}).items()
+        }
+        out[node_id] = NodeReading(
+            node_id=node_id,
+            seen_at=datetime.fromtimestamp(stored["stored_at"], tz=UTC),
+            collected_at=stored.get("collected_at"),
+            cards=cards,
+        )
+    return out
+
+
+def card_usage(gpu_ids: Iterable[int], start: datetime, end: datetime) -> dict[int, CardUsage]:
+    """What each card did over ``[start, end)``: sample-weighted averages and peaks."""
+    return {
+        gpu_id: CardUsage(gpu_id=gpu_id, samples=row.pop("samples"), values=row)
+        for gpu_id, row in history.usage_by_card(gpu_ids, start, end).items()
+    }
+
+
+def owner_usage(gpu_ids: Iterable[int], start: datetime, end: datetime) -> list[OwnerUsage]:
+    """What each process owner used of each of these cards over ``[start, end)``."""
+    return [
+        OwnerUsage(
+            gpu_id=row.pop("gpu_id"),
+            owner=row.pop("owner"),
+            samples=row.pop("samples"),
+            values=row,
+        )
+        for row in history.usage_by_card_owner(gpu_ids, start, end)
+    ]
