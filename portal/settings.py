@@ -66,6 +66,7 @@ INSTALLED_APPS = [
     "rest_framework",
     "rest_framework.authtoken",
     "drf_spectacular",
+    "drf_spectacular_sidecar",
     "channels",
     "portal",
     "agents",
@@ -192,6 +193,12 @@ SPECTACULAR_SETTINGS = {
     "TITLE": "GPU Portal API",
     "VERSION": "0.1.0",
     "SERVE_INCLUDE_SCHEMA": False,
+    # Swagger UI and ReDoc from drf-spectacular-sidecar's static files, not a CDN: the docs
+    # must render on networks without internet. No online validator badge either.
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "SWAGGER_UI_SETTINGS": {"deepLinking": True, "validatorUrl": None},
+    "REDOC_DIST": "SIDECAR",
 }
 
 # --- Celery ------------------------------------------------------------------

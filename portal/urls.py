@@ -1,7 +1,11 @@
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.urls import include, path
-from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
+from drf_spectacular.views import (
+    SpectacularAPIView,
+    SpectacularRedocView,
+    SpectacularSwaggerView,
+)
 
 from portal import views
 from portal.metrics import metrics_view
@@ -16,5 +20,11 @@ urlpatterns = [
     path("api/v1/", include(("agents.api.urls", "api"))),
     path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),
+    path(
+        "api/redoc/",
+        # drf-spectacular's own ReDoc page loads Google's web fonts; ours does not.
+        SpectacularRedocView.as_view(url_name="api-schema", template_name="portal/redoc.html"),
+        name="api-redoc",
+    ),
     path("admin/", admin.site.urls),
 ]
