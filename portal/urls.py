@@ -16,6 +16,7 @@ urlpatterns = [
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("i18n/", include("django.conf.urls.i18n")),
     path("healthz", views.healthz, name="healthz"),
+    path("favicon.ico", views.favicon, name="favicon"),
     path("metrics", metrics_view, name="metrics"),
     path("api/v1/", include(("agents.api.urls", "api"))),
     path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),

@@ -1,5 +1,6 @@
 from django.db import connection
-from django.http import HttpRequest, JsonResponse
+from django.http import HttpRequest, HttpResponsePermanentRedirect, JsonResponse
+from django.templatetags.static import static
 
 
 def healthz(request: HttpRequest) -> JsonResponse:
@@ -7,3 +8,8 @@ def healthz(request: HttpRequest) -> JsonResponse:
     with connection.cursor() as cursor:
         cursor.execute("SELECT 1")
     return JsonResponse({"status": "ok"})
+
+
+def favicon(request: HttpRequest) -> HttpResponsePermanentRedirect:
+    """Browsers and tools ask /favicon.ico before reading any page: send them to the icon."""
+    return HttpResponsePermanentRedirect(static("portal/favicon.svg"))
