@@ -10,6 +10,7 @@ from rest_framework.response import Response
 from agents import history, readings
 from agents.api.node_registration import NodeRegistrationMixin
 from agents.api.serializers import GPUSerializer, NodeSerializer
+from agents.filtersets import GPUFilterSet, NodeFilterSet
 from agents.models import GPU, Node
 
 RANGE_PARAMETER = OpenApiParameter(
@@ -28,6 +29,7 @@ def _history(gpu_ids: list[int], request: Request) -> Response:
 class NodeViewSet(NodeRegistrationMixin, viewsets.ModelViewSet):
     queryset = Node.objects.annotate(gpu_count=Count("gpus")).order_by("name")
     serializer_class = NodeSerializer
+    filterset_class = NodeFilterSet
 
     @extend_schema(parameters=[RANGE_PARAMETER], responses=OpenApiTypes.OBJECT)
     @action(detail=True)
@@ -40,17 +42,7 @@ class NodeViewSet(NodeRegistrationMixin, viewsets.ModelViewSet):
 class GPUViewSet(viewsets.ReadOnlyModelViewSet):
     queryset = GPU.objects.select_related("node").order_by("node__name", "index")
     serializer_class = GPUSerializer
-
-    def get_queryset(self):
-        queryset = super().get_queryset()
-        params = self.request.query_params
-        if node := params.get("node"):
-            queryset = queryset.filter(node__name=node)
-        if model := params.get("model"):
-            queryset = queryset.filter(model=model)
-        if health := params.get("health"):
-            queryset = queryset.filter(health=health)
-        return queryset
+    filterset_class = GPUFilterSet
 
     def get_serializer(self, *args, **kwargs):
         # Read the cache once per page, not once per GPU.
