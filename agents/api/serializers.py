@@ -46,8 +46,9 @@ class GPUSerializer(serializers.ModelSerializer):
         return moment.isoformat().replace("+00:00", "Z") if moment else None
 
 
+# Read by members; written by staff through agents.registration, which holds the rules.
 class NodeSerializer(serializers.ModelSerializer):
-    """Read by members; written by staff through agents.registration, which holds the rules."""
+    """A node: a GPU server whose agent the portal reads."""
 
     gpu_count = serializers.IntegerField(read_only=True)
     name = serializers.CharField(max_length=255)

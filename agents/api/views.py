@@ -1,6 +1,6 @@
 from django.db.models import Count
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiParameter, extend_schema
+from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_view
 from rest_framework import viewsets
 from rest_framework.decorators import action
 from rest_framework.exceptions import ValidationError
@@ -8,6 +8,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from agents import history, readings
+from agents.api.docs import NODE_OPERATIONS
 from agents.api.node_registration import NodeRegistrationMixin
 from agents.api.serializers import GPUSerializer, NodeSerializer
 from agents.filtersets import GPUFilterSet, NodeFilterSet
@@ -26,6 +27,9 @@ def _history(gpu_ids: list[int], request: Request) -> Response:
         raise ValidationError({"range": str(exc)}) from None
 
 
+@extend_schema_view(
+    **{name: extend_schema(description=text) for name, text in NODE_OPERATIONS.items()}
+)
 class NodeViewSet(NodeRegistrationMixin, viewsets.ModelViewSet):
     queryset = Node.objects.annotate(gpu_count=Count("gpus")).order_by("name")
     serializer_class = NodeSerializer
