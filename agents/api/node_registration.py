@@ -98,7 +98,6 @@ def _flag(request: Request, name: str) -> bool:
 # Added to NodeViewSet: writes for staff, plus the import and the connection test. (A
 # comment, not a docstring: drf-spectacular would publish a class docstring to API users.)
 class NodeRegistrationMixin:
-
     permission_classes = [StaffWritesMembersRead]
 
     @extend_schema(request=TestConnectionSerializer, responses=OpenApiTypes.OBJECT)
