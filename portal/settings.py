@@ -66,6 +66,8 @@ INSTALLED_APPS = [
     "rest_framework",
     "rest_framework.authtoken",
     "drf_spectacular",
+    "drf_spectacular_sidecar",
+    "django_filters",
     "channels",
     "portal",
     "agents",
@@ -180,11 +182,16 @@ SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https") if BEHIND_TLS_PROX
 SESSION_COOKIE_SECURE = CSRF_COOKIE_SECURE = BEHIND_TLS_PROXY
 
 REST_FRAMEWORK = {
+    # Token first: DRF takes the 401 challenge (WWW-Authenticate: Token) from the first
+    # class; with session first, a missing or bad token would be answered 403. The session
+    # still authenticates the browser, and still requires CSRF for its writes.
     "DEFAULT_AUTHENTICATION_CLASSES": [
-        "rest_framework.authentication.SessionAuthentication",
         "rest_framework.authentication.TokenAuthentication",
+        "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    # Each list view names its <Model>FilterSet (<app>/filtersets.py) as filterset_class.
+    "DEFAULT_FILTER_BACKENDS": ["django_filters.rest_framework.DjangoFilterBackend"],
     "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.LimitOffsetPagination",
     "PAGE_SIZE": 100,
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
@@ -193,6 +200,12 @@ SPECTACULAR_SETTINGS = {
     "TITLE": "GPU Portal API",
     "VERSION": "0.1.0",
     "SERVE_INCLUDE_SCHEMA": False,
+    # Swagger UI and ReDoc from drf-spectacular-sidecar's static files, not a CDN: the docs
+    # must render on networks without internet. No online validator badge either.
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "SWAGGER_UI_SETTINGS": {"deepLinking": True, "validatorUrl": None},
+    "REDOC_DIST": "SIDECAR",
 }
 
 # --- Celery ------------------------------------------------------------------

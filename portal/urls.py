@@ -1,7 +1,11 @@
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.urls import include, path
-from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
+from drf_spectacular.views import (
+    SpectacularAPIView,
+    SpectacularRedocView,
+    SpectacularSwaggerView,
+)
 
 from portal import views
 from portal.metrics import metrics_view
@@ -11,11 +15,21 @@ urlpatterns = [
     path("", include("agents.urls")),
     path("accounts/login/", auth_views.LoginView.as_view(), name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
+    path("account/", views.account, name="account"),
+    path("account/api-token/", views.account_token_create, name="account_token_create"),
+    path("account/api-token/revoke/", views.account_token_revoke, name="account_token_revoke"),
     path("i18n/", include("django.conf.urls.i18n")),
     path("healthz", views.healthz, name="healthz"),
+    path("favicon.ico", views.favicon, name="favicon"),
     path("metrics", metrics_view, name="metrics"),
     path("api/v1/", include(("portal.api_urls", "api"))),
     path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),
+    path(
+        "api/redoc/",
+        # drf-spectacular's own ReDoc page loads Google's web fonts; ours does not.
+        SpectacularRedocView.as_view(url_name="api-schema", template_name="portal/redoc.html"),
+        name="api-redoc",
+    ),
     path("admin/", admin.site.urls),
 ]

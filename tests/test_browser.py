@@ -203,3 +203,28 @@ def test_gpu_page_draws_history_charts_and_owners(gpu_with_history, full_stack, 
         page.screenshot(path=str(ARTIFACTS / "gpu-history.png"), full_page=True)
     finally:
         page.close()
+
+
+def test_api_docs_render_the_operations_without_internet(live_server, browser):
+    """Swagger UI from the installation: every request that leaves the portal is refused."""
+    page = browser.new_page()
+    outside: list[str] = []
+
+    def only_the_portal(route) -> None:
+        if route.request.url.startswith(live_server.url):
+            route.continue_()
+        else:
+            outside.append(route.request.url)
+            route.abort()
+
+    try:
+        page.route("**/*", only_the_portal)
+        page.goto(f"{live_server.url}/api/docs/")
+        nodes = page.locator(".opblock-summary-path[data-path='/api/v1/nodes/']")
+        expect(nodes.first).to_be_visible(timeout=20_000)
+        assert page.locator(".opblock").count() > 5
+        assert outside == []
+        ARTIFACTS.mkdir(exist_ok=True)
+        page.screenshot(path=str(ARTIFACTS / "api-docs.png"))
+    finally:
+        page.close()

@@ -106,7 +106,7 @@ def test_healthz_answers_without_login(client):
 
 @pytest.mark.parametrize("url", ["/api/v1/nodes/", "/api/v1/gpus/"])
 def test_api_refuses_anonymous_callers(url, fleet):
-    assert APIClient().get(url).status_code in (401, 403)
+    assert APIClient().get(url).status_code == 401
 
 
 def test_api_lists_nodes_without_their_tokens(member_user, fleet):
@@ -280,3 +280,15 @@ def test_a_cards_last_seen_is_exact_while_the_database_keeps_it_coarse(client, m
     client.force_login(member_user)
     page = client.get(reverse("telemetry:gpu", args=[GPU.objects.get(uuid="GPU-1").pk]))
     assert page.context["last_seen"] == seen
+
+
+def test_favicon_is_linked_from_every_page_and_served(client):
+    from django.templatetags.static import static
+
+    icon = static("portal/favicon.svg")
+    page = client.get(reverse("login")).content.decode()
+    assert f'<link rel="icon" href="{icon}"' in page
+    response = client.get("/favicon.ico")
+    assert response.status_code == 301 and response["Location"] == icon
+    served = client.get(icon)
+    assert served.status_code == 200 and served["Content-Type"].startswith("image/svg+xml")

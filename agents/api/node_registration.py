@@ -95,9 +95,9 @@ def _flag(request: Request, name: str) -> bool:
         raise serializers.ValidationError({name: exc.detail}) from None
 
 
+# Added to NodeViewSet: writes for staff, plus the import and the connection test. (A
+# comment, not a docstring: drf-spectacular would publish a class docstring to API users.)
 class NodeRegistrationMixin:
-    """Added to NodeViewSet: writes for staff, plus the import and the connection test."""
-
     permission_classes = [StaffWritesMembersRead]
 
     @extend_schema(request=TestConnectionSerializer, responses=OpenApiTypes.OBJECT)

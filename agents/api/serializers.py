@@ -5,8 +5,9 @@ from agents.choices import NodeState
 from agents.models import Node
 
 
+# Read by members; written by staff through agents.registration, which holds the rules.
 class NodeSerializer(serializers.ModelSerializer):
-    """Read by members; written by staff through agents.registration, which holds the rules."""
+    """A node: a GPU server whose agent the portal reads."""
 
     gpu_count = serializers.IntegerField(read_only=True)
     name = serializers.CharField(max_length=255)

@@ -1,11 +1,18 @@
 from django.db.models import Count
+from drf_spectacular.utils import extend_schema, extend_schema_view
 from rest_framework import viewsets
 
+from agents.api.docs import NODE_OPERATIONS
 from agents.api.node_registration import NodeRegistrationMixin
 from agents.api.serializers import NodeSerializer
+from agents.filtersets import NodeFilterSet
 from agents.models import Node
 
 
+@extend_schema_view(
+    **{name: extend_schema(description=text) for name, text in NODE_OPERATIONS.items()}
+)
 class NodeViewSet(NodeRegistrationMixin, viewsets.ModelViewSet):
     queryset = Node.objects.annotate(gpu_count=Count("gpus")).order_by("name")
     serializer_class = NodeSerializer
+    filterset_class = NodeFilterSet

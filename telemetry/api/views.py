@@ -8,6 +8,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from agents.filtersets import GPUFilterSet
 from agents.models import GPU, Node
 from telemetry import history, readings
 from telemetry.api.serializers import GPUSerializer
@@ -40,17 +41,7 @@ class NodeHistoryView(APIView):
 class GPUViewSet(viewsets.ReadOnlyModelViewSet):
     queryset = GPU.objects.select_related("node").order_by("node__name", "index")
     serializer_class = GPUSerializer
-
-    def get_queryset(self):
-        queryset = super().get_queryset()
-        params = self.request.query_params
-        if node := params.get("node"):
-            queryset = queryset.filter(node__name=node)
-        if model := params.get("model"):
-            queryset = queryset.filter(model=model)
-        if health := params.get("health"):
-            queryset = queryset.filter(health=health)
-        return queryset
+    filterset_class = GPUFilterSet
 
     def get_serializer(self, *args, **kwargs):
         # Read the cache once per page, not once per GPU.

@@ -1,0 +1,101 @@
+"""The node and GPU lists filter by query parameters, declared in the schema, checked."""
+
+from __future__ import annotations
+
+import pytest
+from rest_framework.test import APIClient
+
+from agents.models import GPU, Node
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def api(member_user) -> APIClient:
+    client = APIClient()
+    client.force_authenticate(member_user)
+    return client
+
+
+@pytest.fixture
+def nodes() -> None:
+    Node.objects.create(name="rack1-a", agent_url="http://a:1", state="online",
+                        labels={"rack": "r1", "zone": "east"})  # fmt: skip
+    Node.objects.create(name="rack1-b", agent_url="http://b:1", state="draining",
+                        labels={"rack": "r1"})  # fmt: skip
+    Node.objects.create(name="rack2-a", agent_url="http://c:1", state="online",
+                        labels={"rack": "r2"})  # fmt: skip
+    Node.objects.create(name="prom-1", source="prometheus", state="offline")
+    b = Node.objects.get(name="rack1-b")
+    GPU.objects.create(node=b, index=0, uuid="GPU-b0", model="NVIDIA A100", health="ok")
+    GPU.objects.create(node=b, index=1, uuid="GPU-b1", model="NVIDIA H100", health="lost")
+
+
+def _names(api: APIClient, **params: str) -> list[str]:
+    response = api.get("/api/v1/nodes/", params)
+    assert response.status_code == 200, response.content
+    return [node["name"] for node in response.json()["results"]]
+
+
+@pytest.mark.parametrize(
+    ("params", "expected"),
+    [
+        ({"state": "online"}, ["rack1-a", "rack2-a"]),
+        ({"state": "draining"}, ["rack1-b"]),
+        ({"source": "prometheus"}, ["prom-1"]),
+        ({"name": "RACK1"}, ["rack1-a", "rack1-b"]),
+        ({"label": "zone"}, ["rack1-a"]),
+        ({"label": "rack=r1"}, ["rack1-a", "rack1-b"]),
+        ({"label": "rack=r1", "state": "online"}, ["rack1-a"]),
+        ({"state": ""}, ["prom-1", "rack1-a", "rack1-b", "rack2-a"]),
+    ],
+)
+def test_the_node_list_filters(api, nodes, params, expected):
+    assert _names(api, **params) == expected
+
+
+@pytest.mark.parametrize(
+    ("params", "field"),
+    [
+        ({"state": "broken"}, "state"),
+        ({"source": "ssh"}, "source"),
+        ({"label": "no spaces=x"}, "label"),
+        ({"label": "=x"}, "label"),
+    ],
+)
+def test_a_bad_node_filter_is_a_400_naming_the_parameter(api, nodes, params, field):
+    response = api.get("/api/v1/nodes/", params)
+    assert response.status_code == 400
+    [message] = response.json()[field]
+    assert message  # a sentence, e.g. "Select a valid choice. broken is not one of ..."
+
+
+def test_the_gpu_list_filters_and_refuses_an_unknown_health(api, nodes):
+    def uuids(**params: str) -> list[str]:
+        return [gpu["uuid"] for gpu in api.get("/api/v1/gpus/", params).json()["results"]]
+
+    assert uuids(node="rack1-b") == ["GPU-b0", "GPU-b1"]
+    assert uuids(health="lost") == ["GPU-b1"]
+    assert uuids(model="NVIDIA A100") == ["GPU-b0"]
+    assert uuids(node="nope") == []
+    response = api.get("/api/v1/gpus/", {"health": "melted"})
+    assert response.status_code == 400 and "health" in response.json()
+
+
+def _parameters(api: APIClient, path: str) -> dict[str, dict]:
+    schema = api.get("/api/schema/", {"format": "json"}).json()
+    return {p["name"]: p for p in schema["paths"][path]["get"]["parameters"]}
+
+
+def test_the_node_filters_are_in_the_schema(api):
+    parameters = _parameters(api, "/api/v1/nodes/")
+    assert {"state", "source", "name", "label"} <= parameters.keys()
+    assert parameters["state"]["schema"]["enum"] == ["draining", "maintenance", "offline", "online"]
+    assert parameters["source"]["schema"]["enum"] == ["agent", "prometheus"]
+    assert "key=value" in parameters["label"]["description"]
+
+
+def test_the_gpu_filters_are_in_the_schema(api):
+    parameters = _parameters(api, "/api/v1/gpus/")
+    assert {"node", "model", "health"} <= parameters.keys()
+    assert parameters["health"]["schema"]["enum"] == ["lost", "ok", "unknown"]
