@@ -50,7 +50,9 @@ def po_entries(path: Path) -> list[tuple[str, str]]:
             continue
         if not line.startswith('"'):
             key, _, line = line.partition(" ")
-            if key in ("msgid", "msgctxt") and (not entries or "msgstr" in entries[-1]):
+            if key in ("msgid", "msgctxt") and (
+                not entries or any(k.startswith("msgstr") for k in entries[-1])
+            ):
                 entries.append({})
         # .po strings use C escapes, which Python's string literals read the same way.
         entries[-1][key] = entries[-1].get(key, "") + ast.literal_eval(line)
@@ -85,9 +87,11 @@ def test_the_po_reader_pairs_ids_with_their_translations(tmp_path):
         'msgid ""\nmsgstr "Language: zh_Hans\\n"\n\n'
         '#: a.py:1\nmsgid "Power"\nmsgstr "功耗"\n\n'
         'msgctxt "gpu"\nmsgid ""\n"Memory "\n"used"\nmsgstr ""\n"已用\\"显存\\""\n\n'
-        'msgid "one card"\nmsgid_plural "%(n)s cards"\nmsgstr[0] "%(n)s 张卡"\n',
+        'msgid "one card"\nmsgid_plural "%(n)s cards"\nmsgstr[0] "%(n)s 张卡"\n\n'
+        'msgid "Memory"\nmsgstr "显存"\n',
         encoding="utf-8",
     )
     assert po_entries(po) == [
-        ("Power", "功耗"), ("Memory used", '已用"显存"'), ("one card", "%(n)s 张卡")
+        ("Power", "功耗"), ("Memory used", '已用"显存"'), ("one card", "%(n)s 张卡"),
+        ("Memory", "显存"),
     ]  # fmt: skip
