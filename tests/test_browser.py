@@ -10,14 +10,20 @@ from __future__ import annotations
 import os
 import re
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime, timedelta
 from pathlib import Path
+from typing import TypeVar
 
 import pytest
 from django.contrib.auth import get_user_model
+from django.db import connections
+from django.utils import timezone
 from playwright.sync_api import Browser, Page, expect, sync_playwright
 
-from agents.models import Node
+from agents.models import GPU, Node
+from telemetry import rollups, sample_buffer
 from tests import procs
 
 pytestmark = [pytest.mark.browser, pytest.mark.stack]
@@ -226,5 +232,129 @@ def test_api_docs_render_the_operations_without_internet(live_server, browser):
         assert outside == []
         ARTIFACTS.mkdir(exist_ok=True)
         page.screenshot(path=str(ARTIFACTS / "api-docs.png"))
+    finally:
+        page.close()
+
+
+T = TypeVar("T")
+
+
+def off_this_thread(work: Callable[[], T]) -> T:
+    """Run ORM work in another thread: Django refuses it beside Playwright's event loop."""
+
+    def run() -> T:
+        try:
+            return work()
+        finally:
+            connections.close_all()
+
+    with ThreadPoolExecutor(1) as pool:
+        return pool.submit(run).result()
+
+
+def record_minute(gpu: GPU, at: datetime, util: int) -> None:
+    """One poll's reading of ``gpu`` at ``at``, then the flush beat runs after each minute."""
+    snapshot = {"gpus": [{
+        "uuid": gpu.uuid, "index": gpu.index, "utilization_gpu_pct": util,
+        "memory_used_mib": 2048, "power_w": 250.0, "temperature_c": 55,
+    }]}  # fmt: skip
+    sample_buffer.buffer_samples({gpu.node_id: snapshot}, {gpu.uuid: gpu.pk}, at)
+    rollups.flush(timezone.now())
+
+
+@pytest.fixture
+def history_site(transactional_db, child_env_for_test_db) -> Iterator[tuple[str, GPU]]:
+    """daphne alone on the test database, and a card with minutes 30 to 2 ago recorded."""
+    node = Node.objects.create(name="hist-01")
+    gpu = GPU.objects.create(node=node, index=0, uuid="GPU-hist-0", model="NVIDIA H100 80GB HBM3")
+    get_user_model().objects.create_user("erin", password="erin-pw-1")
+    now = timezone.now()
+    for minutes_ago in range(30, 1, -1):
+        record_minute(gpu, now - timedelta(minutes=minutes_ago), 30 + minutes_ago)
+    port = procs.free_port()
+    daphne = procs.start(
+        "daphne",
+        [str(procs.BIN / "daphne"), "-b", "127.0.0.1", "-p", str(port), "portal.asgi:application"],
+        child_env_for_test_db,
+    )
+    try:
+        procs.wait_http(f"http://127.0.0.1:{port}/healthz", proc=daphne)
+        yield f"http://127.0.0.1:{port}/", gpu
+    finally:
+        daphne.stop()
+
+
+# The first chart's x scale and how many minutes it draws (the window's ends are empty).
+FIRST_CHART = """() => { const u = document.querySelector('.history').charts[0];
+    return { min: u.scales.x.min, max: u.scales.x.max,
+             points: u.data[1].filter((v) => v !== null).length,
+             last: u.data[0][u.data[0].length - 2] }; }"""
+
+
+def test_history_charts_span_the_chosen_range_and_grow_without_reload(history_site, browser):
+    site, gpu = history_site
+    page = browser.new_page()
+    requests: list[str] = []
+    page.on("request", lambda r: requests.append(r.url) if "/history/" in r.url else None)
+    errors: list[str] = []
+    page.on("pageerror", lambda error: errors.append(str(error)))
+    try:
+        # The page's timers run on Playwright's clock, so a minute passes at once below.
+        page.clock.install()
+        page.goto(site)
+        page.fill("#id_username", "erin")
+        page.fill("#id_password", "erin-pw-1")
+        page.click("button[type=submit]")
+        expect(page).not_to_have_url(re.compile(r"/accounts/login/"))
+        page.goto(f"{site}gpus/{gpu.pk}/")
+        history = page.locator(".history")
+        expect(history).to_have_attribute("data-loaded", "1h")
+        expect(page.locator(".chart canvas")).to_have_count(4, timeout=10_000)
+        first = page.evaluate(FIRST_CHART)
+        assert first["max"] - first["min"] == 3600
+        assert abs(first["max"] - time.time()) < 30, "the window ends now"
+        assert first["points"] == 29
+
+        # Each range's axis spans it exactly, ending now, with one set of charts on screen.
+        for name, seconds in [("7d", 7 * 86400), ("24h", 86400), ("1h", 3600)]:
+            page.click(f"[data-range='{name}']")
+            expect(history).to_have_attribute("data-loaded", name)
+            page.wait_for_function(
+                f"() => {{ const u = document.querySelector('.history').charts[0];"
+                f" return u && u.scales.x.max - u.scales.x.min === {seconds}; }}"
+            )
+            scale = page.evaluate(FIRST_CHART)
+            assert abs(scale["max"] - time.time()) < 30, (name, scale)
+            assert page.evaluate("() => document.querySelector('.history').charts.length") == 4
+            expect(page.locator(".chart canvas")).to_have_count(4)
+
+        # A minute finishes and is flushed; a minute later the chart has it, without a reload.
+        page.evaluate("() => { window.__sameDocument = true; }")
+        # The second chart is zoomed in (as a drag does): a refresh must not undo that.
+        zoom = {"min": scale["min"] + 600, "max": scale["min"] + 1200}
+        page.evaluate("(z) => document.querySelector('.history').charts[1].setScale('x', z)", zoom)
+        requests.clear()
+        off_this_thread(lambda: record_minute(gpu, timezone.now() - timedelta(minutes=1), 99))
+        page.clock.fast_forward(61_000)
+        page.wait_for_function(
+            "() => document.querySelector('.history').charts[0].data[1]"
+            ".filter((v) => v !== null).length === 30",
+            timeout=10_000,
+        )
+        grown = page.evaluate(FIRST_CHART)
+        assert page.evaluate("() => window.__sameDocument === true"), "the page reloaded"
+        assert grown["last"] > first["last"] and grown["max"] - grown["min"] == 3600
+        assert grown["max"] > scale["max"], "the window moved on to the new now"
+        zoomed = page.evaluate(
+            "() => { const x = document.querySelector('.history').charts[1].scales.x;"
+            " return { min: x.min, max: x.max }; }"
+        )
+        assert zoomed == zoom
+        # One refresh: the timers of the ranges shown before were cancelled, not left running.
+        assert len(requests) == 1, requests
+        expect(page.locator(".chart canvas")).to_have_count(4)
+        assert not errors, errors
+        ARTIFACTS.mkdir(exist_ok=True)
+        page.screenshot(path=str(ARTIFACTS / "gpu-history-growing.png"), full_page=True)
     finally:
         page.close()

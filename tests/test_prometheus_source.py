@@ -18,22 +18,22 @@ from prometheus_client.parser import text_string_to_metric_families
 from agents.choices import GpuHealth, NodeSource, NodeState
 from agents.models import GPU, Node
 from telemetry import poller, prometheus_source, readings, services, tasks
-from tests import procs
+from tests import anchors, procs
 
-ANCHORS = procs.REPO.parent / "shared" / "anchors" / "dcgm-exporter"
 TS = 1764500000.0
 MIB = 1024 * 1024
 
 
 def anchor_labels() -> list[dict[str, str]]:
     """The label sets of the anchor's series lines: H100 (Hostname), A30 MIG (hostname), XID."""
-    text = (ANCHORS / "sample-series.txt").read_text()
+    path = anchors.dcgm_exporter() / "sample-series.txt"
+    text = path.read_text()
     lines = [line for line in text.splitlines() if line and not line.startswith("#")]
     labels = []
     for line in lines:
         [family] = text_string_to_metric_families(line + "\n")
         labels.append(dict(family.samples[0].labels))
-    assert len(labels) == 3, f"expected 3 series lines in {ANCHORS / 'sample-series.txt'}"
+    assert len(labels) == 3, f"expected 3 series lines in {path}"
     return labels
 
 
@@ -100,8 +100,6 @@ EXPECTED_GPU = {
 
 
 def test_the_anchor_files_are_there():
-    if not ANCHORS.is_dir():
-        pytest.fail(f"dcgm-exporter anchors missing at {ANCHORS}")
     assert h100_legacy()["Hostname"] == "computeinstance-e00c1p6dpy98xytphp"
 
 

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import ast
+import re
 import shutil
 import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -35,3 +38,60 @@ def test_compiled_catalogue_is_up_to_date(msgfmt, tmp_path):
     assert compiled.read_bytes() == (CATALOGUE / "django.mo").read_bytes(), (
         "run: python manage.py compilemessages -l zh_Hans --ignore .venv"
     )
+
+
+def po_entries(path: Path) -> list[tuple[str, str]]:
+    """(msgid, msgstr) of every entry of a .po file; each plural form is paired with msgid."""
+    entries: list[dict[str, str]] = []
+    key = ""
+    for line in path.read_text(encoding="utf-8").splitlines():
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        if not line.startswith('"'):
+            key, _, line = line.partition(" ")
+            if key in ("msgid", "msgctxt") and (
+                not entries or any(k.startswith("msgstr") for k in entries[-1])
+            ):
+                entries.append({})
+        # .po strings use C escapes, which Python's string literals read the same way.
+        entries[-1][key] = entries[-1].get(key, "") + ast.literal_eval(line)
+    return [
+        (entry["msgid"], text)
+        for entry in entries
+        for key, text in entry.items()
+        if key.startswith("msgstr") and entry["msgid"]
+    ]
+
+
+# A card's memory is 显存 and its power draw 功耗, as on the GPU cards; 内存 stays only for a
+# host's own memory, which a msgid must then name.
+GPU_WORDS = re.compile(r"\b(memory|power)\b", re.IGNORECASE)
+HOST_MEMORY = re.compile(r"\b(host|system)\b.*\bmemory\b|\bRAM\b", re.IGNORECASE)
+
+
+def test_chinese_calls_gpu_memory_xiancun_and_power_gonghao_everywhere():
+    wrong = [
+        (msgid, msgstr)
+        for msgid, msgstr in po_entries(CATALOGUE / "django.po")
+        if ("功率" in msgstr or ("内存" in msgstr and not HOST_MEMORY.search(msgid)))
+        or (GPU_WORDS.search(msgid) and not HOST_MEMORY.search(msgid)
+            and ("显存" if "memory" in msgid.lower() else "功耗") not in msgstr)
+    ]  # fmt: skip
+    assert not wrong, wrong
+
+
+def test_the_po_reader_pairs_ids_with_their_translations(tmp_path):
+    po = tmp_path / "x.po"
+    po.write_text(
+        'msgid ""\nmsgstr "Language: zh_Hans\\n"\n\n'
+        '#: a.py:1\nmsgid "Power"\nmsgstr "功耗"\n\n'
+        'msgctxt "gpu"\nmsgid ""\n"Memory "\n"used"\nmsgstr ""\n"已用\\"显存\\""\n\n'
+        'msgid "one card"\nmsgid_plural "%(n)s cards"\nmsgstr[0] "%(n)s 张卡"\n\n'
+        'msgid "Memory"\nmsgstr "显存"\n',
+        encoding="utf-8",
+    )
+    assert po_entries(po) == [
+        ("Power", "功耗"), ("Memory used", '已用"显存"'), ("one card", "%(n)s 张卡"),
+        ("Memory", "显存"),
+    ]  # fmt: skip

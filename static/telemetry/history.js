@@ -15,8 +15,37 @@ const CHARTS = [
 ];
 const COLORS = ["#2563eb", "#b91c1c"];
 
-function drawCharts(points) {
+// Seconds between refreshes of each range: a new minute lands once a minute, and one pixel of
+// a 24 h or 7 d chart is a few minutes or a quarter hour, so those redraw less often.
+const REFRESH_S = { "1h": 60, "24h": 120, "7d": 600 };
+
+let shown = { range: null, start: 0, end: 0 };  // the range on screen and its window, in s
+let generation = 0;  // bumped on each range change, so a late answer for the old one is dropped
+let timer = null;
+section.charts = [];  // the uPlot objects on screen (tests read their scales)
+
+function clearCharts() {
+  for (const plot of section.charts) plot.destroy();
+  section.charts = [];
   charts.replaceChildren();
+}
+
+// The window's two ends go in as empty points, so the x axis spans exactly the chosen range
+// (as scaled automatically, and after a double click undoes a zoom) whatever data there is.
+function xValues(points) {
+  const times = points.map((p) => Date.parse(p.t) / 1000);
+  return [...(times[0] > shown.start ? [shown.start] : []), ...times, shown.end];
+}
+
+function chartData(chart, xs, points) {
+  const lead = xs.length - points.length - 1;  // 1 when the window's start was added
+  const column = ([key]) => [...Array(lead).fill(null),
+    ...points.map((p) => (p[key] == null ? null : p[key] * (chart.scale ?? 1))), null];
+  return [xs, ...chart.series.map(column)];
+}
+
+function drawCharts(points) {
+  clearCharts();
   if (!points.length) {
     const empty = document.createElement("p");
     empty.className = "empty";
@@ -24,26 +53,45 @@ function drawCharts(points) {
     charts.append(empty);
     return;
   }
-  const times = points.map((p) => Date.parse(p.t) / 1000);
+  const xs = xValues(points);
   const width = Math.max(320, Math.min(charts.clientWidth / 2 - 16, 640));
   for (const chart of CHARTS) {
     const box = document.createElement("figure");
     box.className = "chart";
     box.dataset.chart = chart.series[0][0];
     charts.append(box);
-    const data = [times, ...chart.series.map(([key]) =>
-      points.map((p) => (p[key] === null || p[key] === undefined ? null : p[key] * (chart.scale ?? 1))))];
+    const data = chartData(chart, xs, points);
     if (!window.uPlot) {  // npm packages not installed: show the numbers instead
       box.textContent = `${chart.title}: ${data[1].filter((v) => v !== null).slice(-1)[0] ?? "–"}`;
       continue;
     }
-    new window.uPlot({
+    section.charts.push(new window.uPlot({
       title: chart.title, width, height: 200,
       series: [{ label: labels.time },
         ...chart.series.map(([, label], i) => ({ label, stroke: COLORS[i], width: 1.5 }))],
       axes: [{}, { size: 50 }],
-    }, data, box);
+    }, data, box));
   }
+}
+
+// New points into the charts on screen (a full redraw only when charts come or go). A chart
+// showing the whole previous window moves on to the new one; a zoomed one keeps its zoom.
+function updateCharts(points, previous) {
+  if (!points.length || section.charts.length !== CHARTS.length) {
+    drawCharts(points);
+    return;
+  }
+  const xs = xValues(points);
+  CHARTS.forEach((chart, i) => {
+    const plot = section.charts[i];
+    const { min, max } = plot.scales.x;
+    if (min === previous.start && max === previous.end) {
+      plot.setData(chartData(chart, xs, points));
+    } else {
+      plot.setData(chartData(chart, xs, points), false);
+      plot.setScale("x", { min, max });
+    }
+  });
 }
 
 function drawOwners(rows) {
@@ -60,21 +108,60 @@ function drawOwners(rows) {
   owners.append(table);
 }
 
-async function load(range) {
+async function fetchRange(range) {
+  const response = await fetch(`${section.dataset.historyUrl}?range=${range}`,
+    { headers: { Accept: "application/json" }, credentials: "same-origin" });
+  return response.ok ? response.json() : null;
+}
+
+function show(range, data) {
+  const previous = shown;
+  shown = { range, start: Date.parse(data.start) / 1000, end: Date.parse(data.end) / 1000 };
+  section.dataset.loaded = range;
+  if (previous.range !== range) drawCharts(data.points);
+  else updateCharts(data.points, previous);
+  drawOwners(data.owners);
+}
+
+// One timer for the page: a range change cancels the old range's before starting its own.
+function schedule(range) {
+  clearTimeout(timer);
+  timer = setTimeout(() => refresh(range), (REFRESH_S[range] ?? 60) * 1000);
+}
+
+async function refresh(range) {
+  const mine = generation;
+  let data = null;
+  if (!document.hidden) {  // a hidden tab catches up when it is shown again
+    try {
+      data = await fetchRange(range);
+    } catch {
+      data = null;  // offline for a moment: keep the charts and try again next time
+    }
+  }
+  if (mine !== generation) return;
+  schedule(range);  // first, so that a failure drawing this answer does not end the refreshes
+  if (data) show(range, data);
+}
+
+function load(range) {
   for (const button of section.querySelectorAll("[data-range]")) {
     button.setAttribute("aria-pressed", String(button.dataset.range === range));
   }
-  const response = await fetch(`${section.dataset.historyUrl}?range=${range}`,
-    { headers: { Accept: "application/json" }, credentials: "same-origin" });
-  if (!response.ok) return;
-  const data = await response.json();
-  section.dataset.loaded = range;
-  drawCharts(data.points);
-  drawOwners(data.owners);
+  generation += 1;
+  clearTimeout(timer);
+  shown.range = null;
+  refresh(range);
 }
 
 section.querySelector(".ranges").addEventListener("click", (event) => {
   const range = event.target.closest("[data-range]")?.dataset.range;
   if (range) load(range);
+});
+document.addEventListener("visibilitychange", () => {
+  if (document.hidden || !shown.range) return;
+  generation += 1;  // drops a refresh in flight, so one chain of timers goes on
+  clearTimeout(timer);
+  refresh(shown.range);
 });
 load(section.querySelector("[data-range]").dataset.range);

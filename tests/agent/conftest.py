@@ -25,7 +25,6 @@ from typing import Any
 import pytest
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-ANCHORS = REPO_ROOT.parent / "shared" / "anchors" / "dcgm-exporter"
 LISTENING = re.compile(
     r"^gpu-agent listening on (?P<url>http://\S+) node=(?P<node>\S+) "
     r"backend=(?P<backend>\S+) gpus=(?P<gpus>\d+)$"
@@ -37,6 +36,9 @@ START_TIMEOUT_S = 15.0
 # services needed) nothing else does, and the repo is not necessarily pip-installed.
 if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
+
+# dcgm-exporter's reference data, or a skip saying how to get it (tests/anchors.py).
+from tests.anchors import anchors_dir  # noqa: E402, F401
 
 
 @dataclass
@@ -182,13 +184,6 @@ def start_agent(tmp_path: Path) -> Iterator[Callable[..., AgentProcess]]:
 def get() -> Callable[..., HttpResult]:
     """``get(url, token=None, method="GET", headers=None)``: status, headers, body; never raises."""
     return http_get
-
-
-@pytest.fixture(scope="session")
-def anchors_dir() -> Path:
-    if not ANCHORS.is_dir():
-        pytest.fail(f"dcgm-exporter anchors missing at {ANCHORS}")
-    return ANCHORS
 
 
 @pytest.fixture
