@@ -9,7 +9,7 @@ import pytest
 from django.db import connection
 
 from agents.models import GPU, Node
-from telemetry import history, rollups, sample_buffer
+from telemetry import history, rollup_sql, rollups, sample_buffer
 from telemetry.models import GpuHour, GpuMinute, OwnerHour, OwnerMinute
 from tests import rollups_scenario as scenario
 
@@ -156,6 +156,7 @@ for minute, util in [(0, 10), (1, 30)]:
     snap = {"gpus": [{"uuid": "GPU-0", "index": 0, "utilization_gpu_pct": util}]}
     sample_buffer.buffer_samples({node.pk: snap}, {"GPU-0": gpu.pk}, t0 + timedelta(minutes=minute))
     rollups.flush(t0 + timedelta(minutes=minute + 1))
+rollups.flush(t0 + timedelta(minutes=rollups.FOLD_EVERY))  # minute 1 reaches its hour
 hour = GpuHour.objects.get()
 print(json.dumps([hour.samples, hour.util_avg, hour.util_max, hour.power_avg_w]))
 """
@@ -526,7 +527,7 @@ def test_merges_write_a_cards_owner_rows_in_one_order_whatever_the_samples_order
 
     import psycopg
 
-    statement = rollups._PG_SQL[OwnerMinute][False, True]
+    [statement] = rollup_sql.statements("postgresql").merge[OwnerMinute][False, True]
     select = statement.split(" INSERT INTO")[0] + " SELECT gpu_id, owner FROM live"  # noqa: S608
     owners = [f"user{i}" for i in range(6)]
 
@@ -538,7 +539,7 @@ def test_merges_write_a_cards_owner_rows_in_one_order_whatever_the_samples_order
         params = {
             "ids": array(str(pk) for pk, _ in pairs),
             "owners": json.dumps([name for _, name in pairs]),
-            **{v: array("1" for _ in pairs) for v in rollups._OWNER_PARAMS},
+            **{v: array("1" for _ in pairs) for v in rollup_sql.OWNER_PARAMS},
         }
         cursor = psycopg.Cursor(connection.connection)
         cursor.execute(select, params)
