@@ -6,7 +6,8 @@ from agents.models import Node
 
 
 class NodeSerializer(serializers.ModelSerializer):
-    """Read by members; written by staff through agents.registration, which holds the rules."""
+    """Read by members; written through agents.registration, which holds the rules, by those
+    with the node permissions (agents.permissions)."""
 
     gpu_count = serializers.IntegerField(read_only=True)
     name = serializers.CharField(max_length=255)
