@@ -11,6 +11,7 @@ from rest_framework.views import APIView
 from agents.models import GPU, Node
 from telemetry import history, readings
 from telemetry.api.serializers import GPUSerializer
+from telemetry.permissions import ReadingPermissions, visible_owners
 
 RANGE_PARAMETER = OpenApiParameter(
     "range", OpenApiTypes.STR, enum=list(history.RANGES), default="1h",
@@ -19,13 +20,18 @@ RANGE_PARAMETER = OpenApiParameter(
 
 
 def _history(gpu_ids: list[int], request: Request) -> Response:
+    """The cards' history; process owners only as far as the caller may see them."""
+    owners = visible_owners(request.user, gpu_ids)
     try:
-        return Response(history.gpu_history(gpu_ids, request.query_params.get("range", "1h")))
+        data = history.gpu_history(gpu_ids, request.query_params.get("range", "1h"), owners)
     except history.BadRange as exc:
         raise ValidationError({"range": str(exc)}) from None
+    return Response(data)
 
 
 class NodeHistoryView(APIView):
+    permission_classes = [ReadingPermissions]
+
     @extend_schema(
         operation_id="nodes_history_retrieve",
         parameters=[RANGE_PARAMETER],
@@ -40,6 +46,7 @@ class NodeHistoryView(APIView):
 class GPUViewSet(viewsets.ReadOnlyModelViewSet):
     queryset = GPU.objects.select_related("node").order_by("node__name", "index")
     serializer_class = GPUSerializer
+    permission_classes = [ReadingPermissions]
 
     def get_queryset(self):
         queryset = super().get_queryset()
@@ -64,5 +71,6 @@ class GPUViewSet(viewsets.ReadOnlyModelViewSet):
     @extend_schema(parameters=[RANGE_PARAMETER], responses=OpenApiTypes.OBJECT)
     @action(detail=True)
     def history(self, request: Request, pk: str | None = None) -> Response:
-        """One card's utilization, memory, power and temperature, with its process owners."""
+        """One card's utilization, memory, power and temperature, with its process owners
+        for those allowed to see them (an empty list for others)."""
         return _history([self.get_object().pk], request)
