@@ -56,14 +56,18 @@ class UserFactory(factory.django.DjangoModelFactory):
 
 
 class NodeFactory(factory.django.DjangoModelFactory):
-    """A node registered with an agent URL and a token, not polled yet (offline)."""
+    """A node registered with an agent URL and a token, not polled yet (offline).
+
+    Its agent URL is on 127.0.0.1's port 1, where nothing listens: a test that polls it by
+    accident gets a refused connection at once, never a DNS lookup or a timeout.
+    """
 
     class Meta:
         model = Node
 
     name = factory.Sequence(lambda n: f"gpu-node-{n:02d}")
     hostname = factory.LazyAttribute(lambda node: node.name)
-    agent_url = factory.LazyAttribute(lambda node: f"http://{node.name}:9400")
+    agent_url = factory.LazyAttribute(lambda node: f"http://127.0.0.1:1/{node.name}")
     agent_token = factory.Sequence(lambda n: f"agent-token-{n:04d}-secret")
 
 
