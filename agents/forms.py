@@ -82,8 +82,15 @@ class NodeImportForm(forms.Form):
         ),
     )
 
+    def __init__(self, *args, may_update: bool = True, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        if not may_update:
+            # Without change_node the box is not offered: the import only adds.
+            del self.fields["update"]
+
     def clean(self) -> dict:
         data = super().clean()
+        data.setdefault("update", False)
         upload = data.get("file")
         if upload is not None:
             if upload.size > MAX_IMPORT_BYTES:

@@ -1,7 +1,8 @@
-"""Admin pages to register nodes: list, add, edit, import, test a connection.
+"""Pages to register nodes: list, add, edit, import, test a connection.
 
-Staff only. Anonymous visitors are sent to the login page; signed-in members get 403,
-which tells them the page exists but is not theirs, instead of a confusing login loop.
+Each takes the node permission it needs (agents.permissions), the same the API and the admin
+check. Anonymous visitors are sent to the login page; signed-in users without the permission
+get 403, which tells them the page exists but is not theirs, instead of a confusing login loop.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from django.utils.translation import gettext as _
 from django.utils.translation import ngettext
 from django.views.decorators.http import require_POST
 
-from agents import registration
+from agents import permissions, registration
 from agents.choices import NodeSource
 from agents.forms import NodeForm, NodeImportForm
 from agents.models import Node
@@ -26,18 +27,23 @@ from agents.models import Node
 View = Callable[..., HttpResponse]
 
 
-def staff_required(view: View) -> View:
-    @wraps(view)
-    @login_required
-    def wrapped(request: HttpRequest, *args, **kwargs) -> HttpResponse:
-        if not request.user.is_staff:
-            raise PermissionDenied
-        return view(request, *args, **kwargs)
+def allowed_if(check: Callable[..., bool]) -> Callable[[View], View]:
+    """Signed in, and ``check(user)`` true; otherwise the login page or 403."""
 
-    return wrapped
+    def decorate(view: View) -> View:
+        @wraps(view)
+        @login_required
+        def wrapped(request: HttpRequest, *args, **kwargs) -> HttpResponse:
+            if not check(request.user):
+                raise PermissionDenied
+            return view(request, *args, **kwargs)
+
+        return wrapped
+
+    return decorate
 
 
-@staff_required
+@allowed_if(permissions.can_manage_nodes)
 def node_list(request: HttpRequest) -> HttpResponse:
     nodes = Node.objects.order_by("name").only(
         "name", "source", "agent_url", "agent_token_hint", "labels", "state", "last_seen"
@@ -50,7 +56,7 @@ def _values(form: NodeForm) -> dict[str, str]:
     return {k: data[k] for k in ("name", "agent_url", "token", "labels", "state")}
 
 
-@staff_required
+@allowed_if(permissions.can_add_nodes)
 def node_add(request: HttpRequest) -> HttpResponse:
     form = NodeForm(request.POST or None)
     if request.method == "POST" and form.is_valid():
@@ -64,7 +70,7 @@ def node_add(request: HttpRequest) -> HttpResponse:
     return render(request, "agents/nodes/form.html", {"form": form, "node": None})
 
 
-@staff_required
+@allowed_if(permissions.can_change_nodes)
 def node_edit(request: HttpRequest, pk: int) -> HttpResponse:
     node = get_object_or_404(Node, pk=pk, source=NodeSource.AGENT)
     form = NodeForm(request.POST or None, node=node)
@@ -81,9 +87,10 @@ def node_edit(request: HttpRequest, pk: int) -> HttpResponse:
     return render(request, "agents/nodes/form.html", {"form": form, "node": node})
 
 
-@staff_required
+@allowed_if(permissions.can_add_nodes)
 def node_import(request: HttpRequest) -> HttpResponse:
-    form = NodeImportForm(request.POST or None, request.FILES or None)
+    may_update = permissions.can_change_nodes(request.user)
+    form = NodeImportForm(request.POST or None, request.FILES or None, may_update=may_update)
     report, summary = None, ""
     if request.method == "POST" and form.is_valid():
         dry_run = request.POST.get("action") == "check"
@@ -140,13 +147,16 @@ def _import_summary(report: registration.ImportReport, *, update: bool) -> str:
 
 
 @require_POST
-@staff_required
+@allowed_if(permissions.can_test_connections)
 def node_test_connection(request: HttpRequest) -> HttpResponse:
     """Try the URL and token from the form without saving; an empty token on an edit
     page means the node's stored one."""
     url = request.POST.get("agent_url", "")
     token = request.POST.get("token", "")
     if not token and (node_id := request.POST.get("node", "")).isdigit():
+        # The stored token is the edit page's: only for those who may change the node.
+        if not permissions.can_change_nodes(request.user):
+            raise PermissionDenied
         node = get_object_or_404(Node, pk=int(node_id))
         token = node.agent_token
     result = registration.test_connection(url, token)

@@ -38,10 +38,12 @@ def window(name: str, now: datetime | None = None) -> tuple[datetime, datetime]:
     return end - RANGES[name][0], end
 
 
-def gpu_history(gpu_ids: list[int], range_name: str) -> dict:
+def gpu_history(gpu_ids: list[int], range_name: str, owners: Q | None = None) -> dict:
+    """Series and process owners; ``owners`` says which owner rows the reader may see
+    (telemetry.permissions.visible_owners): None lists none, ``Q()`` all."""
     start, end = window(range_name)
     data = series(gpu_ids, start, end)
-    data["owners"] = owner_usage(gpu_ids, start, end)
+    data["owners"] = [] if owners is None else owner_usage(gpu_ids, start, end, only=owners)
     data["range"] = range_name
     return data
 
@@ -105,13 +107,19 @@ def series(
 
 
 def owner_usage(
-    gpu_ids: Iterable[int], start: datetime, end: datetime, resolution: str | None = None
+    gpu_ids: Iterable[int],
+    start: datetime,
+    end: datetime,
+    resolution: str | None = None,
+    only: Q | None = None,
 ) -> list[dict[str, Any]]:
-    """Per process owner over a range: the average and peak of each history field."""
+    """Per process owner over a range: the average and peak of each history field;
+    ``only`` keeps the rows it matches (fields ``gpu``, ``owner``, ``bucket``)."""
     tables = {"1m": OwnerMinute, "1h": OwnerHour}
     _, in_range = _in_range(tables, gpu_ids, start, end, resolution)
     rows = (
-        in_range.values("owner")
+        in_range.filter(only or Q())
+        .values("owner")
         .annotate(**_OWNER_OVER_CARDS, samples=Sum("samples"))
         .order_by("-memory_used_avg_mib")
     )

@@ -72,6 +72,8 @@ class OwnerMinute(_OwnerRollup):
     gpu = models.ForeignKey(GPU, on_delete=models.CASCADE, related_name="+", db_index=False)
 
     class Meta:
+        # Who runs what on a card is not every member's business (telemetry.permissions).
+        permissions = [("view_process_owners", _("Can see the process owners of any card"))]
         constraints = [
             models.UniqueConstraint(
                 fields=["gpu", "owner", "bucket"], name="ownerminute_gpu_owner_bucket"

@@ -7,6 +7,7 @@ from django.utils.translation import gettext as _
 
 from agents.choices import GpuHealth, NodeState
 from agents.models import GPU, Node
+from agents.permissions import can_manage_nodes
 from telemetry import readings
 from telemetry.history import RANGES
 
@@ -51,6 +52,7 @@ def dashboard(request: HttpRequest) -> HttpResponse:
             "by_state": [(NodeState(s).label, n) for s, n in sorted(by_state.items())],
             "models": sorted(models.items(), key=lambda item: -item[1]),
             "labels": _labels(),
+            "can_manage_nodes": can_manage_nodes(request.user),
         },
     )
 

@@ -9,9 +9,10 @@ from dataclasses import dataclass
 import pytest
 import redis
 from django.conf import settings
-from django.contrib.auth import get_user_model
+from django.contrib.auth.models import AbstractBaseUser
 
 from tests import procs
+from tests.factories import UserFactory
 
 AGENT_TOKEN = "test-agent-token"
 
@@ -40,14 +41,58 @@ def _clean_redis() -> None:
     redis.Redis.from_url(settings.REDIS_URL).flushdb()
 
 
-@pytest.fixture
-def admin_user(db):
-    return get_user_model().objects.create_superuser("alice", "alice@example.com", "alice-pw-1")
+# --- named actors ------------------------------------------------------------------------
+# Who is who in permission tests; each password is the name followed by "-pw-1".
+# Test both sides of every boundary with them: the one allowed and the one refused.
+
+NODE_OPERATOR_PERMISSIONS = (
+    "agents.add_node",
+    "agents.change_node",
+    "agents.delete_node",
+    "telemetry.view_process_owners",
+)
 
 
 @pytest.fixture
-def member_user(db):
-    return get_user_model().objects.create_user("bob", "bob@example.com", "bob-pw-1")
+def alice(db) -> AbstractBaseUser:
+    """The platform admin: a superuser, allowed everything."""
+    return UserFactory(username="alice", is_superuser=True)
+
+
+@pytest.fixture
+def bob(db) -> AbstractBaseUser:
+    """A member: reads the fleet and its history, without process owners; changes nothing."""
+    return UserFactory(username="bob")
+
+
+@pytest.fixture
+def carol(db) -> AbstractBaseUser:
+    """An operator: not staff, granted the node permissions and the process owners."""
+    return UserFactory(username="carol", permissions=NODE_OPERATOR_PERMISSIONS)
+
+
+@pytest.fixture
+def dave(db) -> AbstractBaseUser:
+    """Staff without permissions: being staff alone grants nothing outside the admin."""
+    return UserFactory(username="dave", is_staff=True)
+
+
+@pytest.fixture
+def actor(request: pytest.FixtureRequest) -> AbstractBaseUser | None:
+    """The named actor a test is parametrized with (``"anonymous"`` is None)."""
+    name = request.param
+    return None if name == "anonymous" else request.getfixturevalue(name)
+
+
+# The names tests used before the actors; kept so that tests written meanwhile still run.
+@pytest.fixture
+def admin_user(alice) -> AbstractBaseUser:
+    return alice
+
+
+@pytest.fixture
+def member_user(bob) -> AbstractBaseUser:
+    return bob
 
 
 @dataclass

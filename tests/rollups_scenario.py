@@ -18,7 +18,7 @@ T0 = datetime(2026, 11, 30, 10, 0, tzinfo=UTC)
 
 # Card A (index 0) and card B (index 1) of one node; per cycle: A's fields, B's fields.
 # A field left out is one the card did not report; one of 1e15 or more is taken as not
-# reported (rollups.LIMIT).
+# reported (rollup_sql.LIMIT_SQL).
 CYCLES_MINUTE_0 = [
     ({"utilization_gpu_pct": 10, "memory_used_mib": 1000, "power_w": 100.0, "temperature_c": 50,
       "processes": [{"pid": 1, "user": "carol", "memory_used_mib": 500},

@@ -23,55 +23,55 @@ def _api_status(key: str) -> int:
 
 
 @pytest.fixture
-def bob(client: Client, member_user) -> Client:
-    client.force_login(member_user)
+def bob_client(client: Client, bob) -> Client:
+    client.force_login(bob)
     return client
 
 
-def test_the_account_page_is_in_the_navigation(bob):
-    body = bob.get(reverse("agents:dashboard")).content.decode()
+def test_the_account_page_is_in_the_navigation(bob_client):
+    body = bob_client.get(reverse("telemetry:dashboard")).content.decode()
     assert f'href="{ACCOUNT}"' in body
 
 
-def test_a_new_token_is_shown_once_then_only_its_hint(bob, member_user):
-    page = bob.get(ACCOUNT)
+def test_a_new_token_is_shown_once_then_only_its_hint(bob_client, member_user):
+    page = bob_client.get(ACCOUNT)
     assert page.status_code == 200 and page.context["hint"] == ""
-    response = bob.post(CREATE)
+    response = bob_client.post(CREATE)
     assert response.status_code == 302 and response["Location"] == ACCOUNT
     key = Token.objects.get(user=member_user).key
-    first = bob.get(ACCOUNT)
+    first = bob_client.get(ACCOUNT)
     assert key in first.content.decode()
     assert "no-store" in first["Cache-Control"]
-    second = bob.get(ACCOUNT).content.decode()
+    second = bob_client.get(ACCOUNT).content.decode()
     assert key not in second
     assert f"…{key[-4:]}" in second
     assert _api_status(key) == 200
 
 
-def test_regenerating_invalidates_the_old_token(bob, member_user):
-    bob.post(CREATE)
+def test_regenerating_invalidates_the_old_token(bob_client, member_user):
+    bob_client.post(CREATE)
     old = Token.objects.get(user=member_user).key
-    bob.post(CREATE)
+    bob_client.post(CREATE)
     new = Token.objects.get(user=member_user).key
     assert new != old
-    assert new in bob.get(ACCOUNT).content.decode()
+    assert new in bob_client.get(ACCOUNT).content.decode()
     assert _api_status(old) == 401
     assert _api_status(new) == 200
 
 
-def test_revoking_ends_the_token(bob, member_user):
-    bob.post(CREATE)
+def test_revoking_ends_the_token(bob_client, member_user):
+    bob_client.post(CREATE)
     key = Token.objects.get(user=member_user).key
-    response = bob.post(REVOKE, follow=True)
+    response = bob_client.post(REVOKE, follow=True)
     assert response.status_code == 200 and response.context["hint"] == ""
     assert not Token.objects.filter(user=member_user).exists()
     assert _api_status(key) == 401
     # Revoking again, with nothing left to revoke, is harmless.
-    assert bob.post(REVOKE).status_code == 302
+    assert bob_client.post(REVOKE).status_code == 302
 
 
-def test_another_user_sees_neither_your_token_nor_its_hint(bob, member_user):
-    bob.post(CREATE)
+def test_another_user_sees_neither_your_token_nor_its_hint(bob_client, member_user):
+    bob_client.post(CREATE)
     key = Token.objects.get(user=member_user).key
     carol = Client()
     carol.force_login(get_user_model().objects.create_user("carol", password="carol-pw-1"))
@@ -92,8 +92,8 @@ def test_anonymous_visitors_are_sent_to_log_in(client, url):
 
 
 @pytest.mark.parametrize("url", [CREATE, REVOKE])
-def test_token_changes_are_post_only(bob, url):
-    assert bob.get(url).status_code == 405
+def test_token_changes_are_post_only(bob_client, url):
+    assert bob_client.get(url).status_code == 405
     assert not Token.objects.exists()
 
 
@@ -104,6 +104,6 @@ def test_token_changes_need_the_csrf_token(member_user):
     assert not Token.objects.exists()
 
 
-def test_the_account_page_speaks_simplified_chinese(bob):
-    body = bob.get(ACCOUNT, HTTP_ACCEPT_LANGUAGE="zh-hans").content.decode()
+def test_the_account_page_speaks_simplified_chinese(bob_client):
+    body = bob_client.get(ACCOUNT, HTTP_ACCEPT_LANGUAGE="zh-hans").content.decode()
     assert "API 令牌" in body

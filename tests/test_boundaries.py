@@ -19,7 +19,7 @@ APPS = ("agents", "telemetry", "pools", "quotas", "alerts", "portal")
 PUBLIC = {
     "agents": {
         "agents.models", "agents.choices", "agents.fanout", "agents.gpu_agent.schema",
-        "agents.filtersets", "agents.api.urls", "agents.urls",
+        "agents.filtersets", "agents.permissions", "agents.api.urls", "agents.urls",
     },
     "telemetry": {"telemetry.interface"},
 }  # fmt: skip

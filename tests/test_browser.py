@@ -25,6 +25,7 @@ from playwright.sync_api import Browser, Page, expect, sync_playwright
 from agents.models import GPU, Node
 from telemetry import rollups, sample_buffer
 from tests import procs
+from tests.factories import UserFactory
 
 pytestmark = [pytest.mark.browser, pytest.mark.stack]
 
@@ -141,7 +142,8 @@ def full_stack(transactional_db, child_env_for_test_db, sim_agents, tmp_path):
     agents = sim_agents(2, 4)
     for i, url in enumerate(agents.urls):
         Node.objects.create(name=f"rack1-{i + 1:02d}", agent_url=url, agent_token=agents.token)
-    get_user_model().objects.create_user("dana", password="dana-pw-1")
+    # dana watches the fleet and may see who runs on a card (the history's owners table).
+    UserFactory(username="dana", permissions=["telemetry.view_process_owners"])
     port = procs.free_port()
     env = child_env_for_test_db
     daphne = [str(procs.BIN / "daphne"), "-b", "127.0.0.1", "-p", str(port),

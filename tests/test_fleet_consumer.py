@@ -9,10 +9,10 @@ from channels.testing import WebsocketCommunicator
 from django.conf import settings
 from django.test import Client
 
-from agents.models import Node
 from portal.asgi import application
 from telemetry import live
 from telemetry.live import FLEET_GROUP, node_group
+from tests.factories import NodeFactory
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -45,11 +45,11 @@ def test_anonymous_socket_is_closed_with_the_login_code():
     assert async_to_sync(run)() == (False, 4401)
 
 
-def test_foreign_origin_is_refused(member_user):
+def test_foreign_origin_is_refused(bob):
     headers = [
         (b"origin", b"http://evil.example"),
         (b"host", b"localhost"),
-        (b"cookie", _session_cookie(member_user).encode()),
+        (b"cookie", _session_cookie(bob).encode()),
     ]
 
     async def run():
@@ -60,9 +60,9 @@ def test_foreign_origin_is_refused(member_user):
     assert async_to_sync(run)() is False
 
 
-def test_logged_in_socket_gets_the_fleet_then_pushed_updates(member_user):
-    Node.objects.create(name="gpu-a", agent_url="http://127.0.0.1:1")
-    cookie = _session_cookie(member_user)
+def test_logged_in_socket_gets_the_fleet_then_pushed_updates(bob):
+    NodeFactory(name="gpu-a")
+    cookie = _session_cookie(bob)
 
     async def run():
         communicator, connected, _ = await _connect(_headers(cookie))
@@ -85,9 +85,9 @@ def test_logged_in_socket_gets_the_fleet_then_pushed_updates(member_user):
     assert second["sent_at"] > 0
 
 
-def test_node_socket_sends_the_cards_and_marks_the_node_watched(member_user):
-    node = Node.objects.create(name="gpu-a", agent_url="http://127.0.0.1:1")
-    cookie = _session_cookie(member_user)
+def test_node_socket_sends_the_cards_and_marks_the_node_watched(bob):
+    node = NodeFactory(name="gpu-a")
+    cookie = _session_cookie(bob)
 
     async def run():
         communicator, connected, _ = await _connect(_headers(cookie), f"/ws/nodes/{node.pk}/")
@@ -106,8 +106,8 @@ def test_node_socket_sends_the_cards_and_marks_the_node_watched(member_user):
     assert live.watched([node.pk]) == [node.pk]
 
 
-def test_socket_for_a_missing_node_is_closed_with_not_found(member_user):
-    cookie = _session_cookie(member_user)
+def test_socket_for_a_missing_node_is_closed_with_not_found(bob):
+    cookie = _session_cookie(bob)
 
     async def run():
         communicator, connected, code = await _connect(_headers(cookie), "/ws/nodes/999999/")

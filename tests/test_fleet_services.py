@@ -14,6 +14,7 @@ from agents.choices import GpuHealth, NodeState
 from agents.models import GPU, Node
 from telemetry import live, readings, services
 from telemetry.poller import PollResult
+from tests.factories import NodeFactory
 
 
 def snapshot(hostname: str, *gpus: dict) -> dict:
@@ -49,7 +50,7 @@ def failed(node: Node, error: str = "connection refused") -> PollResult:
 
 @pytest.fixture
 def node(db) -> Node:
-    return Node.objects.create(name="gpu-a", agent_url="http://127.0.0.1:1", agent_token="t")
+    return NodeFactory(name="gpu-a")
 
 
 def test_first_answer_creates_the_gpus_and_brings_the_node_online(node):
@@ -109,7 +110,7 @@ def test_a_card_the_agent_reports_lost_or_stops_listing_is_marked_lost(node):
 
 
 def test_a_card_moved_to_another_node_follows_its_uuid(node):
-    other = Node.objects.create(name="gpu-b", agent_url="http://127.0.0.1:2")
+    other = NodeFactory(name="gpu-b")
     services.record_poll_results([ok(node, snapshot("a", gpu("GPU-1")))])
     services.record_poll_results([ok(other, snapshot("b", gpu("GPU-1", 3)))])
     card = GPU.objects.get(uuid="GPU-1")
@@ -135,7 +136,7 @@ def test_latest_readings_are_cached_and_joined_to_the_inventory(node):
 
 @pytest.mark.django_db(transaction=True)
 def test_each_recorded_poll_is_pushed_to_the_fleet_group_after_commit():
-    node = Node.objects.create(name="gpu-a", agent_url="http://127.0.0.1:1")
+    node = NodeFactory(name="gpu-a")
     layer = get_channel_layer()
     channel = async_to_sync(layer.new_channel)()
     async_to_sync(layer.group_add)(live.FLEET_GROUP, channel)
@@ -153,8 +154,8 @@ def test_each_recorded_poll_is_pushed_to_the_fleet_group_after_commit():
 
 @pytest.mark.django_db(transaction=True)
 def test_card_details_are_pushed_only_to_watched_nodes():
-    watched_node = Node.objects.create(name="gpu-a", agent_url="http://127.0.0.1:1")
-    quiet_node = Node.objects.create(name="gpu-b", agent_url="http://127.0.0.1:2")
+    watched_node = NodeFactory(name="gpu-a")
+    quiet_node = NodeFactory(name="gpu-b")
     layer = get_channel_layer()
     channels = {n.pk: async_to_sync(layer.new_channel)() for n in (watched_node, quiet_node)}
     for pk, channel in channels.items():
@@ -174,7 +175,7 @@ def test_card_details_are_pushed_only_to_watched_nodes():
 
 
 def test_results_for_a_node_deleted_mid_poll_are_ignored(node):
-    gone = Node.objects.create(name="gone")
+    gone = NodeFactory()
     result = ok(gone, snapshot("x", gpu("GPU-9")))
     gone.delete()
     summary = services.record_poll_results([result, ok(node, snapshot("a", gpu("GPU-1")))])
@@ -184,7 +185,7 @@ def test_results_for_a_node_deleted_mid_poll_are_ignored(node):
 
 @pytest.mark.django_db(transaction=True)
 def test_unchanged_cards_skip_the_comparison_yet_every_change_lands():
-    node = Node.objects.create(name="gpu-a", agent_url="http://127.0.0.1:1")
+    node = NodeFactory(name="gpu-a")
     both = snapshot("a", gpu("GPU-1", 0), gpu("GPU-2", 1))
     services.record_poll_results([ok(node, both)])
     assert set(services._cards_seen[node.pk][2]) == {"GPU-1", "GPU-2"}

@@ -33,8 +33,8 @@ def _api(user=None) -> APIClient:
 # --- pages ------------------------------------------------------------------------------
 
 
-def test_an_admin_adds_a_node_and_the_list_shows_only_its_token_hint(client, admin_user):
-    client.force_login(admin_user)
+def test_an_admin_adds_a_node_and_the_list_shows_only_its_token_hint(client, alice):
+    client.force_login(alice)
     response = client.post(
         reverse("agents:node_add"),
         {"name": "gpu-09", "agent_url": "http://gpu-09:9400", "token": TOKEN,
@@ -47,8 +47,8 @@ def test_an_admin_adds_a_node_and_the_list_shows_only_its_token_hint(client, adm
     assert "gpu-09" in body and "…WXYZ" in body and TOKEN not in body
 
 
-def test_the_add_form_shows_service_errors_and_saves_nothing(client, admin_user, node):
-    client.force_login(admin_user)
+def test_the_add_form_shows_service_errors_and_saves_nothing(client, alice, node):
+    client.force_login(alice)
     response = client.post(
         reverse("agents:node_add"),
         {"name": "gpu-01", "agent_url": "ftp://x", "token": TOKEN, "state": "offline"},
@@ -60,8 +60,8 @@ def test_the_add_form_shows_service_errors_and_saves_nothing(client, admin_user,
     assert Node.objects.count() == 1
 
 
-def test_an_admin_edits_a_node_and_an_empty_token_keeps_the_old_one(client, admin_user, node):
-    client.force_login(admin_user)
+def test_an_admin_edits_a_node_and_an_empty_token_keeps_the_old_one(client, alice, node):
+    client.force_login(alice)
     url = reverse("agents:node_edit", args=[node.pk])
     page = client.get(url).content.decode()
     assert "…WXYZ" in page and TOKEN not in page
@@ -76,8 +76,8 @@ def test_an_admin_edits_a_node_and_an_empty_token_keeps_the_old_one(client, admi
     assert node.agent_token == TOKEN
 
 
-def test_an_admin_imports_nodes_and_a_bad_file_shows_row_errors(client, admin_user):
-    client.force_login(admin_user)
+def test_an_admin_imports_nodes_and_a_bad_file_shows_row_errors(client, alice):
+    client.force_login(alice)
     url = reverse("agents:node_import")
     bad = CSV + "gpu-b,not-a-url,t-b,\n"
     response = client.post(url, {"content": bad, "format": "csv", "action": "import"})
@@ -91,8 +91,8 @@ def test_an_admin_imports_nodes_and_a_bad_file_shows_row_errors(client, admin_us
     assert Node.objects.get().agent_token == "t-a-secret"
 
 
-def test_an_admin_reimports_a_file_to_update_existing_nodes(client, admin_user, node):
-    client.force_login(admin_user)
+def test_an_admin_reimports_a_file_to_update_existing_nodes(client, alice, node):
+    client.force_login(alice)
     url = reverse("agents:node_import")
     text = (
         "name,agent_url,token,labels\ngpu-01,http://10.0.0.8:9400,,rack=r8\n"
@@ -119,10 +119,10 @@ def test_an_admin_reimports_a_file_to_update_existing_nodes(client, admin_user, 
     assert "0 nodes created. 0 nodes updated. 2 nodes are unchanged." in response.content.decode()
 
 
-def test_a_yaml_upload_is_read_by_its_file_name(client, admin_user):
+def test_a_yaml_upload_is_read_by_its_file_name(client, alice):
     from django.core.files.uploadedfile import SimpleUploadedFile
 
-    client.force_login(admin_user)
+    client.force_login(alice)
     upload = SimpleUploadedFile("nodes.yaml", YAML.encode(), "application/octet-stream")
     response = client.post(
         reverse("agents:node_import"), {"file": upload, "format": "auto", "action": "import"}
@@ -131,12 +131,10 @@ def test_a_yaml_upload_is_read_by_its_file_name(client, admin_user):
     assert Node.objects.get().name == "gpu-y"
 
 
-def test_the_test_connection_button_uses_the_stored_token_on_an_edit(
-    client, admin_user, sim_agents
-):
+def test_the_test_connection_button_uses_the_stored_token_on_an_edit(client, alice, sim_agents):
     agents = sim_agents(1, 2)
     node = registration.register_node(name="sim", agent_url=agents.urls[0], token=agents.token)
-    client.force_login(admin_user)
+    client.force_login(alice)
     url = reverse("agents:node_test_connection")
     response = client.post(url, {"agent_url": agents.urls[0], "token": "", "node": node.pk})
     body = response.content.decode()
@@ -146,15 +144,15 @@ def test_the_test_connection_button_uses_the_stored_token_on_an_edit(
 
 
 @pytest.mark.parametrize("name", ["node_list", "node_add", "node_import"])
-def test_members_are_refused_the_registration_pages(client, member_user, name):
-    client.force_login(member_user)
+def test_members_are_refused_the_registration_pages(client, bob, name):
+    client.force_login(bob)
     assert client.get(reverse(f"agents:{name}")).status_code == 403
     assert client.post(reverse(f"agents:{name}"), {"name": "x"}).status_code == 403
     assert not Node.objects.exists()
 
 
-def test_members_are_refused_the_edit_page_and_the_connection_test(client, member_user, node):
-    client.force_login(member_user)
+def test_members_are_refused_the_edit_page_and_the_connection_test(client, bob, node):
+    client.force_login(bob)
     assert client.get(reverse("agents:node_edit", args=[node.pk])).status_code == 403
     response = client.post(reverse("agents:node_test_connection"), {"agent_url": "http://x:1"})
     assert response.status_code == 403
@@ -165,19 +163,19 @@ def test_anonymous_visitors_are_sent_to_the_login_page(client):
     assert response.status_code == 302 and response["Location"].startswith(reverse("login"))
 
 
-def test_the_fleet_page_links_admins_to_node_management(client, admin_user, member_user):
-    client.force_login(admin_user)
+def test_the_fleet_page_links_admins_to_node_management(client, alice, bob):
+    client.force_login(alice)
     link = f'href="{reverse("agents:node_list")}"'
     assert link in client.get(reverse("telemetry:dashboard")).content.decode()
-    client.force_login(member_user)
+    client.force_login(bob)
     assert link not in client.get(reverse("telemetry:dashboard")).content.decode()
 
 
 # --- API --------------------------------------------------------------------------------
 
 
-def test_staff_create_a_node_by_api_and_get_only_the_token_hint(admin_user):
-    response = _api(admin_user).post(
+def test_staff_create_a_node_by_api_and_get_only_the_token_hint(alice):
+    response = _api(alice).post(
         "/api/v1/nodes/",
         {"name": "gpu-api", "agent_url": "http://gpu-api:9400", "token": TOKEN,
          "labels": {"rack": "r1"}},
@@ -188,12 +186,12 @@ def test_staff_create_a_node_by_api_and_get_only_the_token_hint(admin_user):
     assert data["token_hint"] == "…WXYZ" and "token" not in data and TOKEN not in str(data)
     assert data["gpu_count"] == 0 and data["state"] == "offline"
     assert Node.objects.get(name="gpu-api").agent_token == TOKEN
-    listed = _api(admin_user).get("/api/v1/nodes/").json()
+    listed = _api(alice).get("/api/v1/nodes/").json()
     assert TOKEN not in str(listed)
 
 
-def test_an_invalid_api_write_is_a_400_that_changes_nothing(admin_user, node):
-    client = _api(admin_user)
+def test_an_invalid_api_write_is_a_400_that_changes_nothing(alice, node):
+    client = _api(alice)
     response = client.post("/api/v1/nodes/", {"name": "gpu-01", "agent_url": "nope"}, format="json")
     assert response.status_code == 400
     assert set(response.json()) == {"name", "agent_url"}
@@ -203,8 +201,8 @@ def test_an_invalid_api_write_is_a_400_that_changes_nothing(admin_user, node):
     assert Node.objects.count() == 1 and node.labels == {"rack": "r1"}
 
 
-def test_staff_patch_and_delete_nodes_by_api(admin_user, node):
-    client = _api(admin_user)
+def test_staff_patch_and_delete_nodes_by_api(alice, node):
+    client = _api(alice)
     response = client.patch(f"/api/v1/nodes/{node.pk}/", {"state": "draining"}, format="json")
     assert response.status_code == 200 and response.json()["state"] == "draining"
     node.refresh_from_db()
@@ -213,8 +211,8 @@ def test_staff_patch_and_delete_nodes_by_api(admin_user, node):
     assert not Node.objects.exists()
 
 
-def test_members_read_nodes_but_every_write_is_refused(member_user, node):
-    client = _api(member_user)
+def test_members_read_nodes_but_every_write_is_refused(bob, node):
+    client = _api(bob)
     assert client.get(f"/api/v1/nodes/{node.pk}/").status_code == 200
     body = {"name": "x", "agent_url": "http://x:1"}
     assert client.post("/api/v1/nodes/", body, format="json").status_code == 403
@@ -239,8 +237,8 @@ def test_anonymous_callers_are_refused_every_write(method, path):
     assert getattr(_api(), method)(path, {}, format="json").status_code == 401
 
 
-def test_staff_import_csv_and_yaml_bodies_by_content_type(admin_user):
-    client = _api(admin_user)
+def test_staff_import_csv_and_yaml_bodies_by_content_type(alice):
+    client = _api(alice)
     response = client.post("/api/v1/nodes/import/", CSV, content_type="text/csv")
     assert response.status_code == 201 and response.json()["created"] == ["gpu-a"]
     response = client.post("/api/v1/nodes/import/", YAML, content_type="application/yaml")
@@ -248,8 +246,8 @@ def test_staff_import_csv_and_yaml_bodies_by_content_type(admin_user):
     assert Node.objects.get(name="gpu-y").agent_token == "t-y-secret"
 
 
-def test_an_api_import_with_a_bad_row_is_a_400_that_writes_nothing(admin_user):
-    client = _api(admin_user)
+def test_an_api_import_with_a_bad_row_is_a_400_that_writes_nothing(alice):
+    client = _api(alice)
     content = CSV + "gpu-b,http://10.0.1.1:9400,t-b,\n"
     response = client.post(
         "/api/v1/nodes/import/", {"format": "csv", "content": content}, format="json"
@@ -264,10 +262,8 @@ def test_an_api_import_with_a_bad_row_is_a_400_that_writes_nothing(admin_user):
     assert not Node.objects.exists()
 
 
-def test_an_api_import_with_update_changes_registered_nodes_and_a_bad_one_is_a_400(
-    admin_user, node
-):
-    client = _api(admin_user)
+def test_an_api_import_with_update_changes_registered_nodes_and_a_bad_one_is_a_400(alice, node):
+    client = _api(alice)
     moved = "name,token,state\ngpu-01,rotated-token-7777,draining\n"
     response = client.post("/api/v1/nodes/import/", moved, content_type="text/csv")
     assert response.status_code == 400  # without update, the agent_url column is required
@@ -298,9 +294,9 @@ def test_an_api_import_with_update_changes_registered_nodes_and_a_bad_one_is_a_4
     assert Node.objects.count() == 1
 
 
-def test_staff_test_a_connection_by_api_without_saving(admin_user, sim_agents):
+def test_staff_test_a_connection_by_api_without_saving(alice, sim_agents):
     agents = sim_agents(1, 3)
-    client = _api(admin_user)
+    client = _api(alice)
     body = {"agent_url": agents.urls[0], "token": agents.token}
     data = client.post("/api/v1/nodes/test-connection/", body, format="json").json()
     assert data["ok"] is True and data["gpu_count"] == 3

@@ -10,15 +10,14 @@ from rest_framework.test import APIClient
 from agents.models import GPU, Node
 from telemetry import services
 from telemetry.poller import PollResult
+from tests.factories import NodeFactory
 
 pytestmark = pytest.mark.django_db
 
 
 @pytest.fixture
 def fleet() -> Node:
-    node = Node.objects.create(
-        name="gpu-a", agent_url="http://127.0.0.1:1", agent_token="s3cret-agent-token"
-    )
+    node = NodeFactory(name="gpu-a", agent_token="s3cret-agent-token")
     snap = {
         "hostname": "host-a",
         "gpus": [
@@ -49,8 +48,8 @@ def test_dashboard_requires_login(client):
     assert response["Location"].startswith(reverse("login"))
 
 
-def test_dashboard_renders_the_fleet_for_a_member(client, member_user, fleet):
-    client.force_login(member_user)
+def test_dashboard_renders_the_fleet_for_a_member(client, bob, fleet):
+    client.force_login(bob)
     response = client.get(reverse("telemetry:dashboard"))
     assert response.status_code == 200
     body = response.content.decode()
@@ -61,8 +60,8 @@ def test_dashboard_renders_the_fleet_for_a_member(client, member_user, fleet):
     assert "s3cret-agent-token" not in body
 
 
-def test_node_page_lists_its_cards(client, member_user, fleet):
-    client.force_login(member_user)
+def test_node_page_lists_its_cards(client, bob, fleet):
+    client.force_login(bob)
     response = client.get(reverse("telemetry:node", args=[fleet.pk]))
     assert response.status_code == 200
     body = response.content.decode()
@@ -70,8 +69,8 @@ def test_node_page_lists_its_cards(client, member_user, fleet):
     assert reverse("api:node-history", args=[fleet.pk]) in body
 
 
-def test_gpu_page_shows_identity_and_latest_reading(client, member_user, fleet):
-    client.force_login(member_user)
+def test_gpu_page_shows_identity_and_latest_reading(client, bob, fleet):
+    client.force_login(bob)
     gpu = GPU.objects.get(uuid="GPU-1")
     response = client.get(reverse("telemetry:gpu", args=[gpu.pk]))
     body = response.content.decode()
@@ -80,13 +79,13 @@ def test_gpu_page_shows_identity_and_latest_reading(client, member_user, fleet):
 
 
 @pytest.mark.parametrize("name", ["telemetry:node", "telemetry:gpu"])
-def test_detail_pages_answer_404_for_unknown_ids(client, member_user, name):
-    client.force_login(member_user)
+def test_detail_pages_answer_404_for_unknown_ids(client, bob, name):
+    client.force_login(bob)
     assert client.get(reverse(name, args=[999999])).status_code == 404
 
 
-def test_dashboard_speaks_simplified_chinese(client, member_user, fleet):
-    client.force_login(member_user)
+def test_dashboard_speaks_simplified_chinese(client, bob, fleet):
+    client.force_login(bob)
     response = client.get(reverse("telemetry:dashboard"), HTTP_ACCEPT_LANGUAGE="zh-hans")
     body = response.content.decode()
     assert '<html lang="zh-hans">' in body
@@ -94,7 +93,7 @@ def test_dashboard_speaks_simplified_chinese(client, member_user, fleet):
     assert "1 个节点" in body
 
 
-def test_login_page_shows_an_error_for_a_wrong_password(client, member_user):
+def test_login_page_shows_an_error_for_a_wrong_password(client, bob):
     response = client.post(reverse("login"), {"username": "bob", "password": "nope"})
     assert response.status_code == 200
     assert "didn" in response.content.decode()
@@ -109,9 +108,9 @@ def test_api_refuses_anonymous_callers(url, fleet):
     assert APIClient().get(url).status_code == 401
 
 
-def test_api_lists_nodes_without_their_tokens(member_user, fleet):
+def test_api_lists_nodes_without_their_tokens(bob, fleet):
     client = APIClient()
-    client.force_authenticate(member_user)
+    client.force_authenticate(bob)
     data = client.get("/api/v1/nodes/").json()
     [node] = data["results"]
     assert node["name"] == "gpu-a" and node["gpu_count"] == 2 and node["state"] == "online"
@@ -119,8 +118,8 @@ def test_api_lists_nodes_without_their_tokens(member_user, fleet):
     assert "s3cret" not in str(data)
 
 
-def test_api_gpus_carry_their_latest_readings_and_filter(member_user, fleet):
-    token = Token.objects.create(user=member_user)
+def test_api_gpus_carry_their_latest_readings_and_filter(bob, fleet):
+    token = Token.objects.create(user=bob)
     client = APIClient()
     client.credentials(HTTP_AUTHORIZATION=f"Token {token.key}")
     data = client.get("/api/v1/gpus/", {"health": "ok"}).json()
@@ -132,7 +131,7 @@ def test_api_gpus_carry_their_latest_readings_and_filter(member_user, fleet):
     assert client.get("/api/v1/gpus/", {"node": "nope"}).json()["count"] == 0
 
 
-def test_history_api_returns_rollups_for_a_gpu_and_a_node(member_user, fleet):
+def test_history_api_returns_rollups_for_a_gpu_and_a_node(carol, fleet):
     from datetime import timedelta
 
     from django.utils import timezone
@@ -148,58 +147,49 @@ def test_history_api_returns_rollups_for_a_gpu_and_a_node(member_user, fleet):
                 "index": 0,
                 "utilization_gpu_pct": 80,
                 "memory_used_mib": 1000,
-                "processes": [{"pid": 1, "user": "carol", "memory_used_mib": 600}],
+                "processes": [{"pid": 1, "user": "frank", "memory_used_mib": 600}],
             }
         ]
     }
     sample_buffer.buffer_samples({fleet.pk: snap}, {"GPU-1": gpu.pk}, now - timedelta(minutes=2))
     rollups.flush(now)
     client = APIClient()
-    client.force_authenticate(member_user)
+    client.force_authenticate(carol)
     data = client.get(f"/api/v1/gpus/{gpu.pk}/history/", {"range": "1h"}).json()
     assert data["resolution"] == "1m"
     [point] = data["points"]
     assert (point["util_avg"], point["memory_used_avg_mib"]) == (80, 1000)
-    assert data["owners"][0]["owner"] == "carol"
+    assert data["owners"][0]["owner"] == "frank"  # carol may see owners (test_process_owners.py)
     node_data = client.get(f"/api/v1/nodes/{fleet.pk}/history/", {"range": "7d"}).json()
     assert node_data["resolution"] == "1h" and node_data["points"][0]["util_max"] == 80
 
 
-def test_history_api_refuses_an_unknown_range(member_user, fleet):
+def test_history_api_refuses_an_unknown_range(bob, fleet):
     client = APIClient()
-    client.force_authenticate(member_user)
+    client.force_authenticate(bob)
     gpu = GPU.objects.get(uuid="GPU-1")
     response = client.get(f"/api/v1/gpus/{gpu.pk}/history/", {"range": "1y"})
     assert response.status_code == 400
     assert "range" in response.json()
 
 
-def test_api_node_writes_are_refused_to_members(member_user, fleet):
-    # Staff writes are tested in test_node_registration_web.py.
+def test_api_schema_is_served(bob):
     client = APIClient()
-    client.force_authenticate(member_user)
-    response = client.post("/api/v1/nodes/", {"name": "x"}, format="json")
-    assert response.status_code == 403
-    assert Node.objects.count() == 1
-
-
-def test_api_schema_is_served(member_user):
-    client = APIClient()
-    client.force_authenticate(member_user)
+    client.force_authenticate(bob)
     response = client.get("/api/schema/")
     assert response.status_code == 200
     assert b"/api/v1/gpus/" in response.content
 
 
-def test_admin_never_echoes_the_agent_token(client, admin_user, fleet):
-    client.force_login(admin_user)
+def test_admin_never_echoes_the_agent_token(client, alice, fleet):
+    client.force_login(alice)
     response = client.get(reverse("admin:agents_node_change", args=[fleet.pk]))
     assert response.status_code == 200
     assert "s3cret-agent-token" not in response.content.decode()
 
 
-def test_admin_keeps_the_token_when_the_field_is_left_empty(client, admin_user, fleet):
-    client.force_login(admin_user)
+def test_admin_keeps_the_token_when_the_field_is_left_empty(client, alice, fleet):
+    client.force_login(alice)
     url = reverse("admin:agents_node_change", args=[fleet.pk])
     response = client.post(
         url,
@@ -243,16 +233,16 @@ def _admin_add(client, **fields):
     )
 
 
-def test_admin_rejects_a_malformed_agent_url_and_changes_nothing(client, admin_user, fleet):
-    client.force_login(admin_user)
+def test_admin_rejects_a_malformed_agent_url_and_changes_nothing(client, alice, fleet):
+    client.force_login(alice)
     response = _admin_add(client, name="gpu-b", agent_url="not a url")
     assert response.status_code == 200
     assert "agent_url" in response.context["adminform"].form.errors
     assert not Node.objects.filter(name="gpu-b").exists()
 
 
-def test_admin_applies_the_registration_rules_bare_host_names_included(client, admin_user, fleet):
-    client.force_login(admin_user)
+def test_admin_applies_the_registration_rules_bare_host_names_included(client, alice, fleet):
+    client.force_login(alice)
     # A bare host name, as the pages and the API accept it; the trailing slash is dropped.
     response = _admin_add(client, name="gpu-c", agent_url="http://gpu-node-07:9400/")
     assert response.status_code == 302, response.context["adminform"].form.errors
@@ -264,7 +254,7 @@ def test_admin_applies_the_registration_rules_bare_host_names_included(client, a
     assert not Node.objects.filter(name="gpu-d").exists()
 
 
-def test_a_cards_last_seen_is_exact_while_the_database_keeps_it_coarse(client, member_user, fleet):
+def test_a_cards_last_seen_is_exact_while_the_database_keeps_it_coarse(client, bob, fleet):
     from datetime import datetime, timedelta
 
     from django.utils import timezone
@@ -273,11 +263,11 @@ def test_a_cards_last_seen_is_exact_while_the_database_keeps_it_coarse(client, m
     long_ago = timezone.now() - timedelta(minutes=4)
     GPU.objects.update(last_seen=long_ago)
     api = APIClient()
-    api.force_authenticate(member_user)
+    api.force_authenticate(bob)
     reported = api.get(f"/api/v1/gpus/{GPU.objects.get(uuid='GPU-1').pk}/").json()["last_seen"]
     seen = datetime.fromisoformat(reported.replace("Z", "+00:00"))
     assert timezone.now() - seen < timedelta(seconds=30)
-    client.force_login(member_user)
+    client.force_login(bob)
     page = client.get(reverse("telemetry:gpu", args=[GPU.objects.get(uuid="GPU-1").pk]))
     assert page.context["last_seen"] == seen
 

@@ -8,6 +8,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from agents.models import Node
 from telemetry import services
 from telemetry.poller import PollResult
+from tests.factories import NodeFactory
 
 pytestmark = pytest.mark.django_db
 
@@ -25,8 +26,8 @@ def _families(client) -> dict[str, list]:
 @pytest.fixture
 def fleet(settings):
     settings.METRICS_NODE_LABELS = ["rack"]
-    a = Node.objects.create(name="a", agent_url="http://127.0.0.1:1", labels={"rack": "r1"})
-    b = Node.objects.create(name="b", agent_url="http://127.0.0.1:2", labels={"rack": "r2"})
+    a = NodeFactory(name="a", labels={"rack": "r1"})
+    b = NodeFactory(name="b", labels={"rack": "r2"})
     card = {"name": "NVIDIA H100", "memory_total_mib": 80000, "health": "ok"}
     services.record_poll_results([
         PollResult(a.pk, {"gpus": [

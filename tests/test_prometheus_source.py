@@ -19,6 +19,7 @@ from agents.choices import GpuHealth, NodeSource, NodeState
 from agents.models import GPU, Node
 from telemetry import poller, prometheus_source, readings, services, tasks
 from tests import anchors, procs
+from tests.factories import GPUFactory
 
 TS = 1764500000.0
 MIB = 1024 * 1024
@@ -290,7 +291,7 @@ def test_prometheus_nodes_are_never_polled_as_agents(db):
 
 def test_cards_our_agents_already_report_are_left_to_them(db):
     agent = Node.objects.create(name="gpu-a", agent_url="http://127.0.0.1:1")
-    GPU.objects.create(node=agent, index=0, uuid="GPU-agent", model="A100")
+    GPUFactory(node=agent, uuid="GPU-agent")
     snapshots = {
         "gpu-a": snapshot_for("gpu-a", "GPU-agent"),
         "dcgm-only": snapshot_for("dcgm-only", "GPU-dcgm"),

@@ -8,10 +8,11 @@ from typing import Any
 import pytest
 from django.db import connection
 
-from agents.models import GPU, Node
+from agents.models import GPU
 from telemetry import history, rollup_sql, rollups, sample_buffer
 from telemetry.models import GpuHour, GpuMinute, OwnerHour, OwnerMinute
 from tests import rollups_scenario as scenario
+from tests.factories import GPUFactory, NodeFactory
 
 pytestmark = pytest.mark.django_db
 
@@ -20,8 +21,7 @@ T0 = datetime(2026, 11, 30, 10, 0, tzinfo=UTC)
 
 @pytest.fixture
 def cards() -> list[GPU]:
-    node = Node.objects.create(name="n1")
-    return [GPU.objects.create(node=node, index=i, uuid=f"GPU-{i}", model="H100") for i in range(2)]
+    return GPUFactory.create_batch(2, node=NodeFactory(), model="H100")
 
 
 def sample(cards, at, util, mem=1000, power=300.0, temp=60, processes=()):

@@ -1,35 +1,29 @@
-"""The write side of /api/v1/nodes/: staff add, change, delete, import and test nodes.
+"""The write side of /api/v1/nodes/: add, change, delete, import and test nodes.
 
-Members keep read access. The rules are agents.registration's; this module only maps
-HTTP onto it: a CSV or YAML body by content type (or JSON/form ``format`` + ``content``),
-all-or-nothing imports answered 400 with row errors (``update`` lets rows change registered
-nodes), connection tests that save nothing.
+Members keep read access; writes take the node permissions (agents.permissions). The rules
+are agents.registration's; this module only maps HTTP onto it: a CSV or YAML body by
+content type (or JSON/form ``format`` + ``content``), all-or-nothing imports answered 400
+with row errors (``update`` lets rows change registered nodes), connection tests that save
+nothing.
 """
 
 from __future__ import annotations
 
 from dataclasses import asdict
 
+from django.utils.translation import gettext as _
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
-from rest_framework import permissions, serializers, status
+from rest_framework import serializers, status
 from rest_framework.decorators import action
 from rest_framework.exceptions import ParseError
 from rest_framework.parsers import BaseParser, FormParser, JSONParser, MultiPartParser
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from agents import registration
+from agents import permissions, registration
 
 MAX_IMPORT_BYTES = 2 * 1024 * 1024
-
-
-class StaffWritesMembersRead(permissions.BasePermission):
-    def has_permission(self, request: Request, view) -> bool:
-        user = request.user
-        if not (user and user.is_authenticated):
-            return False
-        return request.method in permissions.SAFE_METHODS or user.is_staff
 
 
 class _TextParser(BaseParser):
@@ -98,7 +92,7 @@ def _flag(request: Request, name: str) -> bool:
 # Added to NodeViewSet: writes for staff, plus the import and the connection test. (A
 # comment, not a docstring: drf-spectacular would publish a class docstring to API users.)
 class NodeRegistrationMixin:
-    permission_classes = [StaffWritesMembersRead]
+    """Added to NodeViewSet: the import and the connection test."""
 
     @extend_schema(request=TestConnectionSerializer, responses=OpenApiTypes.OBJECT)
     @action(detail=False, methods=["post"], url_path="test-connection")
@@ -145,6 +139,9 @@ class NodeRegistrationMixin:
             data.is_valid(raise_exception=True)
             fmt, text = data.validated_data["format"], data.validated_data["content"]
             update = update or data.validated_data["update"]
+        if update and not permissions.can_change_nodes(request.user):
+            # The import itself takes add_node (NodePermissions); changing nodes takes more.
+            self.permission_denied(request, _("Updating nodes needs the change permission."))
         try:
             rows = registration.parse(text, fmt, update=update)
         except registration.ParseError as exc:

@@ -9,6 +9,9 @@ from agents.models import Node
 class NodeSerializer(serializers.ModelSerializer):
     """A node: a GPU server whose agent the portal reads."""
 
+    # Written through agents.registration, which holds the rules, by those with the node
+    # permissions (agents.permissions).
+
     gpu_count = serializers.IntegerField(read_only=True)
     name = serializers.CharField(max_length=255)
     agent_url = serializers.CharField(max_length=200)

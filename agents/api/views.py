@@ -7,6 +7,7 @@ from agents.api.node_registration import NodeRegistrationMixin
 from agents.api.serializers import NodeSerializer
 from agents.filtersets import NodeFilterSet
 from agents.models import Node
+from agents.permissions import NodePermissions
 
 
 @extend_schema_view(
@@ -16,3 +17,4 @@ class NodeViewSet(NodeRegistrationMixin, viewsets.ModelViewSet):
     queryset = Node.objects.annotate(gpu_count=Count("gpus")).order_by("name")
     serializer_class = NodeSerializer
     filterset_class = NodeFilterSet
+    permission_classes = [NodePermissions]

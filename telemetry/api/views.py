@@ -12,6 +12,7 @@ from agents.filtersets import GPUFilterSet
 from agents.models import GPU, Node
 from telemetry import history, readings
 from telemetry.api.serializers import GPUSerializer
+from telemetry.permissions import ReadingPermissions, visible_owners
 
 RANGE_PARAMETER = OpenApiParameter(
     "range", OpenApiTypes.STR, enum=list(history.RANGES), default="1h",
@@ -20,13 +21,18 @@ RANGE_PARAMETER = OpenApiParameter(
 
 
 def _history(gpu_ids: list[int], request: Request) -> Response:
+    """The cards' history; process owners only as far as the caller may see them."""
+    owners = visible_owners(request.user, gpu_ids)
     try:
-        return Response(history.gpu_history(gpu_ids, request.query_params.get("range", "1h")))
+        data = history.gpu_history(gpu_ids, request.query_params.get("range", "1h"), owners)
     except history.BadRange as exc:
         raise ValidationError({"range": str(exc)}) from None
+    return Response(data)
 
 
 class NodeHistoryView(APIView):
+    permission_classes = [ReadingPermissions]
+
     @extend_schema(
         operation_id="nodes_history_retrieve",
         parameters=[RANGE_PARAMETER],
@@ -42,6 +48,7 @@ class GPUViewSet(viewsets.ReadOnlyModelViewSet):
     queryset = GPU.objects.select_related("node").order_by("node__name", "index")
     serializer_class = GPUSerializer
     filterset_class = GPUFilterSet
+    permission_classes = [ReadingPermissions]
 
     def get_serializer(self, *args, **kwargs):
         # Read the cache once per page, not once per GPU.
@@ -55,5 +62,6 @@ class GPUViewSet(viewsets.ReadOnlyModelViewSet):
     @extend_schema(parameters=[RANGE_PARAMETER], responses=OpenApiTypes.OBJECT)
     @action(detail=True)
     def history(self, request: Request, pk: str | None = None) -> Response:
-        """One card's utilization, memory, power and temperature, with its process owners."""
+        """One card's utilization, memory, power and temperature, with its process owners
+        for those allowed to see them (an empty list for others)."""
         return _history([self.get_object().pk], request)

@@ -90,6 +90,7 @@ class Migration(migrations.Migration):
                 ('gpu', models.ForeignKey(db_index=False, on_delete=django.db.models.deletion.CASCADE, related_name='+', to='agents.gpu')),
             ],
             options={
+                'permissions': [('view_process_owners', 'Can see the process owners of any card')],
                 'indexes': [models.Index(fields=['bucket'], name='ownerminute_bucket'), models.Index(fields=['owner', 'bucket'], name='ownerminute_owner_bucket')],
                 'constraints': [models.UniqueConstraint(fields=('gpu', 'owner', 'bucket'), name='ownerminute_gpu_owner_bucket')],
             },

@@ -1,0 +1,115 @@
+"""Test data, built one way: factory_boy factories with sensible defaults.
+
+Give only what a test is about (``NodeFactory(state="draining")``); the rest is filled in.
+Named actors (alice, bob, carol, dave) are fixtures in tests/conftest.py, built from
+``UserFactory``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from datetime import datetime, timedelta
+
+import factory
+from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Permission
+from django.utils import timezone
+
+from agents.choices import GpuHealth
+from agents.models import GPU, Node
+from telemetry.models import GpuMinute, OwnerMinute
+
+
+def permission(name: str) -> Permission:
+    """``"app_label.codename"``, as ``user.has_perm`` spells it, to the Permission row."""
+    app_label, codename = name.split(".", 1)
+    return Permission.objects.get(content_type__app_label=app_label, codename=codename)
+
+
+class UserFactory(factory.django.DjangoModelFactory):
+    """A signed-in member with no permissions; ``permissions=[...]`` grants some.
+
+    The password is the user name followed by ``-pw-1``, so a test can log in through the
+    login page too.
+    """
+
+    class Meta:
+        model = get_user_model()
+        skip_postgeneration_save = True
+
+    username = factory.Sequence(lambda n: f"user{n}")
+    email = factory.LazyAttribute(lambda user: f"{user.username}@example.com")
+    password = factory.LazyAttribute(lambda user: f"{user.username}-pw-1")
+
+    @classmethod
+    def _create(cls, model_class, *args, **kwargs):
+        # create_user hashes the password; a plain create would store it as given.
+        manager = cls._get_manager(model_class)
+        if kwargs.get("is_superuser"):
+            return manager.create_superuser(*args, **kwargs)
+        return manager.create_user(*args, **kwargs)
+
+    @factory.post_generation
+    def permissions(user, create: bool, extracted: Iterable[str] | None, **kwargs) -> None:
+        if create and extracted:
+            user.user_permissions.add(*(permission(name) for name in extracted))
+
+
+class NodeFactory(factory.django.DjangoModelFactory):
+    """A node registered with an agent URL and a token, not polled yet (offline).
+
+    Its agent URL is on 127.0.0.1's port 1, where nothing listens: a test that polls it by
+    accident gets a refused connection at once, never a DNS lookup or a timeout.
+    """
+
+    class Meta:
+        model = Node
+
+    name = factory.Sequence(lambda n: f"gpu-node-{n:02d}")
+    hostname = factory.LazyAttribute(lambda node: node.name)
+    agent_url = factory.LazyAttribute(lambda node: f"http://127.0.0.1:1/{node.name}")
+    agent_token = factory.Sequence(lambda n: f"agent-token-{n:04d}-secret")
+
+
+class GPUFactory(factory.django.DjangoModelFactory):
+    """A healthy card, the next index on its node (a new node unless one is given)."""
+
+    class Meta:
+        model = GPU
+
+    node = factory.SubFactory(NodeFactory)
+    index = factory.LazyAttribute(lambda gpu: gpu.node.gpus.count())
+    uuid = factory.Sequence(lambda n: f"GPU-{n:08x}-0000-0000-0000-000000000000")
+    model = "NVIDIA A100-SXM4-80GB"
+    memory_total_mib = 81920
+    health = GpuHealth.OK
+
+
+def _last_minute() -> datetime:
+    # The minute before this one: inside every history range that ends now.
+    return timezone.now().replace(second=0, microsecond=0) - timedelta(minutes=1)
+
+
+class GpuMinuteFactory(factory.django.DjangoModelFactory):
+    """One minute of a card's history, the last minute by default; readings as keywords."""
+
+    class Meta:
+        model = GpuMinute
+
+    gpu = factory.SubFactory(GPUFactory)
+    bucket = factory.LazyFunction(_last_minute)
+    samples = 12
+
+
+class OwnerMinuteFactory(factory.django.DjangoModelFactory):
+    """One minute of what one process owner used of a card."""
+
+    class Meta:
+        model = OwnerMinute
+
+    gpu = factory.SubFactory(GPUFactory)
+    owner = factory.Sequence(lambda n: f"user{n}")
+    bucket = factory.LazyFunction(_last_minute)
+    samples = 12
+    memory_used_avg_mib = 1024.0
+    memory_used_max_mib = 2048.0
