@@ -280,3 +280,18 @@ def test_a_cards_last_seen_is_exact_while_the_database_keeps_it_coarse(client, m
     client.force_login(member_user)
     page = client.get(reverse("telemetry:gpu", args=[GPU.objects.get(uuid="GPU-1").pk]))
     assert page.context["last_seen"] == seen
+
+
+def test_an_empty_fleet_offers_staff_the_add_and_import_actions(client, admin_user):
+    client.force_login(admin_user)
+    body = client.get(reverse("telemetry:dashboard")).content.decode()
+    assert "No nodes yet." in body
+    assert reverse("agents:node_add") in body and reverse("agents:node_import") in body
+
+
+def test_an_empty_fleet_tells_a_member_who_adds_nodes(client, member_user):
+    client.force_login(member_user)
+    body = client.get(reverse("telemetry:dashboard")).content.decode()
+    assert "No nodes yet." in body and "An administrator registers" in body
+    for name in ("agents:node_add", "agents:node_import", "agents:node_list"):
+        assert f'href="{reverse(name)}"' not in body
