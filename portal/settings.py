@@ -166,9 +166,17 @@ USE_TZ = True
 
 STATIC_URL = "static/"
 STATICFILES_DIRS = [BASE_DIR / "static"]
-# Front-end libraries come from npm (package.json); `./dev up` runs `npm ci`.
-if (BASE_DIR / "node_modules" / "uplot" / "dist").is_dir():
-    STATICFILES_DIRS.append(("vendor/uplot", BASE_DIR / "node_modules" / "uplot" / "dist"))
+# Front-end libraries come from npm (package.json); `./dev up` runs `npm ci`. Only the
+# folders the pages use are served: the chart library, the Tabler UI kit (Bootstrap 5) and
+# Tabler's outline icons (SVG files, drawn through a CSS mask so they take the text colour).
+for prefix, dist in [
+    ("uplot", "uplot/dist"),
+    ("tabler/css", "@tabler/core/dist/css"),
+    ("tabler/js", "@tabler/core/dist/js"),
+    ("tabler-icons", "@tabler/icons/icons/outline"),
+]:
+    if (BASE_DIR / "node_modules" / dist).is_dir():
+        STATICFILES_DIRS.append((f"vendor/{prefix}", BASE_DIR / "node_modules" / dist))
 STATIC_ROOT = Path(env_str("STATIC_ROOT") or VAR_DIR / "staticfiles")
 STATIC_ROOT.mkdir(parents=True, exist_ok=True)
 # WhiteNoise serves static files under daphne too; no manifest needed in the demo.

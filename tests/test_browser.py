@@ -360,3 +360,59 @@ def test_history_charts_span_the_chosen_range_and_grow_without_reload(history_si
         page.screenshot(path=str(ARTIFACTS / "gpu-history-growing.png"), full_page=True)
     finally:
         page.close()
+
+
+def log_in(page: Page, url: str, user: str, password: str) -> None:
+    page.goto(url)
+    page.fill("#id_username", user)
+    page.fill("#id_password", password)
+    page.click("button[type=submit]")
+    expect(page.locator(".tile").first).to_be_visible(timeout=20_000)
+
+
+def test_layout_fits_a_laptop_a_phone_and_a_wide_screen(full_stack, browser):
+    """The shared page layout (Tabler on Bootstrap 5): its CSS is loaded, the sections
+    can be reached at every width, a phone never scrolls sideways, a wide screen is used."""
+    ARTIFACTS.mkdir(exist_ok=True)
+    context = browser.new_context(viewport={"width": 1366, "height": 768})
+    page = context.new_page()
+    try:
+        log_in(page, full_stack, "dana", "dana-pw-1")
+        # The kit's stylesheet is applied: its custom properties and the card's border.
+        assert page.evaluate(
+            "getComputedStyle(document.documentElement).getPropertyValue('--tblr-primary')"
+        ).strip()
+        radius = page.evaluate("getComputedStyle(document.querySelector('.tile')).borderRadius")
+        assert radius != "0px", radius
+        # Laptop: the sidebar shows the sections, no toggler needed.
+        fleet_link = page.locator("#sidebar-menu a.nav-link", has_text="Fleet")
+        expect(fleet_link).to_be_visible()
+        expect(fleet_link).to_have_attribute("aria-current", "page")
+        expect(page.locator(".navbar-toggler")).to_be_hidden()
+        page.screenshot(path=str(ARTIFACTS / "layout-1366.png"))
+
+        # Phone: the menu is folded behind the toggler, and nothing is wider than the screen.
+        page.set_viewport_size({"width": 390, "height": 844})
+        expect(fleet_link).to_be_hidden()
+        assert page.evaluate("document.documentElement.scrollWidth <= innerWidth")
+        page.screenshot(path=str(ARTIFACTS / "layout-390.png"), full_page=True)
+        page.click(".navbar-toggler")
+        expect(fleet_link).to_be_visible()
+        page.screenshot(path=str(ARTIFACTS / "layout-390-menu.png"))
+        fleet_link.click()
+        expect(page.locator(".tile").first).to_be_visible()
+        assert page.evaluate("document.documentElement.scrollWidth <= innerWidth")
+        # A node's page on the phone: its cards and history fit as well.
+        page.locator(".tile").first.click()
+        expect(page.locator(".gpu-card").first).to_be_visible(timeout=20_000)
+        assert page.evaluate("document.documentElement.scrollWidth <= innerWidth")
+
+        # Wide screen: the content takes the width, not a centred column.
+        page.set_viewport_size({"width": 1920, "height": 1080})
+        page.go_back()
+        expect(page.locator(".tile").first).to_be_visible()
+        width = page.evaluate("document.getElementById('content').getBoundingClientRect().width")
+        assert width > 1600, width
+        page.screenshot(path=str(ARTIFACTS / "layout-1920.png"))
+    finally:
+        context.close()

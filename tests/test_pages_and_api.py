@@ -282,3 +282,18 @@ def test_favicon_is_linked_from_every_page_and_served(client):
     assert response.status_code == 301 and response["Location"] == icon
     served = client.get(icon)
     assert served.status_code == 200 and served["Content-Type"].startswith("image/svg+xml")
+
+
+def test_an_empty_fleet_offers_staff_the_add_and_import_actions(client, admin_user):
+    client.force_login(admin_user)
+    body = client.get(reverse("telemetry:dashboard")).content.decode()
+    assert "No nodes yet." in body
+    assert reverse("agents:node_add") in body and reverse("agents:node_import") in body
+
+
+def test_an_empty_fleet_tells_a_member_who_adds_nodes(client, member_user):
+    client.force_login(member_user)
+    body = client.get(reverse("telemetry:dashboard")).content.decode()
+    assert "No nodes yet." in body and "An administrator registers" in body
+    for name in ("agents:node_add", "agents:node_import", "agents:node_list"):
+        assert f'href="{reverse(name)}"' not in body

@@ -16,9 +16,13 @@ export function setField(root, name, text) {
   return el;
 }
 
+// A progress bar: value out of its data-max (100 for percentages, 1 for fractions).
 export function setMeter(root, name, value) {
   const el = root.querySelector(`[data-meter="${name}"]`);
-  if (el) el.value = value ?? 0;
+  if (!el) return;
+  const pct = Math.min(100, Math.max(0, (100 * (value ?? 0)) / Number(el.dataset.max || 100)));
+  el.style.width = `${pct}%`;
+  el.setAttribute("aria-valuenow", Math.round(pct));
 }
 
 export function memoryText(used, total) {
