@@ -26,8 +26,11 @@ _MAX_CHUNKS = 8192  # 1-byte chunks would cost seconds of CPU per MiB of body
 _MAX_FRAMING = 2 * MAX_HEAD_BYTES + 64 * _MAX_CHUNKS
 # RFC 9110 9.2.2: these may be sent again when a connection drops before the answer.
 IDEMPOTENT = frozenset({"GET", "PUT", "DELETE", "OPTIONS"})
-# Set by ``prepare`` itself: a caller's copy would frame the request differently.
-_FRAMING_HEADERS = frozenset({"host", "content-length", "transfer-encoding", "connection"})
+# Set by ``prepare`` itself (the token is its own argument): a caller's copy would
+# frame the request differently or send two credentials.
+_RESERVED_HEADERS = frozenset(
+    {"host", "content-length", "transfer-encoding", "connection", "authorization"}
+)
 _TCHAR = frozenset("!#$%&'*+-.^_`|~")
 _STATUS, _HEAD, _BODY, _DONE = 0, 1, 2, 3
 
@@ -89,7 +92,7 @@ def prepare(
     for name, value in extra.items():
         if (
             not _token(name)
-            or name.lower() in _FRAMING_HEADERS
+            or name.lower() in _RESERVED_HEADERS
             or not value.isascii()
             or any(c in value for c in "\r\n\x00")
         ):

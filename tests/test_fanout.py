@@ -745,6 +745,7 @@ def test_a_post_lost_on_a_reused_connection_is_not_sent_again(raw_server):
         fanout.Request("PUT", "http://127.0.0.1:1/", headers={"Content-Length": "1"}),
         fanout.Request("PUT", "http://127.0.0.1:1/", headers={"X-A": "1\r\nX-B: 2"}),
         fanout.Request("PUT", "http://127.0.0.1:1/", headers={"Bad Name": "1"}),
+        fanout.Request("GET", "http://127.0.0.1:1/", headers={"authorization": "Basic x"}),
     ],
 )
 def test_a_malformed_method_or_header_is_the_callers_error(request_):
