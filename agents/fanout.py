@@ -1,4 +1,4 @@
-"""A lean HTTP/1.1 GET client for fanning out to many agents from one event loop.
+"""A lean HTTP/1.1 client for fanning out to many agents from one event loop.
 
 Why not aiohttp: polling 1,000 agents every few seconds, its per-request machinery
 (a task, a response object, a stream reader, header multidicts, timers) cost 350-500 µs
@@ -7,20 +7,23 @@ few objects and callbacks on a bare ``asyncio.Protocol``:
 
 * one connection per origin (scheme, host, port), kept alive across calls in a
   ``Pool`` that the caller keeps; a connection the server closed while idle is noticed
-  (``connection_lost``) and dropped, and a request that a reused connection loses before
-  any byte of the answer arrives is sent once more on a fresh one (the keep-alive race;
-  GET is idempotent), which does not count as a retry;
-* the request bytes are built once per (URL, token) and cached;
+  (``connection_lost``) and dropped, and an idempotent request (GET, PUT, ...) that a
+  reused connection loses before any byte of the answer arrives is sent once more on a
+  fresh one (the keep-alive race), which does not count as a retry;
+* a GET's bytes are built once per (URL, token) and cached (``get_all``, the poller's
+  path); ``send_all`` takes any method with a body (``Request``), and ``send`` is one
+  request to one agent from synchronous code (a view, a service);
 * at most ``concurrency`` requests in flight, the next one started from the callback of
   the one that finished: no task or semaphore per request (connecting uses a task);
 * one timer per request bounds everything about it (connect, retries, answer);
-* a refused, reset or dropped connection and an HTTP 503 are retried after ``backoff``,
-  ``backoff * 2``, ... while the deadline leaves room; nothing else is.
+* a refused connection and an HTTP 503 are retried after ``backoff``, ``backoff * 2``,
+  ... while the deadline leaves room, and so is a reset or dropped one for an idempotent
+  method; nothing else is.
 
-Answers are framed by agents/http1.py: Content-Length, chunked encoding or the connection
-closing; 1xx interim answers skipped; ``Connection: close`` and HTTP/1.0 end the connection.
-Anything malformed or over the limits is an error that closes the connection.
-No Django here: the poller passes the settings in.
+Answers are framed by llhttp through agents/http1.py: Content-Length, chunked encoding or
+the connection closing; 1xx interim answers skipped; ``Connection: close`` and HTTP/1.0
+end the connection. Anything malformed or over the limits is an error that closes the
+connection. No Django here: callers pass the settings in.
 """
 
 from __future__ import annotations
@@ -29,10 +32,13 @@ import asyncio
 import os
 import socket
 import ssl
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
-from agents.http1 import HTTPError, Origin, ResponseParser, Target, prepare_get
+import orjson
+
+from agents.http1 import HTTPError, Origin, ResponseReader, Target, prepare, prepare_get
 
 MAX_BODY_BYTES = 4 * 1024 * 1024
 RETRY_STATUSES = frozenset({503})
@@ -53,7 +59,65 @@ class Response:
 
     @property
     def ok(self) -> bool:
+        """An HTTP answer came, whatever its status."""
         return not self.error
+
+    def json(self) -> Any:
+        """The body as JSON; raises ``orjson.JSONDecodeError`` (a ValueError) if it is not."""
+        return orjson.loads(self.body)
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    """One request to one agent: ``json`` (when not None) is sent as an application/json
+    body, else ``body`` with ``content_type``; ``headers`` are added as given."""
+
+    method: str
+    url: str
+    token: str = ""
+    json: Any = None
+    body: bytes = b""
+    content_type: str = ""
+    headers: Mapping[str, str] | None = None
+
+    def prepare(self) -> Target | str:
+        body, content_type = self.body, self.content_type
+        if self.json is not None:
+            body, content_type = orjson.dumps(self.json), "application/json"
+        return prepare(
+            self.method, self.url, self.token,
+            body=body, content_type=content_type, headers=self.headers,
+        )  # fmt: skip
+
+
+def send(
+    request: Request,
+    *,
+    timeout: float,
+    retries: int = 0,
+    backoff: float = 0.1,
+    max_body: int = MAX_BODY_BYTES,
+    ssl_context: ssl.SSLContext | None = None,
+) -> Response:
+    """One request to one agent from synchronous code (a view, a service, a task).
+
+    It runs in its own short event loop and connection, so it never waits behind a poll
+    cycle; async code calls ``Pool.send_all`` instead.
+    """
+
+    async def run() -> Response:
+        pool = Pool(ssl_context=ssl_context)
+        try:
+            [response] = await pool.send_all(
+                [request], timeout=timeout, concurrency=1, retries=retries, backoff=backoff,
+                max_body=max_body,
+            )  # fmt: skip
+        finally:
+            pool.close()
+            await asyncio.sleep(0)  # let the transport finish closing inside the loop
+        return response
+
+    return asyncio.run(run())
 
 
 def _reason(exc: BaseException) -> str:
@@ -103,6 +167,41 @@ class Pool:
         ``on_response(index, response)`` is called as each one is final, in the loop;
         what it raises is raised here once all requests are done.
         """
+        targets = [self._target(url, token) for url, token in requests]
+        return await self._run(
+            targets, timeout, concurrency, retries, backoff, max_body, on_response
+        )
+
+    async def send_all(
+        self,
+        requests: Sequence[Request],
+        *,
+        timeout: float,
+        concurrency: int,
+        retries: int = 0,
+        backoff: float = 0.1,
+        max_body: int = MAX_BODY_BYTES,
+        on_response: Callable[[int, Response], None] | None = None,
+    ) -> list[Response]:
+        """As ``get_all``, for requests of any method; their bytes are built per call.
+
+        A malformed method or header raises ValueError before anything is sent.
+        """
+        targets = [request.prepare() for request in requests]
+        return await self._run(
+            targets, timeout, concurrency, retries, backoff, max_body, on_response
+        )
+
+    async def _run(
+        self,
+        targets: list[Target | str],
+        timeout: float,
+        concurrency: int,
+        retries: int,
+        backoff: float,
+        max_body: int,
+        on_response: Callable[[int, Response], None] | None,
+    ) -> list[Response]:
         loop = asyncio.get_running_loop()
         if self.closed:
             raise RuntimeError("the pool is closed")
@@ -112,10 +211,10 @@ class Pool:
             raise RuntimeError("a Pool belongs to the event loop that first used it")
         if concurrency < 1:
             raise ValueError("concurrency must be at least 1")
-        if not requests:
+        if not targets:
             return []
         self._sweep(loop.time())
-        batch = _Batch(self, loop, requests, timeout, concurrency, retries, backoff, max_body)
+        batch = _Batch(self, loop, targets, timeout, concurrency, retries, backoff, max_body)
         batch.on_response = on_response
         return await batch.run()
 
@@ -207,13 +306,14 @@ class _Exchange:
 
 
 class _Batch:
-    """One ``get_all`` call: starts requests as slots free up, collects the answers."""
+    """One ``get_all`` or ``send_all`` call: starts requests as slots free up, collects
+    the answers."""
 
     def __init__(
         self,
         pool: Pool,
         loop: asyncio.AbstractEventLoop,
-        requests: Sequence[tuple[str, str]],
+        targets: list[Target | str],
         timeout: float,
         concurrency: int,
         retries: int,
@@ -222,14 +322,14 @@ class _Batch:
     ) -> None:
         self.pool = pool
         self.loop = loop
-        self.requests = requests
+        self.targets = targets
         self.timeout = timeout
         self.timeout_error = f"timed out after {timeout:g} s"
         self.concurrency = concurrency
         self.retries = retries
         self.backoff = backoff
         self.max_body = max_body
-        self.results: list[Response | None] = [None] * len(requests)
+        self.results: list[Response | None] = [None] * len(targets)
         self.on_response: Callable[[int, Response], None] | None = None
         self.callback_error: Exception | None = None
         self.next = 0
@@ -256,18 +356,17 @@ class _Batch:
             return
         self.filling = True
         try:
-            while self.next < len(self.requests) and len(self.in_flight) < self.concurrency:
+            while self.next < len(self.targets) and len(self.in_flight) < self.concurrency:
                 index = self.next
                 self.next += 1
                 self._start(index)
         finally:
             self.filling = False
-        if not self.in_flight and self.next >= len(self.requests) and not self.future.done():
+        if not self.in_flight and self.next >= len(self.targets) and not self.future.done():
             self.future.set_result(None)
 
     def _start(self, index: int) -> None:
-        url, token = self.requests[index]
-        target = self.pool._target(url, token)
+        target = self.targets[index]
         now = self.loop.time()
         if isinstance(target, str):
             self._record(index, Response(0, b"", target, 0.0, 0))
@@ -406,7 +505,7 @@ class _Connection(asyncio.Protocol):
         self.batch: _Batch | None = None
         self.exchange: _Exchange | None = None
         self.received = False
-        self.parser = ResponseParser()
+        self.reader = ResponseReader()
 
     # asyncio.Protocol
 
@@ -423,17 +522,19 @@ class _Connection(asyncio.Protocol):
             return
         self._detach()
         address = exchange.target.address
-        body = self.parser.at_close() if exc is None else None
+        # Sent again only if doing it twice is harmless: the server may have acted on it.
+        again = exchange.target.idempotent
+        body = self.reader.at_close() if exc is None else None
         if body is not None:
-            batch._answered(exchange, self.parser.status, body)
+            batch._answered(exchange, self.reader.status, body)
         elif not self.received and self.answers:
             error = f"connection to {address} closed before the answer"
-            batch._failed(exchange, error, retry=True, stale=True)
+            batch._failed(exchange, error, retry=again, stale=again)
         elif exc is not None:
-            batch._failed(exchange, f"connection to {address} lost: {_reason(exc)}", retry=True)
+            batch._failed(exchange, f"connection to {address} lost: {_reason(exc)}", retry=again)
         else:
             error = f"connection closed by {address} before the answer was complete"
-            batch._failed(exchange, error, retry=True)
+            batch._failed(exchange, error, retry=again)
 
     def data_received(self, data: bytes) -> None:
         batch, exchange = self.batch, self.exchange
@@ -444,7 +545,7 @@ class _Connection(asyncio.Protocol):
             return
         self.received = True
         try:
-            body = self.parser.feed(data)
+            body = self.reader.feed(data)
         except HTTPError as exc:
             self.abandon()
             batch._failed(exchange, f"{exc} (from {exchange.target.address})", retry=False)
@@ -453,11 +554,11 @@ class _Connection(asyncio.Protocol):
             return
         self._detach()
         self.answers += 1
-        if self.parser.keep_alive and not self.parser.leftover:
+        if self.reader.keep_alive and not self.reader.leftover:
             self.pool._checkin(self)
         else:  # told to close, or sent more than it framed: not reusable
             self.close()
-        batch._answered(exchange, self.parser.status, body)
+        batch._answered(exchange, self.reader.status, body)
 
     # Used by the pool and batches.
 
@@ -469,7 +570,7 @@ class _Connection(asyncio.Protocol):
         self.exchange = exchange
         exchange.connection = self
         self.received = False
-        self.parser.start(batch.max_body)
+        self.reader.start(batch.max_body)
         assert self.transport is not None
         self.transport.write(exchange.target.request)
 

@@ -1,26 +1,38 @@
 """HTTP/1.1 on the wire for the fan-out client (agents/fanout.py).
 
-``prepare_get`` builds the bytes of a GET once per (URL, token). ``ResponseParser``
-reads one answer at a time from the bytes a connection receives: the status line, the
-headers that frame the body (Content-Length, Transfer-Encoding, Connection; names
-case-insensitive), and the body, delimited by Content-Length, by chunked encoding or by
-the connection closing. 1xx interim answers are skipped. Anything malformed or over the
-limits raises ``HTTPError``; the caller then closes the connection.
+``prepare`` builds a request's bytes: any method, a bearer token, a body with its
+Content-Type, extra headers (``prepare_get`` is the poller's GET). ``ResponseReader``
+reads one answer at a time from the bytes a connection receives, framed by llhttp
+(Node.js's parser, through ``httptools``): Content-Length, chunked encoding or the
+connection closing; 1xx interim answers skipped. What llhttp leaves to its caller is
+done here: the limits (head, body, number of chunks, bytes on the wire) and when a
+close completes a body. Anything malformed or over the limits raises ``HTTPError``;
+the caller then closes the connection.
 """
 
 from __future__ import annotations
 
 import importlib.metadata
-import string
+from collections.abc import Mapping
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
+import httptools
+
 MAX_HEAD_BYTES = 64 * 1024
-_MAX_CHUNK_LINE = 4096
-_MAX_CHUNKS = 8192  # 1-byte chunks would cost ~2.6 s of CPU and ~120 MiB per MiB of body
-_HEX = frozenset(string.hexdigits.encode())
-_LENGTH, _CHUNKED, _UNTIL_CLOSE = 0, 1, 2
-_SIZE, _DATA, _DATA_END, _TRAILER = 0, 1, 2, 3
+_MAX_CHUNKS = 8192  # 1-byte chunks would cost seconds of CPU per MiB of body
+# llhttp bounds no line: chunk-size lines, extensions and trailers are bounded by a cap
+# on everything an answer may send besides its body (two heads, 64 bytes per chunk).
+_MAX_FRAMING = 2 * MAX_HEAD_BYTES + 64 * _MAX_CHUNKS
+# RFC 9110 9.2.2: these may be sent again when a connection drops before the answer.
+IDEMPOTENT = frozenset({"GET", "PUT", "DELETE", "OPTIONS"})
+# Set by ``prepare`` itself (the token is its own argument): a caller's copy would
+# frame the request differently or send two credentials.
+_RESERVED_HEADERS = frozenset(
+    {"host", "content-length", "transfer-encoding", "connection", "authorization"}
+)
+_TCHAR = frozenset("!#$%&'*+-.^_`|~")
+_STATUS, _HEAD, _BODY, _DONE = 0, 1, 2, 3
 
 try:
     USER_AGENT = f"gpu-portal/{importlib.metadata.version('gpu-portal')}"
@@ -43,15 +55,48 @@ def size_text(limit: int) -> str:
 
 @dataclass(frozen=True, slots=True)
 class Target:
-    """A prepared GET: where it goes and its bytes."""
+    """A prepared request: where it goes and its bytes."""
 
     origin: Origin
     request: bytes
     address: str  # host:port, for messages
+    idempotent: bool = True
 
 
-def prepare_get(url: str, token: str) -> Target | str:
-    """The request bytes for one (URL, token), or why there can be none."""
+def _token(text: str) -> bool:
+    """An HTTP token (RFC 9110 5.6.2): what a method or header name may be."""
+    return text.isascii() and text != "" and all(c.isalnum() or c in _TCHAR for c in text)
+
+
+def prepare(
+    method: str,
+    url: str,
+    token: str,
+    *,
+    body: bytes = b"",
+    content_type: str = "",
+    headers: Mapping[str, str] | None = None,
+) -> Target | str:
+    """The request bytes, or why there can be none for this URL or token.
+
+    A bad method or header is the caller's mistake and raises ValueError; the URL and
+    token come from data (a node's record), so their faults are returned as text.
+    """
+    if not _token(method) or method != method.upper():
+        raise ValueError(f"invalid HTTP method {method!r}")
+    if method == "HEAD":
+        raise ValueError("HEAD is not supported: its answer is framed without a body")
+    extra = dict(headers or {})
+    if content_type:
+        extra["Content-Type"] = content_type
+    for name, value in extra.items():
+        if (
+            not _token(name)
+            or name.lower() in _RESERVED_HEADERS
+            or not value.isascii()
+            or any(c in value for c in "\r\n\x00")
+        ):
+            raise ValueError(f"invalid or reserved HTTP header {name!r}")
     try:
         parts = urlsplit(url)
         port = parts.port
@@ -72,7 +117,7 @@ def prepare_get(url: str, token: str) -> Target | str:
     address = f"{bracketed}:{port}"
     host_header = bracketed if port == (443 if scheme == "https" else 80) else address
     lines = [
-        f"GET {target} HTTP/1.1",
+        f"{method} {target} HTTP/1.1",
         f"Host: {host_header}",
         f"User-Agent: {USER_AGENT}",
         "Accept: application/json",
@@ -80,6 +125,9 @@ def prepare_get(url: str, token: str) -> Target | str:
     ]
     if token:
         lines.append(f"Authorization: Bearer {token}")
+    lines += [f"{name}: {value}" for name, value in extra.items()]
+    if body or method in ("PUT", "POST", "PATCH"):
+        lines.append(f"Content-Length: {len(body)}")
     text = "\r\n".join(lines) + "\r\n\r\n"
     # Whitespace or control characters would split the request line or a header.
     if any(c.isspace() or not c.isprintable() for c in target + host_header + token):
@@ -88,192 +136,162 @@ def prepare_get(url: str, token: str) -> Target | str:
         request = text.encode("ascii")
     except UnicodeEncodeError:
         return f"non-ASCII characters in the URL or token for {address}"
-    return Target((scheme, host, port), request, address)
+    return Target((scheme, host, port), request + body, address, method in IDEMPOTENT)
 
 
-class ResponseParser:
-    """The framing state of one connection; ``start`` before each request."""
+def prepare_get(url: str, token: str) -> Target | str:
+    return prepare("GET", url, token)
+
+
+class _Beyond(Exception):
+    """A second answer began in bytes that belonged to no request."""
+
+
+class ResponseReader:
+    """One connection's llhttp parser and the answer it is reading; ``start`` before each.
+
+    The parser lives as long as the connection: llhttp carries on from one keep-alive
+    answer to the next. Its callbacks (``on_*``) collect the answer.
+    """
 
     __slots__ = (
-        "body_size",
-        "buffer",
-        "chunk_count",
-        "chunk_state",
+        "body",
         "chunks",
-        "head_done",
+        "framed",
+        "head",
         "keep_alive",
+        "leftover",
         "max_body",
-        "mode",
-        "remaining",
+        "parser",
+        "parts",
+        "phase",
+        "size",
         "status",
+        "wire",
     )
 
     def __init__(self) -> None:
-        self.buffer = bytearray()
+        self.parser = httptools.HttpResponseParser(self)
         self.max_body = 0
-        self.head_done = False
+        self.phase = _DONE
         self.status = 0
         self.keep_alive = True
-        self.mode = _LENGTH
-        self.remaining = 0
-        self.chunk_state = _SIZE
-        self.chunks = bytearray()
-        self.chunk_count = 0
-        self.body_size = 0
+        self.leftover = False
+        self.framed = False
+        self.head = 0
+        self.parts: list[bytes] = []
+        self.body = b""
+        self.size = 0
+        self.chunks = 0
+        self.wire = 0
 
     def start(self, max_body: int) -> None:
         self.max_body = max_body
-        self.head_done = False
-        self.chunks = bytearray()
-        self.chunk_count = 0
-        self.body_size = 0
-
-    @property
-    def leftover(self) -> bool:
-        """Bytes beyond the answer: the server said more than it framed."""
-        return bool(self.buffer)
+        self.phase = _STATUS
+        self.status = 0
+        self.framed = False
+        self.head = 0
+        self.parts = []
+        self.body = b""
+        self.size = 0
+        self.chunks = 0
+        self.wire = 0
 
     def feed(self, data: bytes) -> bytes | None:
-        """The body once the answer is complete (``status`` and ``keep_alive`` then
-        describe it), else None for more bytes to come."""
-        buffer = self.buffer
-        buffer += data
-        while not self.head_done:
-            end = buffer.find(b"\r\n\r\n", 0, MAX_HEAD_BYTES + 4)
-            if end < 0:
-                if len(buffer) > MAX_HEAD_BYTES:
-                    raise HTTPError(f"answer head larger than {size_text(MAX_HEAD_BYTES)}")
-                return None
-            head = bytes(buffer[:end])
-            del buffer[: end + 4]
-            self._head(head)
-        if self.mode == _LENGTH:
-            if len(buffer) < self.remaining:
-                return None
-            body = bytes(buffer[: self.remaining])
-            del buffer[: self.remaining]
-            return body
-        if self.mode == _CHUNKED:
-            return bytes(self.chunks) if self._chunks() else None
-        if len(buffer) > self.max_body:
-            raise HTTPError(self._too_large())
+        """The body once the answer is complete (``status``, ``keep_alive`` and
+        ``leftover`` then describe it), else None for more bytes to come."""
+        self.wire += len(data)
+        try:
+            self.parser.feed_data(data)
+        except httptools.HttpParserCallbackError as exc:
+            if self.phase != _DONE:
+                if isinstance(exc.__context__, HTTPError):
+                    raise exc.__context__ from None
+                raise HTTPError(self._malformed(str(exc))) from None
+            self.leftover = True
+        except (httptools.HttpParserError, httptools.HttpParserUpgrade) as exc:
+            if self.phase != _DONE:
+                raise HTTPError(self._malformed(str(exc))) from None
+            self.leftover = True  # bytes after the answer that are no answer at all
+        if self.phase == _DONE:
+            return self.body
+        if self.phase < _BODY and self.wire > MAX_HEAD_BYTES:
+            raise self._head_too_large()
+        if self.wire > self.max_body + _MAX_FRAMING:
+            limit = size_text(self.max_body + _MAX_FRAMING)
+            raise HTTPError(f"answer larger than {limit} with its framing")
         return None
 
     def at_close(self) -> bytes | None:
         """The body, if the connection closing completes the answer."""
-        if self.head_done and self.mode == _UNTIL_CLOSE:
-            body = bytes(self.buffer)
-            self.buffer.clear()
-            return body
+        if self.phase == _BODY and not self.framed:
+            self.phase = _DONE
+            self.keep_alive = False
+            self.body = b"".join(self.parts)
+            return self.body
         return None
 
-    def _too_large(self) -> str:
-        return f"answer body larger than {size_text(self.max_body)}"
+    def _malformed(self, reason: str) -> str:
+        if self.phase == _STATUS:
+            return f"malformed HTTP status line ({reason})"
+        if self.phase == _HEAD:
+            if "Content-Length" in reason:
+                return f"malformed Content-Length ({reason})"
+            return f"malformed HTTP header line ({reason})"
+        return f"malformed HTTP body ({reason})"
 
-    def _head(self, head: bytes) -> None:
-        status_line, *lines = head.split(b"\r\n")
-        parts = status_line.split(b" ", 2)
-        if (
-            len(parts) < 2
-            or parts[0] not in (b"HTTP/1.1", b"HTTP/1.0")
-            or len(parts[1]) != 3
-            or not parts[1].isdigit()
-        ):
-            raise HTTPError(f"malformed HTTP status line {status_line[:100]!r}")
-        status = int(parts[1])
-        length: int | None = None
-        chunked = encoded = close = keep_alive = False
-        for line in lines:
-            name, colon, value = line.partition(b":")
-            if not colon or not name or name[-1:].isspace() or name[:1].isspace():
-                raise HTTPError(f"malformed HTTP header line {line[:100]!r}")
-            name = name.lower()
-            if name == b"content-length":
-                value = value.strip()
-                if (
-                    not value.isdigit()
-                    or len(value) > 18
-                    or (length is not None and int(value) != length)
-                ):
-                    raise HTTPError(f"malformed Content-Length {value[:40]!r}")
-                length = int(value)
-            elif name == b"transfer-encoding":
-                encoded = True
-                chunked = value.rsplit(b",", 1)[-1].strip().lower() == b"chunked"
-            elif name == b"connection":
-                tokens = {token.strip().lower() for token in value.split(b",")}
-                close = close or b"close" in tokens
-                keep_alive = keep_alive or b"keep-alive" in tokens
-        if 100 <= status < 200:
-            if status == 101:
-                raise HTTPError("unexpected HTTP 101 Switching Protocols")
-            return  # an interim answer: the real one follows
-        self.head_done = True
-        self.status = status
-        self.keep_alive = not close and (parts[0] == b"HTTP/1.1" or keep_alive)
-        if status in (204, 304):
-            self.mode, self.remaining = _LENGTH, 0
-        elif encoded:
-            # Framed by its encoding; a Content-Length beside it is a smuggling risk.
-            self.keep_alive = self.keep_alive and chunked and length is None
-            self.mode = _CHUNKED if chunked else _UNTIL_CLOSE
-            self.chunk_state = _SIZE
-        elif length is not None:
-            if length > self.max_body:
-                raise HTTPError(self._too_large())
-            self.mode, self.remaining = _LENGTH, length
-        else:
-            self.mode, self.keep_alive = _UNTIL_CLOSE, False
+    def _head_too_large(self) -> HTTPError:
+        return HTTPError(f"answer head larger than {size_text(MAX_HEAD_BYTES)}")
 
-    def _chunks(self) -> bool:
-        """Consume chunked framing from the buffer; True once the last chunk is in."""
-        buffer = self.buffer
-        while True:
-            if self.chunk_state == _SIZE:
-                end = buffer.find(b"\r\n", 0, _MAX_CHUNK_LINE)
-                if end < 0:
-                    if len(buffer) >= _MAX_CHUNK_LINE:
-                        raise HTTPError("malformed chunk size line")
-                    return False
-                size_hex = bytes(buffer[:end]).split(b";", 1)[0].strip()
-                if not size_hex or not _HEX.issuperset(size_hex) or len(size_hex) > 16:
-                    raise HTTPError(f"malformed chunk size {size_hex[:20]!r}")
-                del buffer[: end + 2]
-                size = int(size_hex, 16)
-                if size == 0:
-                    self.chunk_state = _TRAILER
-                    continue
-                self.chunk_count += 1
-                if self.chunk_count > _MAX_CHUNKS:
-                    raise HTTPError(f"chunked answer in more than {_MAX_CHUNKS} chunks")
-                if self.body_size + size > self.max_body:
-                    raise HTTPError(self._too_large())
-                self.remaining = size
-                self.chunk_state = _DATA
-            elif self.chunk_state == _DATA:
-                if not buffer:
-                    return False
-                take = min(self.remaining, len(buffer))
-                self.chunks += memoryview(buffer)[:take]
-                del buffer[:take]
-                self.remaining -= take
-                self.body_size += take
-                if self.remaining:
-                    return False
-                self.chunk_state = _DATA_END
-            elif self.chunk_state == _DATA_END:
-                if not b"\r\n".startswith(buffer[:2]):
-                    raise HTTPError("malformed chunk: no CRLF after its data")
-                if len(buffer) < 2:
-                    return False
-                del buffer[:2]
-                self.chunk_state = _SIZE
-            else:  # trailer fields, ignored, up to the empty line
-                end = buffer.find(b"\r\n", 0, MAX_HEAD_BYTES)
-                if end < 0:
-                    if len(buffer) >= MAX_HEAD_BYTES:
-                        raise HTTPError("chunked trailer too large")
-                    return False
-                del buffer[: end + 2]
-                if end == 0:
-                    return True
+    def _too_large(self) -> HTTPError:
+        return HTTPError(f"answer body larger than {size_text(self.max_body)}")
+
+    # llhttp's callbacks
+
+    def on_message_begin(self) -> None:
+        if self.phase == _DONE:
+            raise _Beyond
+
+    def on_status(self, reason: bytes) -> None:
+        self.phase = _HEAD
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        # Only the headers that frame the body matter here; llhttp checked their syntax.
+        self.phase = _HEAD
+        # A head that arrived in one read is measured here, header by header.
+        self.head += len(name) + len(value) + 4
+        if self.head > MAX_HEAD_BYTES:
+            raise self._head_too_large()
+        if len(name) == 14 and name.lower() == b"content-length":
+            self.framed = True
+            if value.strip().isdigit() and int(value) > self.max_body:
+                raise self._too_large()
+        elif len(name) == 17 and name.lower() == b"transfer-encoding":
+            self.framed = value.rsplit(b",", 1)[-1].strip().lower() == b"chunked"
+
+    def on_headers_complete(self) -> None:
+        self.status = self.parser.get_status_code()
+        if self.status == 101:
+            raise HTTPError("unexpected HTTP 101 Switching Protocols")
+        self.phase = _BODY
+
+    def on_chunk_header(self) -> None:
+        self.chunks += 1
+        if self.chunks > _MAX_CHUNKS:
+            raise HTTPError(f"chunked answer in more than {_MAX_CHUNKS} chunks")
+
+    def on_body(self, data: bytes) -> None:
+        self.size += len(data)
+        if self.size > self.max_body:
+            raise self._too_large()
+        self.parts.append(data)
+
+    def on_message_complete(self) -> None:
+        if self.status < 200:  # an interim answer: the real one follows
+            self.phase = _STATUS
+            self.framed = False
+            return
+        parts = self.parts
+        self.body = parts[0] if len(parts) == 1 else b"".join(parts)
+        self.keep_alive = self.parser.should_keep_alive()
+        self.phase = _DONE

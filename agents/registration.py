@@ -7,7 +7,6 @@ pages, the API and the import apply the same ones. Errors are collected per fiel
 
 from __future__ import annotations
 
-import asyncio
 import csv
 import io
 import re
@@ -21,14 +20,17 @@ from django.db import transaction
 from django.utils import timezone
 from django.utils.translation import gettext as _
 
+from agents import fanout
 from agents.choices import NodeSource, NodeState
+from agents.gpu_agent import schema
 from agents.models import Node, token_hint
 from agents.validators import valid_agent_url
 from portal import crypto
-from telemetry import poller
 
 FIELDS = ("name", "agent_url", "token", "labels", "state")
 MAX_IMPORT_ROWS = 5000
+# The compact view the poller asks for; an agent without views sends the whole snapshot.
+_SNAPSHOT_PATH = "/v1/snapshot?view=portal"
 _NAME = re.compile(r"^[\w.:-]{1,255}$")
 _LABEL_KEY = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9._/-]{0,62})$")
 
@@ -443,22 +445,26 @@ class ConnectionResult:
 
 
 def test_connection(url: str, token: str) -> ConnectionResult:
-    """Fetch one snapshot as the poller would; nothing is saved."""
+    """Fetch one snapshot with the poller's client, timeout and retries; nothing is saved."""
     cleaned, errors = _clean({"agent_url": url, "token": token}, partial=True)
     if errors:
         return ConnectionResult(ok=False, error=" ".join(m for ms in errors.values() for m in ms))
-    target = poller.AgentTarget(node_id=0, url=cleaned["agent_url"], token=cleaned["token"])
-    # fetch_all with its own session: the poller's shared loop belongs to the poll cycles.
-    [result] = asyncio.run(
-        poller.fetch_all([target], timeout=settings.GPU_POLL_TIMEOUT, concurrency=1)
+    request = fanout.Request("GET", cleaned["agent_url"] + _SNAPSHOT_PATH, cleaned["token"])
+    response = fanout.send(
+        request,
+        timeout=settings.GPU_POLL_TIMEOUT,
+        retries=settings.GPU_POLL_RETRIES,
+        backoff=settings.GPU_POLL_RETRY_BACKOFF,
     )
-    latency_ms = round(result.duration_s * 1000, 1)
-    if not result.ok:
-        error = result.error
-        if error.startswith("HTTP 401"):
-            error = _("The agent refused the token (HTTP 401).")
+    latency_ms = round(response.duration_s * 1000, 1)
+    if not response.ok:
+        return ConnectionResult(ok=False, error=response.error, latency_ms=latency_ms)
+    if response.status == 401:
+        error = _("The agent refused the token (HTTP 401).")
         return ConnectionResult(ok=False, error=error, latency_ms=latency_ms)
-    snapshot = result.snapshot or {}
+    snapshot = _snapshot(response)
+    if isinstance(snapshot, str):
+        return ConnectionResult(ok=False, error=snapshot, latency_ms=latency_ms)
     models: dict[str, int] = {}
     for gpu in snapshot["gpus"]:
         model = str(gpu.get("name") or "unknown")
@@ -471,6 +477,25 @@ def test_connection(url: str, token: str) -> ConnectionResult:
         models=models,
         latency_ms=latency_ms,
     )
+
+
+def _snapshot(response: fanout.Response) -> dict[str, Any] | str:
+    """The snapshot, or what is wrong with the answer: checked against the reading schema
+    as the poller checks it, so an agent that passes here is recorded at the first cycle."""
+    if response.status != 200:
+        reason = response.body[:200].decode("utf-8", "replace").strip()
+        return f"HTTP {response.status}: {reason}"
+    try:
+        snapshot = response.json()
+    except ValueError:
+        return _("The answer is not valid JSON.")
+    gpus = snapshot.get("gpus") if isinstance(snapshot, dict) else None
+    if not isinstance(gpus, list) or not all(isinstance(gpu, dict) for gpu in gpus):
+        return _("The answer is not an agent snapshot: it has no list of GPUs.")
+    try:
+        return schema.check_snapshot(snapshot)
+    except schema.SnapshotError as exc:
+        return _("The agent's answer cannot be recorded: %(problem)s") % {"problem": exc}
 
 
 def stored_token(node_id: int) -> str:

@@ -12,6 +12,7 @@ import time
 from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+import orjson
 import pytest
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
@@ -404,14 +405,25 @@ def test_head_larger_than_64_kib_fails(raw_server):
         (b"HTTP/1.1 200 OK\r\nno colon here\r\n\r\n", "malformed HTTP header line"),
         (b"HTTP/1.1 200 OK\r\nContent-Length: -1\r\n\r\n", "malformed Content-Length"),
         (b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nContent-Length: 3\r\n\r\n", "Content-Length"),
-        (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n", "malformed chunk size"),
-        (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nabX", "no CRLF"),
+        (
+            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n",
+            "malformed HTTP body (Invalid character in chunk size)",
+        ),
+        (
+            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nabX",
+            "Expected LF after chunk data",
+        ),
         # int() refuses over 4,300 digits with a ValueError: a clear error, not a "lost" retry.
         (b"HTTP/1.1 200 OK\r\nContent-Length: " + b"9" * 5000 + b"\r\n\r\n", "Content-Length"),
         # A body in one-byte chunks costs the loop seconds per MiB: refused past 8,192 chunks.
         (
             b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n" + b"1\r\nx\r\n" * 9000,
             "more than 8192 chunks",
+        ),
+        (b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: h2c\r\n\r\n", "unexpected HTTP 101"),
+        (
+            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nContent-Length: 3\r\n\r\n",
+            "Content-Length can't be present with Transfer-Encoding",
         ),
     ],
 )
@@ -421,6 +433,34 @@ def test_malformed_answers_fail_clearly_and_are_not_retried(raw_server, answer, 
     assert reason in response.error, response
     assert server.url.removeprefix("http://") in response.error
     assert response.attempts == 1
+
+
+@pytest.mark.parametrize(
+    ("framing", "reason"),
+    [
+        # Trailer fields are a second head, measured as the first.
+        (b"0\r\n" + b"X-Trailer: " + b"y" * 10_000 + b"\r\n", "answer head larger than 64 KiB"),
+        # llhttp bounds no chunk-size line: a cap on all framing ends an endless extension.
+        (b"2;ext=" + b"y" * 10_000, "with its framing"),
+    ],
+)
+def test_endless_framing_is_refused(raw_server, framing, reason):
+    def handle(server, conn, number):
+        server.read(conn)
+        conn.sendall(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nab\r\n")
+        conn.sendall(framing)
+        for _ in range(100):
+            conn.sendall(b"y" * 10_000)
+
+    response = get_one(raw_server(handle).url, max_body=1000, timeout=3)
+    assert reason in response.error, response
+
+
+def test_bytes_after_the_answer_make_the_connection_not_reused(raw_server):
+    server = raw_server(serve_forever(_answer() + b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n"))
+    cycles = get([server.url], cycles=2)
+    assert [r[0].body for r in cycles] == [BODY, BODY], cycles
+    assert server.connections == 2
 
 
 def test_connection_dropped_mid_answer_is_retried(raw_server):
@@ -614,3 +654,133 @@ def test_closing_the_pool_closes_its_connections(raw_server):
 
     asyncio.run(run())
     assert closed.wait(2)
+
+
+# --- any method, with a body ------------------------------------------------------------
+
+
+def send(request: fanout.Request, **options) -> fanout.Response:
+    return fanout.send(request, **({"timeout": 2.0} | options))
+
+
+def test_put_sends_its_json_body_with_length_type_and_token(raw_server):
+    server = raw_server(serve_forever(_answer()))
+    document = {"slices": [{"allocation_id": "a-1", "memory_mib": 1024}]}
+    response = send(fanout.Request("PUT", server.url + "/v1/desired-state", "s3cret", document))
+    assert response.ok and response.status == 200 and response.json() == orjson.loads(BODY)
+    head, _, body = server.requests[0].partition(b"\r\n\r\n")
+    lines = head.decode().split("\r\n")
+    assert lines[0] == "PUT /v1/desired-state HTTP/1.1"
+    assert "Content-Type: application/json" in lines
+    assert f"Content-Length: {len(body)}" in lines
+    assert "Authorization: Bearer s3cret" in lines
+    assert orjson.loads(body) == document
+
+
+def test_requests_of_any_method_share_a_keep_alive_connection(raw_server):
+    def handle(server, conn, number):
+        # Echoes the method and the body, read by its Content-Length (none: no body).
+        while (head := server.read(conn)) is not None:
+            head, _, body = head.partition(b"\r\n\r\n")
+            _, _, length = head.partition(b"Content-Length: ")
+            while len(body) < int(length.split(b"\r\n")[0] or 0):
+                body += conn.recv(65536)
+            conn.sendall(_answer(head.split(b" ")[0] + b" " + body))
+
+    server = raw_server(handle)
+    requests = [
+        fanout.Request("GET", server.url),
+        fanout.Request("POST", server.url, body=b"raw", content_type="text/plain"),
+        fanout.Request("DELETE", server.url, headers={"X-Reason": "drained"}),
+        fanout.Request("PUT", server.url, json=[1, 2]),
+    ]
+
+    async def run() -> list[fanout.Response]:
+        pool = fanout.Pool()
+        try:
+            return await pool.send_all(requests, timeout=2, concurrency=1)
+        finally:
+            pool.close()
+
+    responses = asyncio.run(run())
+    assert [r.body for r in responses] == [b"GET ", b"POST raw", b"DELETE ", b"PUT [1,2]"]
+    assert server.connections == 1
+    assert b"X-Reason: drained\r\n" in server.requests[2]
+    assert b"Content-Length" not in server.requests[0]
+
+
+def test_a_post_lost_on_a_reused_connection_is_not_sent_again(raw_server):
+    # The server may have acted on it before the connection dropped: only idempotent
+    # methods (GET, PUT, DELETE) are sent a second time.
+    def handle(server, conn, number):
+        server.read(conn)
+        conn.sendall(_answer())
+        server.read(conn)  # then dropped unanswered
+
+    server = raw_server(handle)
+
+    async def run() -> list[fanout.Response]:
+        pool = fanout.Pool()
+        try:
+            out = []
+            for method in ("GET", "POST"):
+                request = fanout.Request(method, server.url)
+                out += await pool.send_all([request], timeout=2, concurrency=1, retries=2)
+            return out
+        finally:
+            pool.close()
+
+    first, post = asyncio.run(run())
+    assert first.ok
+    assert "closed before the answer" in post.error and post.attempts == 1
+    assert server.connections == 1
+
+
+@pytest.mark.parametrize(
+    "request_",
+    [
+        fanout.Request("get", "http://127.0.0.1:1/"),
+        fanout.Request("GET /x", "http://127.0.0.1:1/"),
+        fanout.Request("HEAD", "http://127.0.0.1:1/"),
+        fanout.Request("PUT", "http://127.0.0.1:1/", headers={"Content-Length": "1"}),
+        fanout.Request("PUT", "http://127.0.0.1:1/", headers={"X-A": "1\r\nX-B: 2"}),
+        fanout.Request("PUT", "http://127.0.0.1:1/", headers={"Bad Name": "1"}),
+        fanout.Request("GET", "http://127.0.0.1:1/", headers={"authorization": "Basic x"}),
+    ],
+)
+def test_a_malformed_method_or_header_is_the_callers_error(request_):
+    with pytest.raises(ValueError, match=r"HEAD|invalid"):
+        send(request_)
+
+
+def test_put_desired_state_to_a_real_agent_shows_in_its_snapshot(sim_agents):
+    agents = sim_agents(1, 2, 60.0)  # one collection a minute: only the PUT can refresh it
+    url = agents.urls[0]
+    snapshot = send(fanout.Request("GET", url + "/v1/snapshot", agents.token)).json()
+    slice_ = {
+        "allocation_id": "a-1", "gpu_uuid": snapshot["gpus"][1]["uuid"], "compute_pct": 30,
+        "memory_mib": 8192, "owner": "alice",
+    }  # fmt: skip
+    put = fanout.Request("PUT", url + "/v1/desired-state", agents.token, {"slices": [slice_]})
+    response = send(put)
+    assert response.status == 200, response
+    assert response.json()["generation"] == 1
+    served = send(fanout.Request("GET", url + "/v1/desired-state", agents.token)).json()
+    [entry] = served["slices"]
+    assert entry["launch_env"]["CUDA_DEVICE_SM_LIMIT"] == "30"
+    snapshot = send(fanout.Request("GET", url + "/v1/snapshot", agents.token)).json()
+    assert [a["allocation_id"] for a in snapshot["allocations"]] == ["a-1"]
+    # The same document again is a new generation: the agent stores what it is sent.
+    assert send(put).json()["generation"] == 2
+
+
+def test_put_to_a_real_agent_is_refused_without_the_token_or_with_bad_slices(sim_agents):
+    agents = sim_agents(1, 1)
+    url = agents.urls[0] + "/v1/desired-state"
+    refused = send(fanout.Request("PUT", url, "wrong", {"slices": []}))
+    assert refused.status == 401 and "bearer token" in refused.json()["error"]
+    bad = send(fanout.Request("PUT", url, agents.token, {"slices": "all"}))
+    assert bad.status == 422 and "expected a list" in bad.json()["error"]
+    text = fanout.Request("PUT", url, agents.token, body=b"{}", content_type="text/plain")
+    assert send(text).status == 415
+    assert send(fanout.Request("GET", url, agents.token)).json()["generation"] == 0

@@ -1,9 +1,9 @@
 """Command line entry point: ``gpu-agent`` / ``python -m agents.gpu_agent``.
 
 One process can serve many simulated nodes (``--nodes``), each on its own port, so a
-laptop can stand in for a cluster: the simulator always runs in ``fleet.py``'s single
-event loop with on-demand collection; a real (NVML) node gets a collector thread and
-``server.py``.
+laptop can stand in for a cluster. Every node is served by ``server.py`` in ``loop.py``'s
+single event loop: a simulated node collects on demand (``lazy.py``), a real (NVML)
+node in its collector's thread.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from agents.gpu_agent.backends.base import Backend, BackendUnavailable
 from agents.gpu_agent.collector import Collector
 from agents.gpu_agent.desired import DesiredStateStore
 from agents.gpu_agent.logs import configure_logging
-from agents.gpu_agent.server import AgentHTTPServer
+from agents.gpu_agent.loop import serve_nodes
 
 log = logging.getLogger("gpu_agent")
 
@@ -200,10 +200,6 @@ def make_pod_labeller(socket_path: Path | None) -> Any:
     return KubeletPodLabeller(socket_path)
 
 
-def _url_host(host: str) -> str:
-    return f"[{host}]" if ":" in host else host
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -255,20 +251,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         Collector(backend, args.interval, desired_store(args.state_dir, backend.hostname), pods)
         for backend in backends
     ]
-    servers: list[AgentHTTPServer] = []
     try:
-        for i, collector in enumerate(collectors):
-            # Port 0 asks the OS for a free port per node, handy for tests.
-            address = (host, port + i if port else 0)
-            try:
-                servers.append(AgentHTTPServer(address, collector, token, args.metrics_auth))
-            except OSError as exc:
-                print(f"gpu-agent: cannot listen on {host}:{address[1]}: {exc}", file=sys.stderr)
-                return 1
-        return _serve(collectors, servers, host, stop)
+        for collector in collectors:
+            collector.start()
+        # Listen only once data exists, so whoever waits for the line can query at once.
+        deadline = time.monotonic() + FIRST_COLLECTION_TIMEOUT_S
+        for collector in collectors:
+            collector.wait_first(max(0.0, deadline - time.monotonic()))
+        return serve_nodes(collectors, host, port, token, args.metrics_auth, stop)
     finally:
-        for server in servers:
-            server.server_close()
+        for collector in collectors:
+            collector.stop()
         for backend in backends:
             backend.close()
 
@@ -280,8 +273,7 @@ def _serve_simulated(
     token: str | None,
     stop: StopFlag,
 ) -> int:
-    """Every virtual node in one event loop, collecting only when asked (``fleet.py``)."""
-    from agents.gpu_agent.fleet import serve_fleet
+    """Every virtual node in one event loop, collecting only when asked (``lazy.py``)."""
     from agents.gpu_agent.lazy import LazyNode
 
     epoch = time.monotonic()
@@ -290,42 +282,4 @@ def _serve_simulated(
         for b in backends
     ]
     host, port = args.listen
-    return serve_fleet(nodes, host, port, token, args.metrics_auth, stop)
-
-
-def _serve(
-    collectors: list[Collector], servers: list[AgentHTTPServer], host: str, stop: StopFlag
-) -> int:
-    for collector in collectors:
-        collector.start()
-    deadline = time.monotonic() + FIRST_COLLECTION_TIMEOUT_S
-    threads = []
-    for collector, server in zip(collectors, servers, strict=True):
-        # Announce only once data exists, so whoever waits for the line can query at once.
-        collector.wait_first(max(0.0, deadline - time.monotonic()))
-        thread = threading.Thread(
-            target=server.serve_forever, kwargs={"poll_interval": 0.25}, daemon=True
-        )
-        thread.start()
-        threads.append(thread)
-        published = collector.published
-        gpus = len(published.snapshot.gpus) if published else "?"
-        print(
-            f"gpu-agent listening on http://{_url_host(host)}:{server.server_address[1]} "
-            f"node={collector.backend.hostname} backend={collector.backend.name} gpus={gpus}",
-            flush=True,
-        )
-    # A plain flag and short sleeps: Event.set() from a signal handler can deadlock on the
-    # Event's own lock if the signal lands while the main thread is inside Event.wait().
-    while not stop.requested:
-        time.sleep(0.1)
-    log.info("shutting down")
-    # shutdown() blocks until the serve loop notices; do all nodes in parallel.
-    stoppers = [threading.Thread(target=server.shutdown) for server in servers]
-    for t in stoppers:
-        t.start()
-    for t in stoppers + threads:
-        t.join(5)
-    for collector in collectors:
-        collector.stop()
-    return 0
+    return serve_nodes(nodes, host, port, token, args.metrics_auth, stop)

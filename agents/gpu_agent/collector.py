@@ -1,7 +1,7 @@
 """Polls a backend on a fixed period and keeps the latest result ready to serve.
 
-HTTP handlers read only what this thread published, so a slow or hung driver call
-delays the data, never the portal's requests.
+HTTP handlers (``server.py``, on the loop thread) read only what this thread
+published, so a slow or hung driver call delays the data, never the portal's requests.
 """
 
 from __future__ import annotations
@@ -109,6 +109,24 @@ class Collector:
     def last_collect_age_s(self) -> float | None:
         published = self._published
         return None if published is None else time.monotonic() - published.monotonic_at
+
+    # What server.py reads (``ServedNode``), as the simulator's ``LazyNode`` offers it.
+
+    def snapshot_json(self, view: str = FULL) -> bytes | None:
+        published = self._published
+        return None if published is None else published.views[view]
+
+    def metrics_text(self) -> bytes | None:
+        published = self._published
+        return None if published is None else published.metrics_text
+
+    def invalidate(self) -> None:
+        """New slices show from the next pass, within one interval: a pass reads the
+        driver, too slow to run on the thread that answers requests."""
+
+    def gpu_count(self) -> int | None:
+        published = self._published
+        return None if published is None else len(published.snapshot.gpus)
 
     def collect_once(self) -> Published:
         snapshot = collect_snapshot(self.backend, self._agent, self.desired, self.pods)

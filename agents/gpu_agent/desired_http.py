@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import json
 import logging
-from http.server import BaseHTTPRequestHandler
 from typing import Any, Protocol
 
-from agents.gpu_agent.desired import InvalidDesiredState, parse_slices
+from agents.gpu_agent.desired import DesiredStateStore, InvalidDesiredState, parse_slices
 
 log = logging.getLogger(__name__)
 
@@ -15,39 +14,41 @@ DESIRED_PATH = "/v1/desired-state"
 # Thousands of slices fit in well under this; anything larger is a mistake or an attack.
 MAX_BODY_BYTES = 1024 * 1024
 
-
-class _Handler(Protocol):
-    server: Any
-    headers: Any
-    rfile: Any
-    close_connection: bool
+Answer = tuple[int, dict[str, Any]]
 
 
-def put_desired_state(handler: _Handler | BaseHTTPRequestHandler) -> tuple[int, dict[str, Any]]:
-    """Returns (status, JSON body); on any 4xx the stored state is untouched."""
-    length_header = handler.headers.get("Content-Length")
-    if length_header is None or not length_header.isdigit():
-        handler.close_connection = True
+class DesiredNode(Protocol):
+    """A node whose slices the portal sets: a ``Collector`` or a ``LazyNode``."""
+
+    desired: DesiredStateStore
+
+    def known_gpu_uuids(self) -> set[str] | None: ...
+
+
+def body_length(content_length: str | None) -> int | Answer:
+    """The body's length, or the answer (411, 413) when it will not be read."""
+    if content_length is None or not content_length.isdigit():
         return 411, {"error": "a Content-Length header is required"}
-    length = int(length_header)
+    length = int(content_length)
     if length > MAX_BODY_BYTES:
-        handler.close_connection = True  # the body stays unread
         return 413, {"error": f"body larger than {MAX_BODY_BYTES} bytes"}
-    content_type = handler.headers.get("Content-Type", "").split(";")[0].strip().lower()
-    raw = handler.rfile.read(length)
-    if content_type != "application/json":
+    return length
+
+
+def put_desired_state(node: DesiredNode, content_type: str, raw: bytes) -> Answer:
+    """Returns (status, JSON body); on any 4xx the stored state is untouched."""
+    if content_type.split(";")[0].strip().lower() != "application/json":
         return 415, {"error": "send the slices as application/json"}
     try:
         body = json.loads(raw)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         return 400, {"error": f"invalid JSON: {exc}"}
-    collector = handler.server.collector
     try:
-        slices = parse_slices(body, collector.known_gpu_uuids())
+        slices = parse_slices(body, node.known_gpu_uuids())
     except InvalidDesiredState as exc:
         return 422, {"error": str(exc)}
     try:
-        document = collector.desired.replace(slices)
+        document = node.desired.replace(slices)
     except OSError as exc:
         log.error("cannot store the desired state: %s", exc)
         return 503, {"error": f"cannot store the desired state: {exc}"}

@@ -112,6 +112,10 @@ class LazyNode:
             return None
         return time.monotonic() - self._monotonic_at
 
+    def gpu_count(self) -> int | None:
+        # From the backend: a snapshot would collect before anyone asked.
+        return getattr(self.backend, "gpu_count", None)
+
     def known_gpu_uuids(self) -> set[str] | None:
         """This node's card and MIG UUIDs, for checking desired state; None before any data."""
         snapshot = self.snapshot()

@@ -3,7 +3,7 @@
 ``full`` (also what a request without ``view`` gets) is the whole document; ``portal``
 keeps only what the portal reads (``model.PORTAL_GPU_FIELDS``): about a quarter of
 the bytes, so cheaper to send and much cheaper for the portal to parse. Each view is
-encoded once per collection and served as cached bytes by both servers.
+encoded once per collection and served as cached bytes by the server.
 """
 
 from __future__ import annotations

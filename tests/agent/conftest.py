@@ -5,6 +5,7 @@ Nothing here touches Django; the agent must run on nodes without the portal.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import queue
@@ -201,18 +202,37 @@ def run_python() -> Callable[..., subprocess.CompletedProcess[str]]:
 
 @pytest.fixture
 def serve() -> Iterator[Callable[..., str]]:
-    """``serve(collector, token)``: an in-process agent server on a free port; returns its URL."""
-    from agents.gpu_agent.server import AgentHTTPServer
+    """``serve(node, token)``: the agent's server for a node (a ``Collector``) in this
+    process, on a free port, in a loop thread of its own; returns its URL."""
+    from agents.gpu_agent.server import AgentProtocol, Site
 
-    servers: list[AgentHTTPServer] = []
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    servers: list[asyncio.Server] = []
+    connections: set[AgentProtocol] = set()
 
-    def start(collector: Any, token: str | None) -> str:
-        server = AgentHTTPServer(("127.0.0.1", 0), collector, token)
+    def start(node: Any, token: str | None, metrics_auth: bool = False) -> str:
+        site = Site(node, token, metrics_auth)
+
+        async def listen() -> asyncio.Server:
+            return await loop.create_server(
+                lambda: AgentProtocol(site, connections), "127.0.0.1", 0
+            )
+
+        server = asyncio.run_coroutine_threadsafe(listen(), loop).result(5)
         servers.append(server)
-        threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True).start()
-        return f"http://127.0.0.1:{server.server_address[1]}"
+        return f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
 
     yield start
-    for server in servers:
-        server.shutdown()
-        server.server_close()
+
+    async def close() -> None:
+        for server in servers:
+            server.close()
+        for connection in list(connections):
+            connection.close()
+
+    asyncio.run_coroutine_threadsafe(close(), loop).result(5)
+    loop.call_soon_threadsafe(loop.stop)
+    thread.join(5)
+    loop.close()

@@ -121,7 +121,7 @@ def test_an_http_1_0_request_gets_its_answer_and_the_connection_closes(
     assert json.loads(body)["status"] == "ok"
 
 
-def test_fleet_answers_carry_the_same_headers_as_the_threaded_server(
+def test_a_simulated_node_answers_with_a_collector_nodes_status_and_headers(
     start_agent: Callable[..., Any], serve: Callable[..., str]
 ) -> None:
     agent = start_agent("--backend", "sim", "--gpus", "2", "--token", "T")
@@ -138,11 +138,11 @@ def test_fleet_answers_carry_the_same_headers_as_the_threaded_server(
     ]
     for request in requests:
         request += b"Connection: close\r\n\r\n"
-        fleet = _raw(_port(agent.urls[0]), request)
-        threaded = _raw(reference, request)
-        assert fleet[:2] == threaded[:2], request
+        lazy = _raw(_port(agent.urls[0]), request)
+        polled = _raw(reference, request)
+        assert lazy[:2] == polled[:2], request
         if b"/v1/snapshot" not in request and b"/metrics" not in request:
-            assert fleet[2] == threaded[2], request
+            assert lazy[2] == polled[2], request
 
 
 def test_desired_state_put_to_a_virtual_node_shows_in_its_next_snapshot(

@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import json
 import signal
+import subprocess
+import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
+
+from tests.agent.conftest import LISTENING, REPO_ROOT, agent_env, stop
 
 MODELS = ("NVIDIA A100-SXM4-80GB", "NVIDIA H100 80GB HBM3", "NVIDIA L40S")
 
@@ -167,3 +173,50 @@ def test_agent_imports_nothing_from_the_portal_stack(run_python: Callable[..., A
     )
     result = run_python("-c", code)
     assert result.returncode == 0, result.stderr
+
+
+NVML_NODE = """
+import sys
+from tests.agent.fake_nvml import FakeCard, install_fake_nvml
+install_fake_nvml(setattr, [FakeCard(uuid="GPU-aaaa"), FakeCard(uuid="GPU-bbbb")])
+from agents.gpu_agent.cli import main
+sys.exit(main(["--backend", "nvml", "--token", "T", "--listen", "127.0.0.1:0",
+               "--interval", "0.2", "--hostname", "gpu-07"]))
+"""
+
+
+def test_a_real_node_is_served_by_the_same_loop_as_the_simulator(
+    tmp_path: Path, get: Callable[..., Any]
+) -> None:
+    # NVML through the fake driver: a collector thread beside the one loop thread.
+    stderr_path = tmp_path / "stderr.log"
+    with stderr_path.open("w") as stderr:
+        proc = subprocess.Popen(
+            [sys.executable, "-c", NVML_NODE], cwd=REPO_ROOT, env=agent_env(),
+            stdout=subprocess.PIPE, stderr=stderr, text=True,
+        )  # fmt: skip
+    try:
+        assert proc.stdout is not None
+        match = LISTENING.match(proc.stdout.readline().rstrip("\n"))
+        assert match, stderr_path.read_text()
+        assert (match["node"], match["backend"], match["gpus"]) == ("gpu-07", "nvml", "2")
+        url = match["url"]
+        assert get(f"{url}/v1/snapshot", token="T").json()["hostname"] == "gpu-07"
+        assert get(f"{url}/v1/snapshot").status == 401
+        body = json.dumps({"slices": [{
+            "allocation_id": "a-1", "gpu_uuid": "GPU-bbbb", "compute_pct": 25,
+            "memory_mib": 512, "owner": "bob",
+        }]}).encode()  # fmt: skip
+        headers = {"Content-Type": "application/json"}
+        put = get(f"{url}/v1/desired-state", token="T", method="PUT", headers=headers, data=body)
+        assert put.status == 200, put.body
+        time.sleep(0.5)  # the next pass of the collector, within one interval, attributes it
+        snapshot = get(f"{url}/v1/snapshot", token="T").json()
+        assert [a["allocation_id"] for a in snapshot["allocations"]] == ["a-1"]
+        assert get(f"{url}/healthz").json()["status"] == "ok"
+        assert len(list(Path(f"/proc/{proc.pid}/task").iterdir())) == 2
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(10) == 0
+    finally:
+        stop(proc)
+    assert "Traceback" not in stderr_path.read_text()

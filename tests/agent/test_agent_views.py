@@ -1,4 +1,5 @@
-"""The portal view of the snapshot (``/v1/snapshot?view=portal``) on both servers."""
+"""The portal view of the snapshot (``/v1/snapshot?view=portal``) from both kinds of node:
+a real node's polling ``Collector`` and the simulator's ``LazyNode``, on the one server."""
 
 from __future__ import annotations
 
@@ -129,7 +130,7 @@ def test_the_portal_view_keeps_gaps_reduces_processes_and_drops_slices(
     assert_portal_view_of(portal, full)
 
 
-def test_the_threaded_server_serves_the_view_of_the_published_collection(
+def test_a_collector_node_serves_the_view_of_its_published_collection(
     serve: Callable[..., str], get: Callable[..., Any]
 ) -> None:
     collector = Collector(SimulatedBackend("unit", 8, MODEL, seed=3), 1.0)
@@ -148,7 +149,7 @@ def test_the_threaded_server_serves_the_view_of_the_published_collection(
     assert_portal_view_of(portal.json(), full.json())
 
 
-def test_the_threaded_server_checks_the_token_then_the_view(
+def test_a_collector_node_checks_the_token_then_the_view(
     serve: Callable[..., str], get: Callable[..., Any]
 ) -> None:
     collector = Collector(SimulatedBackend("unit", 1, MODEL, seed=1), 1.0)
@@ -225,10 +226,10 @@ def _check_keep_alive(port: int) -> None:
         connection.close()
 
 
-def test_keep_alive_carries_both_kinds_of_snapshot_request_on_either_server(
+def test_keep_alive_carries_both_kinds_of_snapshot_request_for_either_kind_of_node(
     start_agent: Callable[..., Any], serve: Callable[..., str]
 ) -> None:
-    collector = Collector(SimulatedBackend("threaded", 2, MODEL, seed=1), 1.0)
+    collector = Collector(SimulatedBackend("polled", 2, MODEL, seed=1), 1.0)
     collector.collect_once()
     _check_keep_alive(_port(serve(collector, "T")))
     # One hour per tick: every request of the test reads the same collection.
@@ -236,7 +237,7 @@ def test_keep_alive_carries_both_kinds_of_snapshot_request_on_either_server(
     _check_keep_alive(_port(agent.urls[0]))
 
 
-def test_the_fleet_serves_the_view_with_the_threaded_servers_answers(
+def test_a_simulated_node_serves_the_view_with_a_collector_nodes_answers(
     start_agent: Callable[..., Any], serve: Callable[..., str], get: Callable[..., Any]
 ) -> None:
     agent = start_agent(
@@ -255,9 +256,9 @@ def test_the_fleet_serves_the_view_with_the_threaded_servers_answers(
     reference = serve(collector, "T")
     requests = [("view=portal", None), ("view=portal", "T"), *[(q, "T") for q in BAD_VIEWS]]
     for query, token in requests:
-        fleet = get(f"{url}/v1/snapshot?{query}", token=token)
-        threaded = get(f"{reference}/v1/snapshot?{query}", token=token)
-        assert fleet.status == threaded.status, query
-        assert fleet.headers.keys() == threaded.headers.keys(), query
-        if fleet.status != 200:
-            assert fleet.body == threaded.body, query
+        lazy = get(f"{url}/v1/snapshot?{query}", token=token)
+        polled = get(f"{reference}/v1/snapshot?{query}", token=token)
+        assert lazy.status == polled.status, query
+        assert lazy.headers.keys() == polled.headers.keys(), query
+        if lazy.status != 200:
+            assert lazy.body == polled.body, query

@@ -1,14 +1,12 @@
-"""One thread, one asyncio loop, every virtual node: how the simulator serves a fleet.
+"""One thread, one asyncio loop, every node this process serves (``server.py``'s HTTP).
 
-``gpu-agent --backend sim --nodes 1000`` used to start a threading HTTP server and a
-collector thread per node: 2,000 threads that woke up constantly, kept two cores
-busy with nobody asking, and could not shut down in time. Here every node is a
-listening socket in one selector and a ``LazyNode`` that collects only when asked
-(``lazy.py``), so an idle fleet sleeps in ``epoll_wait`` and a polled node costs one
-collection per interval. SIGTERM and SIGINT stop the loop at once.
-
-Real nodes (NVML) keep ``server.py`` and the polling ``Collector``: one node per process,
-where collecting every interval whether or not anyone asks is the point.
+A real node (NVML) is one ``Collector``, whose own thread reads the cards every
+interval whether or not anyone asks (the point on a GPU node). The simulator's nodes
+are ``LazyNode``s that collect only when asked (``lazy.py``): ``--nodes 1000`` used to
+start a threading HTTP server and a collector thread per node, 2,000 threads that kept
+two cores busy with nobody asking; here an idle fleet sleeps in ``epoll_wait`` and a
+polled node costs one collection per interval. Each node is a listening socket in one
+selector. SIGTERM and SIGINT stop the loop at once.
 """
 
 from __future__ import annotations
@@ -23,8 +21,8 @@ import time
 from collections.abc import Sequence
 from typing import Protocol
 
-from agents.gpu_agent.fleet_http import IDLE_TIMEOUT_S, AgentProtocol, Site
-from agents.gpu_agent.lazy import LazyNode
+from agents.gpu_agent.backends.base import Backend
+from agents.gpu_agent.server import IDLE_TIMEOUT_S, AgentProtocol, ServedNode, Site
 
 log = logging.getLogger(__name__)
 
@@ -36,6 +34,14 @@ class StopRequest(Protocol):
     """Set by the CLI's signal handler before the loop runs (see ``cli.StopFlag``)."""
 
     requested: bool
+
+
+class Node(ServedNode, Protocol):
+    """A ``Collector`` or a ``LazyNode``: what is served, and what the start-up line names."""
+
+    backend: Backend
+
+    def gpu_count(self) -> int | None: ...
 
 
 def _url_host(host: str) -> str:
@@ -54,8 +60,8 @@ def _raise_open_file_limit(wanted: int) -> None:
             log.warning("cannot raise the open file limit to %d: %s", target, exc)
 
 
-def serve_fleet(
-    nodes: Sequence[LazyNode],
+def serve_nodes(
+    nodes: Sequence[Node],
     host: str,
     port: int,
     token: str | None,
@@ -79,7 +85,7 @@ def serve_fleet(
 
 
 async def _serve(
-    nodes: Sequence[LazyNode],
+    nodes: Sequence[Node],
     host: str,
     port: int,
     token: str | None,
@@ -125,12 +131,12 @@ async def _serve(
                 return 1
             servers.append(server)
             bound = server.sockets[0].getsockname()[1]
-            gpus = getattr(node.backend, "gpu_count", "?")
-            # Printed once the port accepts: whoever waits for the line can query at once,
-            # and the first request collects.
+            gpus = node.gpu_count()
+            # Printed once the port accepts: whoever waits for the line can query at once.
             print(
                 f"gpu-agent listening on http://{_url_host(host)}:{bound} "
-                f"node={node.backend.hostname} backend={node.backend.name} gpus={gpus}",
+                f"node={node.backend.hostname} backend={node.backend.name} "
+                f"gpus={'?' if gpus is None else gpus}",
                 flush=True,
             )
         sweeper = loop.call_later(SWEEP_EVERY_S, sweep)
