@@ -29,7 +29,6 @@ connection. No Django here: callers pass the settings in.
 from __future__ import annotations
 
 import asyncio
-import os
 import socket
 import ssl
 from collections.abc import Callable, Mapping, Sequence
@@ -38,7 +37,9 @@ from typing import Any
 
 import orjson
 
-from agents.http1 import HTTPError, Origin, ResponseReader, Target, prepare, prepare_get
+from agents.agent_connection import Connection as _Connection
+from agents.agent_connection import reason as _reason
+from agents.http1 import Origin, Target, prepare, prepare_get
 
 MAX_BODY_BYTES = 4 * 1024 * 1024
 RETRY_STATUSES = frozenset({503})
@@ -118,15 +119,6 @@ def send(
         return response
 
     return asyncio.run(run())
-
-
-def _reason(exc: BaseException) -> str:
-    if isinstance(exc, ssl.SSLError):  # its errno is OpenSSL's error kind, not an OS errno
-        return f"TLS error: {exc.reason or exc.strerror or exc}"
-    errno = getattr(exc, "errno", None)
-    if isinstance(errno, int) and errno > 0:
-        return os.strerror(errno)
-    return getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
 
 
 class Pool:
@@ -490,106 +482,3 @@ class _Batch:
             except Exception as exc:  # raised from get_all once the others are done
                 if self.callback_error is None:
                     self.callback_error = exc
-
-
-class _Connection(asyncio.Protocol):
-    """One connection to one origin, carrying one request at a time."""
-
-    def __init__(self, pool: Pool, origin: Origin) -> None:
-        self.pool = pool
-        self.origin = origin
-        self.transport: asyncio.Transport | None = None
-        self.closed = False
-        self.answers = 0
-        self.idle_since = 0.0
-        self.batch: _Batch | None = None
-        self.exchange: _Exchange | None = None
-        self.received = False
-        self.reader = ResponseReader()
-
-    # asyncio.Protocol
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
-        self.pool._connections.add(self)
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self.closed = True
-        self.pool._forget(self)
-        batch, exchange = self.batch, self.exchange
-        if batch is None or exchange is None:
-            return
-        self._detach()
-        address = exchange.target.address
-        # Sent again only if doing it twice is harmless: the server may have acted on it.
-        again = exchange.target.idempotent
-        body = self.reader.at_close() if exc is None else None
-        if body is not None:
-            batch._answered(exchange, self.reader.status, body)
-        elif not self.received and self.answers:
-            error = f"connection to {address} closed before the answer"
-            batch._failed(exchange, error, retry=again, stale=again)
-        elif exc is not None:
-            batch._failed(exchange, f"connection to {address} lost: {_reason(exc)}", retry=again)
-        else:
-            error = f"connection closed by {address} before the answer was complete"
-            batch._failed(exchange, error, retry=again)
-
-    def data_received(self, data: bytes) -> None:
-        batch, exchange = self.batch, self.exchange
-        if batch is None or exchange is None:
-            # Bytes nobody asked for (a 408 on an idle connection, or garbage): the
-            # connection's state is unknown, so it is not reused.
-            self.abandon()
-            return
-        self.received = True
-        try:
-            body = self.reader.feed(data)
-        except HTTPError as exc:
-            self.abandon()
-            batch._failed(exchange, f"{exc} (from {exchange.target.address})", retry=False)
-            return
-        if body is None:
-            return
-        self._detach()
-        self.answers += 1
-        if self.reader.keep_alive and not self.reader.leftover:
-            self.pool._checkin(self)
-        else:  # told to close, or sent more than it framed: not reusable
-            self.close()
-        batch._answered(exchange, self.reader.status, body)
-
-    # Used by the pool and batches.
-
-    def usable(self) -> bool:
-        return not self.closed and self.transport is not None and not self.transport.is_closing()
-
-    def send(self, batch: _Batch, exchange: _Exchange) -> None:
-        self.batch = batch
-        self.exchange = exchange
-        exchange.connection = self
-        self.received = False
-        self.reader.start(batch.max_body)
-        assert self.transport is not None
-        self.transport.write(exchange.target.request)
-
-    def abandon(self) -> None:
-        """Drop the connection and whatever it was carrying (no callback)."""
-        self.close(abort=True)
-
-    def close(self, abort: bool = False) -> None:
-        self._detach()
-        self.closed = True
-        self.pool._forget(self)
-        if self.transport is not None:
-            if abort:
-                self.transport.abort()
-            else:
-                self.transport.close()
-
-    def _detach(self) -> None:
-        if self.exchange is not None:
-            self.exchange.connection = None
-        self.batch = None
-        self.exchange = None

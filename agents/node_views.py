@@ -19,7 +19,7 @@ from django.utils.translation import gettext as _
 from django.utils.translation import ngettext
 from django.views.decorators.http import require_POST
 
-from agents import permissions, registration
+from agents import node_files, permissions, registration
 from agents.choices import NodeSource
 from agents.forms import NodeForm, NodeImportForm
 from agents.models import Node
@@ -96,8 +96,8 @@ def node_import(request: HttpRequest) -> HttpResponse:
         dry_run = request.POST.get("action") == "check"
         text, fmt, update = (form.cleaned_data[k] for k in ("text", "format", "update"))
         try:
-            rows = registration.parse(text, fmt, update=update)
-        except registration.ParseError as exc:
+            rows = node_files.parse(text, fmt, update=update)
+        except node_files.ParseError as exc:
             form.add_error(None, str(exc))
         else:
             report = registration.import_nodes(rows, dry_run=dry_run, update=update)

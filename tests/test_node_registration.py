@@ -8,7 +8,7 @@ import pytest
 from django.db import connection
 from django.utils import timezone
 
-from agents import registration
+from agents import node_files, registration
 from agents.choices import NodeSource
 from agents.models import Node
 from portal import crypto
@@ -94,7 +94,7 @@ def test_an_update_with_an_empty_token_keeps_the_old_one():
 
 def test_import_is_all_or_nothing_and_reports_rows():
     _register(name="existing")
-    rows = registration.parse_csv(
+    rows = node_files.parse_csv(
         "name,agent_url,token,labels\n"
         "gpu-a,http://10.0.1.1:9400,t-a,rack=r1\n"
         "gpu-b,http://10.0.1.2:9400,t-b,rack\n"
@@ -109,11 +109,11 @@ def test_import_is_all_or_nothing_and_reports_rows():
 
 
 def test_csv_and_yaml_describe_the_same_nodes():
-    csv_rows = registration.parse_csv(
+    csv_rows = node_files.parse_csv(
         "name, agent_url, token, labels, state\n"
         "gpu-a, http://10.0.1.1:9400, t-a, rack=r1;zone=b, maintenance\n"
     )
-    yaml_rows = registration.parse_yaml(
+    yaml_rows = node_files.parse_yaml(
         "nodes:\n"
         "  - name: gpu-a\n"
         "    agent_url: http://10.0.1.1:9400\n"
@@ -136,7 +136,7 @@ HEADER = "name,agent_url,token,labels,state\n"
 
 
 def _import(text: str, **kw) -> registration.ImportReport:
-    rows = registration.parse_csv(text, update=True)
+    rows = node_files.parse_csv(text, update=True)
     return registration.import_nodes(rows, update=True, **kw)
 
 
@@ -173,7 +173,7 @@ def test_empty_cells_keep_the_url_token_and_state_but_an_empty_labels_cell_clear
     report = _import("name,state\ngpu-01,online\n")
     node.refresh_from_db()
     assert report.updated == ["gpu-01"] and (node.state, node.labels) == ("online", {"rack": "r1"})
-    rows = registration.parse_yaml("- {name: gpu-01, token: '', labels: null}\n")
+    rows = node_files.parse_yaml("- {name: gpu-01, token: '', labels: null}\n")
     report = registration.import_nodes(rows, update=True)
     node.refresh_from_db()
     assert report.updated == ["gpu-01"] and node.labels == {} and node.agent_token == TOKEN
@@ -256,7 +256,7 @@ def test_an_update_dry_run_reports_what_it_would_do_and_writes_nothing():
 
 def test_without_update_an_import_still_refuses_registered_names():
     _register()
-    rows = registration.parse_csv("name,agent_url\ngpu-01,http://10.0.0.1:9400\n")
+    rows = node_files.parse_csv("name,agent_url\ngpu-01,http://10.0.0.1:9400\n")
     report = registration.import_nodes(rows)
     assert _errors(report) == {(1, "name"), (1, "agent_url")}
     assert Node.objects.get().agent_url == "http://10.0.0.1:9400"
@@ -265,14 +265,14 @@ def test_without_update_an_import_still_refuses_registered_names():
 @pytest.mark.parametrize(
     ("parse", "text"),
     [
-        (registration.parse_csv, "name,token\nx,y\n"),
-        (registration.parse_csv, "name,agent_url\nx,http://h:1,extra\n"),
-        (registration.parse_yaml, "- [not, a, mapping]\n"),
-        (registration.parse_yaml, "key: [unclosed\n"),
+        (node_files.parse_csv, "name,token\nx,y\n"),
+        (node_files.parse_csv, "name,agent_url\nx,http://h:1,extra\n"),
+        (node_files.parse_yaml, "- [not, a, mapping]\n"),
+        (node_files.parse_yaml, "key: [unclosed\n"),
     ],
 )
 def test_malformed_files_are_refused_with_a_reason(parse, text):
-    with pytest.raises(registration.ParseError):
+    with pytest.raises(node_files.ParseError):
         parse(text)
 
 

@@ -21,7 +21,7 @@ from rest_framework.parsers import BaseParser, FormParser, JSONParser, MultiPart
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from agents import permissions, registration
+from agents import node_files, permissions, registration
 
 MAX_IMPORT_BYTES = 2 * 1024 * 1024
 
@@ -143,8 +143,8 @@ class NodeRegistrationMixin:
             # The import itself takes add_node (NodePermissions); changing nodes takes more.
             self.permission_denied(request, _("Updating nodes needs the change permission."))
         try:
-            rows = registration.parse(text, fmt, update=update)
-        except registration.ParseError as exc:
+            rows = node_files.parse(text, fmt, update=update)
+        except node_files.ParseError as exc:
             return Response({"errors": [{"row": 0, "field": "", "message": str(exc)}]}, 400)
         report = registration.import_nodes(rows, dry_run=dry_run, update=update)
         body = {
