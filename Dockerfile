@@ -12,6 +12,7 @@ WORKDIR /app
 COPY pyproject.toml README.md ./
 COPY portal ./portal
 COPY agents ./agents
+COPY telemetry ./telemetry
 COPY pools ./pools
 COPY quotas ./quotas
 COPY alerts ./alerts
