@@ -105,8 +105,9 @@ class _RedisBuffer:
         if self._claim_script is None:
             self._claim_script = client.register_script(_CLAIM_SCRIPT)
         claimed = []
-        for raw in client.smembers(pending):
-            minute = int(raw)
+        # Oldest first: SQLite's merge into hours depends on the order of merges, and a
+        # set's order is Redis's encoding's (sorted while small) or, in-process, a hash's.
+        for minute in sorted(map(int, client.smembers(pending))):
             if minute >= before:
                 continue
             # Off the pending set with the rename: a late append after it re-adds the
