@@ -85,7 +85,7 @@ def test_logged_in_socket_gets_the_fleet_then_pushed_updates(member_user):
     assert second["sent_at"] > 0
 
 
-def test_node_socket_sends_the_cards_and_marks_the_node_watched(member_user):
+def test_node_socket_sends_the_cards_and_marks_the_node_watched(member_user, store):
     node = Node.objects.create(name="gpu-a", agent_url="http://127.0.0.1:1")
     cookie = _session_cookie(member_user)
 
