@@ -1,4 +1,9 @@
-"""One Redis client per process for the data paths that bypass Django's cache API."""
+"""One Redis client per process for the data paths that bypass Django's cache API.
+
+Production points it at REDIS_URL. The embedded default (no REDIS_URL) gets an
+in-process server that speaks the same commands, Lua included (fakeredis), so the
+latest readings, watched nodes and the sample buffer have one implementation.
+"""
 
 from __future__ import annotations
 
@@ -10,15 +15,24 @@ from django.conf import settings
 _client: tuple[int, redis.Redis] | None = None
 
 
-def client() -> redis.Redis | None:
-    """The shared client, or None on the embedded default (no Redis configured)."""
+def client() -> redis.Redis:
+    """The shared client: Redis at REDIS_URL, else the process's own in-process server."""
     global _client
-    if not settings.REDIS_URL:
-        return None
-    # A forked Celery child must not share its parent's sockets.
+    # A forked Celery child must not share its parent's sockets (nor, embedded, its data:
+    # the embedded default is one process, so a fork only ever belongs to a test).
     if _client is None or _client[0] != os.getpid():
-        _client = (os.getpid(), redis.Redis.from_url(settings.REDIS_URL))
+        _client = (os.getpid(), _connect())
     return _client[1]
+
+
+def _connect() -> redis.Redis:
+    if settings.REDIS_URL:
+        return redis.Redis.from_url(settings.REDIS_URL)
+    import fakeredis  # only the embedded default needs it loaded
+
+    # A server of our own, not fakeredis's shared default: nothing else in the process
+    # (a test's fake, say) reads or flushes the portal's keys.
+    return fakeredis.FakeRedis(server=fakeredis.FakeServer())
 
 
 def key(*parts: object) -> str:

@@ -15,7 +15,6 @@ from typing import Any
 import orjson
 from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
-from django.conf import settings
 from django.core.cache import cache
 
 from agents.models import Node
@@ -49,27 +48,13 @@ class _RedisWatchers:
         return {int(m) for m in redis_client.client().zrangebyscore(self.key, time.time(), "+inf")}
 
 
-class _MemoryWatchers:
-    """The embedded default: one process, so a dict will do."""
-
-    def __init__(self) -> None:
-        self.until: dict[int, float] = {}
-
-    def watch(self, node_id: int, until: float) -> None:
-        self.until[node_id] = until
-
-    def watched(self) -> set[int]:
-        now = time.time()
-        return {n for n, until in self.until.items() if until > now}
+_watchers: _RedisWatchers | None = None
 
 
-_watchers: _RedisWatchers | _MemoryWatchers | None = None
-
-
-def _watching() -> _RedisWatchers | _MemoryWatchers:
+def _watching() -> _RedisWatchers:
     global _watchers
     if _watchers is None:
-        _watchers = _RedisWatchers() if settings.REDIS_URL else _MemoryWatchers()
+        _watchers = _RedisWatchers()
     return _watchers
 
 

@@ -1,4 +1,4 @@
-"""Latest readings per node, kept in Redis (in-process on the embedded default).
+"""Latest readings per node, kept in Redis (an in-process one on the embedded default).
 
 The database holds inventory (what exists, its health, when it was last seen);
 Redis holds what the cards read a moment ago, one hash field per node, written
@@ -15,7 +15,6 @@ from operator import itemgetter
 from typing import Any
 
 import orjson
-from django.conf import settings
 from django.db.models import Count
 
 from agents.gpu_agent import schema
@@ -50,26 +49,13 @@ class _RedisLatest:
         return {i: orjson.loads(v) for i, v in zip(node_ids, raw, strict=True) if v}
 
 
-class _MemoryLatest:
-    """The embedded default's store: one process, one dict."""
-
-    def __init__(self) -> None:
-        self.items: dict[int, dict] = {}
-
-    def put(self, items: dict[int, dict]) -> None:
-        self.items.update(items)
-
-    def get(self, node_ids: list[int]) -> dict[int, dict]:
-        return {i: self.items[i] for i in node_ids if i in self.items}
+_store: _RedisLatest | None = None
 
 
-_store: _RedisLatest | _MemoryLatest | None = None
-
-
-def _latest_store() -> _RedisLatest | _MemoryLatest:
+def _latest_store() -> _RedisLatest:
     global _store
     if _store is None:
-        _store = _RedisLatest() if settings.REDIS_URL else _MemoryLatest()
+        _store = _RedisLatest()
     return _store
 
 

@@ -1,11 +1,12 @@
 """The sample buffer: each poll cycle's readings, kept per minute until rollups merge them.
 
 Each poll cycle appends one compact blob of its readings to a buffer for the
-current minute (one Redis RPUSH, whatever the fleet size; an in-process dict on the
-embedded default). Once a minute has passed, ``telemetry.rollups.flush`` claims its
-buffer atomically (a Redis script renaming it, so two workers never flush the same
-minute) and merges it into the rollup tables. A value that is not a number where one
-belongs counts as not reported, so one bad card cannot spoil the minute of the fleet.
+current minute (one Redis RPUSH, whatever the fleet size; on the embedded default, to
+the in-process Redis of portal.redis_client). Once a minute has passed,
+``telemetry.rollups.flush`` claims its buffer atomically (a Redis script renaming it,
+so two workers never flush the same minute) and merges it into the rollup tables. A
+value that is not a number where one belongs counts as not reported, so one bad card
+cannot spoil the minute of the fleet.
 """
 
 from __future__ import annotations
@@ -13,15 +14,12 @@ from __future__ import annotations
 import logging
 import math
 import operator
-import threading
 import uuid
-from collections import defaultdict
 from datetime import UTC, datetime
 from typing import Any
 
 import orjson
 import redis
-from django.conf import settings
 
 from agents.gpu_agent import schema
 from portal import redis_client
@@ -113,8 +111,9 @@ class _RedisBuffer:
         if self._claim_script is None:
             self._claim_script = client.register_script(_CLAIM_SCRIPT)
         claimed = []
-        for raw in client.smembers(pending):
-            minute = int(raw)
+        # Oldest first: SQLite's merge into hours depends on the order of merges, and a
+        # set's order is Redis's encoding's (sorted while small) or, in-process, a hash's.
+        for minute in sorted(map(int, client.smembers(pending))):
             if minute >= before:
                 continue
             # Off the pending set with the rename: a late append after it re-adds the
@@ -154,44 +153,13 @@ class _RedisBuffer:
         return False
 
 
-class _MemoryBuffer:
-    """The embedded default's buffer: one process, so a dict and a lock suffice."""
-
-    def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.minutes: dict[int, list[bytes]] = defaultdict(list)
-        self.before = 0  # the latest claim's, for the expiry of claims that failed
-
-    def append(self, minute: int, blob: bytes) -> None:
-        with self.lock:
-            self.minutes[minute].append(blob)
-
-    def claim(self, before: int) -> list[Claim]:
-        with self.lock:
-            self.before = max(self.before, before)
-            ready = sorted(m for m in self.minutes if m < before)
-            return [(m, f"mem:{m}:{uuid.uuid4().hex}", self.minutes.pop(m)) for m in ready]
-
-    def done(self, claim_key: str) -> None:
-        pass
-
-    def failed(self, claim: Claim) -> bool:
-        """As Redis's: put back for the next flush until about as old as a buffer expires."""
-        minute, _, blobs = claim
-        if minute < self.before - (BUFFER_TTL_S - GIVE_UP_TTL_S) // 60:
-            return True
-        with self.lock:
-            self.minutes[minute][:0] = blobs
-        return False
+_buffer: _RedisBuffer | None = None
 
 
-_buffer: _RedisBuffer | _MemoryBuffer | None = None
-
-
-def buffer() -> _RedisBuffer | _MemoryBuffer:
+def buffer() -> _RedisBuffer:
     global _buffer
     if _buffer is None:
-        _buffer = _RedisBuffer() if settings.REDIS_URL else _MemoryBuffer()
+        _buffer = _RedisBuffer()
     return _buffer
 
 

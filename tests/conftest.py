@@ -11,6 +11,7 @@ import redis
 from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
 
+from portal import redis_client
 from tests import procs
 from tests.factories import UserFactory
 
@@ -39,6 +40,25 @@ def _clean_redis() -> None:
     # The test Redis database is the suite's own: every test starts from empty, so no
     # cached reading, rollup buffer or channel group leaks from one test into the next.
     redis.Redis.from_url(settings.REDIS_URL).flushdb()
+
+
+@pytest.fixture
+def in_process_redis(settings) -> Iterator[redis.Redis]:
+    """The embedded default's store: with no REDIS_URL, the data paths' client is an
+    in-process server (fresh for each test), as ``./dev up`` runs them."""
+    settings.REDIS_URL = None
+    # A patch of its own: a test's monkeypatch.undo() must not bring Redis back mid-test.
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(redis_client, "_client", None)
+        yield redis_client.client()
+
+
+@pytest.fixture(params=["redis", "in-process"])
+def store(request) -> redis.Redis:
+    """The data paths' store: the suite's Redis, then the embedded default's in-process one."""
+    if request.param == "in-process":
+        return request.getfixturevalue("in_process_redis")
+    return redis_client.client()
 
 
 # --- named actors ------------------------------------------------------------------------

@@ -1,7 +1,7 @@
 """One short history of two cards, flushed as beat flushes it, and the rollups it must give.
 
 Shared by the PostgreSQL tests (``test_rollups.py``, in process) and the embedded
-default's (SQLite and the in-process buffer, in a child process), so both paths are
+default's (SQLite and the in-process Redis, in a child process), so both paths are
 held to the same hand-computed rows. It covers: fields not reported (None), several
 processes of one owner on a card, readings
 too large to be plausible (not reported either, so the databases never overflow), samples

@@ -85,7 +85,7 @@ def test_logged_in_socket_gets_the_fleet_then_pushed_updates(bob):
     assert second["sent_at"] > 0
 
 
-def test_node_socket_sends_the_cards_and_marks_the_node_watched(bob):
+def test_node_socket_sends_the_cards_and_marks_the_node_watched(bob, store):
     node = NodeFactory(name="gpu-a")
     cookie = _session_cookie(bob)
 

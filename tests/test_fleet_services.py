@@ -117,7 +117,7 @@ def test_a_card_moved_to_another_node_follows_its_uuid(node):
     assert (card.node, card.index) == (other, 3)
 
 
-def test_latest_readings_are_cached_and_joined_to_the_inventory(node):
+def test_latest_readings_are_cached_and_joined_to_the_inventory(node, store):
     cache.clear()
     services.record_poll_results(
         [ok(node, snapshot("a", gpu("GPU-1", temperature_c=61, power_w=250.5)))]
@@ -153,7 +153,7 @@ def test_each_recorded_poll_is_pushed_to_the_fleet_group_after_commit():
 
 
 @pytest.mark.django_db(transaction=True)
-def test_card_details_are_pushed_only_to_watched_nodes():
+def test_card_details_are_pushed_only_to_watched_nodes(store):
     watched_node = NodeFactory(name="gpu-a")
     quiet_node = NodeFactory(name="gpu-b")
     layer = get_channel_layer()

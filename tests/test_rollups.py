@@ -119,25 +119,18 @@ def test_retention_drops_only_rows_past_their_age(cards, settings):
     assert rollups.prune(T0 + timedelta(days=401)) == {"minutes": 0, "hours": 2}
 
 
-def test_two_flushers_never_claim_the_same_minute(cards):
+def test_two_flushers_never_claim_the_same_minute(cards, store):
     sample(cards, T0, 10)
     first = sample_buffer.buffer().claim(before=sample_buffer.minute_of(T0) + 1)
     second = sample_buffer.buffer().claim(before=sample_buffer.minute_of(T0) + 1)
     assert len(first) == 1 and second == []
 
 
-def test_a_claim_abandoned_by_a_dead_flusher_is_retried_later(cards):
+def test_a_claim_abandoned_by_a_dead_flusher_is_retried_later(cards, store):
     sample(cards, T0, 10)
     sample_buffer.buffer().claim(before=sample_buffer.minute_of(T0) + 1)  # the claimer dies here
     assert rollups.flush(T0 + timedelta(minutes=2)) == 0
     assert rollups.flush(T0 + timedelta(minutes=10)) == 2
-
-
-def test_the_embedded_buffer_keeps_samples_in_process(cards, monkeypatch):
-    monkeypatch.setattr(sample_buffer, "_buffer", sample_buffer._MemoryBuffer())
-    sample(cards, T0, 10)
-    assert rollups.flush(T0 + timedelta(minutes=1)) == 2
-    assert rollups.flush(T0 + timedelta(minutes=1)) == 0
 
 
 EMBEDDED_FLUSH = """
@@ -149,6 +142,7 @@ call_command("migrate", verbosity=0)
 from telemetry import history, rollups, sample_buffer
 from agents.models import GPU, Node
 from telemetry.models import GpuHour
+from portal import redis_client
 node = Node.objects.create(name="n")
 gpu = GPU.objects.create(node=node, index=0, uuid="GPU-0", model="T4")
 t0 = datetime(2026, 11, 30, 10, 0, tzinfo=UTC)
@@ -158,7 +152,8 @@ for minute, util in [(0, 10), (1, 30)]:
     rollups.flush(t0 + timedelta(minutes=minute + 1))
 rollups.flush(t0 + timedelta(minutes=rollups.FOLD_EVERY))  # minute 1 reaches its hour
 hour = GpuHour.objects.get()
-print(json.dumps([hour.samples, hour.util_avg, hour.util_max, hour.power_avg_w]))
+store = type(redis_client.client()).__module__.split(".")[0]
+print(json.dumps([hour.samples, hour.util_avg, hour.util_max, hour.power_avg_w, store]))
 """
 
 
@@ -183,7 +178,8 @@ def _run_embedded(script: str, tmp_path) -> Any:
 
 
 def test_flushing_works_on_the_embedded_sqlite_default(tmp_path):
-    assert _run_embedded(EMBEDDED_FLUSH, tmp_path) == [2, 20.0, 30.0, None]
+    # Through the in-process Redis: the same buffer and claim script as production's.
+    assert _run_embedded(EMBEDDED_FLUSH, tmp_path) == [2, 20.0, 30.0, None, "fakeredis"]
 
 
 def _hour(card) -> tuple:
@@ -206,7 +202,7 @@ def test_samples_that_arrive_after_their_minute_was_flushed_are_merged_into_it(c
     assert OwnerHour.objects.get(gpu=cards[0], owner="carol").samples == 2
 
 
-def test_a_claim_retried_after_its_commit_is_not_merged_twice(cards, monkeypatch):
+def test_a_claim_retried_after_its_commit_is_not_merged_twice(cards, monkeypatch, store):
     sample(cards, T0, 10)
     source = sample_buffer.buffer()
     # The flusher dies between its commit and deleting the claim from the buffer.
@@ -287,10 +283,7 @@ def test_retention_forgets_merged_claims_but_not_how_far_hours_are_folded(cards)
     assert claims() == ["fold:hours"]
 
 
-@pytest.mark.parametrize("buffer", ["redis", "in-process"])
-def test_a_history_with_late_samples_gives_the_hand_computed_rollups(cards, buffer, monkeypatch):
-    if buffer == "in-process":
-        monkeypatch.setattr(sample_buffer, "_buffer", sample_buffer._MemoryBuffer())
+def test_a_history_with_late_samples_gives_the_hand_computed_rollups(cards, store):
     assert scenario.play(cards) == [2, 3, 0]
     assert scenario.rows(cards) == scenario.EXPECTED
 
@@ -417,7 +410,9 @@ def _claims(source) -> list[str]:
     return [key.decode() for key in source.client.keys(f"{source.prefix}:claim:*")]
 
 
-def test_a_claim_whose_merge_fails_holds_up_neither_other_minutes_nor_the_fold(cards, caplog):
+def test_a_claim_whose_merge_fails_holds_up_neither_other_minutes_nor_the_fold(
+    cards, caplog, store
+):
     source = sample_buffer.buffer()
     sample(cards, T0, 10)
     rollups.flush(T0 + timedelta(minutes=1))  # hours folded from minute 1 on
@@ -439,22 +434,6 @@ def test_a_claim_whose_merge_fails_holds_up_neither_other_minutes_nor_the_fold(c
     assert [r.levelname for r in caplog.records] == ["ERROR", "ERROR"]
     assert "dropped" in caplog.records[1].getMessage()
     assert _claims(source) == []
-
-
-def test_the_embedded_buffer_retries_a_failed_claim_until_it_is_as_old_as_an_expiry(
-    cards, monkeypatch, caplog
-):
-    monkeypatch.setattr(sample_buffer, "_buffer", sample_buffer._MemoryBuffer())
-    sample_buffer.buffer().append(sample_buffer.minute_of(T0), _corrupt_blob(cards[0]))
-    sample(cards, T0 + timedelta(minutes=1), 20)
-    assert rollups.flush(T0 + timedelta(minutes=2)) == 2
-    assert "not merged" in caplog.text
-    assert sample_buffer.buffer().minutes.keys() == {sample_buffer.minute_of(T0)}  # put back
-    assert rollups.flush(T0 + timedelta(minutes=3)) == 0
-    assert sample_buffer.buffer().minutes  # still there
-    caplog.clear()
-    rollups.flush(T0 + timedelta(seconds=sample_buffer.BUFFER_TTL_S))
-    assert "dropped" in caplog.text and not sample_buffer.buffer().minutes
 
 
 def test_a_flusher_killed_after_any_redis_command_loses_no_minute(cards, monkeypatch):
@@ -496,7 +475,7 @@ def test_a_flusher_killed_after_any_redis_command_loses_no_minute(cards, monkeyp
     assert survived
 
 
-def test_two_flushers_claiming_at_once_never_share_a_minute(cards):
+def test_two_flushers_claiming_at_once_never_share_a_minute(cards, store):
     import threading
 
     minutes = range(sample_buffer.minute_of(T0), sample_buffer.minute_of(T0) + 200)
