@@ -164,7 +164,6 @@ def buffer() -> _RedisBuffer:
 
 
 _sample = operator.itemgetter(*SAMPLE_FIELDS)
-_owned = operator.itemgetter(*OWNER_FIELDS)
 # What a JSON array of numbers and nulls holds between its brackets.
 _NUMERIC_JSON = b"0123456789.-+eEnul,"
 
@@ -183,10 +182,7 @@ def buffer_samples(answered: dict[int, dict], gpu_ids: dict[str, int], now: date
 
 
 def _process_values(process: dict) -> list:
-    try:
-        return list(_owned(process)) if len(OWNER_FIELDS) > 1 else [_owned(process)]
-    except KeyError:  # the agent leaves out what it could not read
-        return [process.get(f) for f in OWNER_FIELDS]
+    return list(map(process.get, OWNER_FIELDS))
 
 
 def _encode(answered: dict[int, dict], gpu_ids: dict[str, int]) -> bytes | None:
@@ -205,6 +201,11 @@ def _encode(answered: dict[int, dict], gpu_ids: dict[str, int]) -> bytes | None:
                 samples[pk] = tuple([gpu.get(f) for f in SAMPLE_FIELDS])
             processes = gpu.get("processes")
             if not processes:
+                continue
+            if len(processes) == 1:  # the usual case: one job, one owner
+                process = processes[0]
+                if owner := process.get("user"):
+                    owned.append((pk, owner, *map(process.get, OWNER_FIELDS)))
                 continue
             per_owner: dict[str, list] = {}
             for process in processes:
