@@ -8,7 +8,6 @@ REDIS_URL and SECRET_KEY, and runs daphne, a Celery worker and Celery beat.
 
 from __future__ import annotations
 
-import secrets
 from datetime import timedelta
 from pathlib import Path
 
@@ -17,9 +16,13 @@ from django.core.exceptions import ImproperlyConfigured
 from django.utils.translation import gettext_lazy as _
 
 from portal.env import env_bool, env_float, env_int, env_list, env_str
+from portal.files import make_private_dir, private_secret, touch_private
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(env_str("PORTAL_VAR_DIR") or BASE_DIR / "var")
+
+# The portal's own files (SQLite, generated secrets): owner only, even if left looser.
+make_private_dir(VAR_DIR)
 
 DATABASE_URL = env_str("DATABASE_URL")
 REDIS_URL = env_str("REDIS_URL")
@@ -39,12 +42,7 @@ def _secret_key() -> str:
             "SECRET_KEY must be set when DATABASE_URL or REDIS_URL is configured."
         )
     # The demo keeps one generated key so that sessions survive a restart.
-    VAR_DIR.mkdir(parents=True, exist_ok=True)
-    path = VAR_DIR / "secret_key"
-    if not path.exists():
-        path.write_text(secrets.token_urlsafe(50))
-        path.chmod(0o600)
-    return path.read_text().strip()
+    return private_secret(VAR_DIR / "secret_key", 50)
 
 
 SECRET_KEY = _secret_key()
@@ -115,7 +113,7 @@ if DATABASE_URL:
         )
     }
 else:
-    VAR_DIR.mkdir(parents=True, exist_ok=True)
+    touch_private(VAR_DIR / "portal.sqlite3")
     DATABASES = {
         "default": {
             "ENGINE": "django.db.backends.sqlite3",
