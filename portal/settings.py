@@ -67,6 +67,7 @@ INSTALLED_APPS = [
     "drf_spectacular_sidecar",
     "django_filters",
     "channels",
+    "axes",
     "portal",
     "agents",
     "telemetry",
@@ -85,6 +86,8 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    # Last: turns a login that django-axes refused into the lockout page.
+    "axes.middleware.AxesMiddleware",
 ]
 
 ROOT_URLCONF = "portal.urls"
@@ -151,6 +154,11 @@ AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
     {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
 ]
+# The lockout check runs first and refuses a locked-out login before the password is read.
+AUTHENTICATION_BACKENDS = [
+    "portal.security.LoginLockoutBackend",
+    "django.contrib.auth.backends.ModelBackend",
+]
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "telemetry:dashboard"
 LOGOUT_REDIRECT_URL = "login"
@@ -182,17 +190,36 @@ WHITENOISE_USE_FINDERS = True
 
 SESSION_COOKIE_HTTPONLY = True
 CSRF_COOKIE_HTTPONLY = False
-# Behind a TLS-terminating proxy: trust its scheme header and send cookies over HTTPS only.
+# Behind a TLS-terminating proxy: trust its scheme and client address headers, and send
+# cookies over HTTPS only (docs/security.md).
 BEHIND_TLS_PROXY = env_bool("BEHIND_TLS_PROXY")
 SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https") if BEHIND_TLS_PROXY else None
+# Proxies in front of the portal that each append to X-Forwarded-For (read only behind one).
+TRUSTED_PROXY_HOPS = env_int("TRUSTED_PROXY_HOPS", 1, minimum=1)
 SESSION_COOKIE_SECURE = CSRF_COOKIE_SECURE = BEHIND_TLS_PROXY
+
+# --- Logins ------------------------------------------------------------------
+# django-axes counts failed logins per (user name, address); LOGIN_FAILURE_LIMIT of them lock
+# that pair out for LOGIN_LOCKOUT_MINUTES, and a successful login clears its count.
+AXES_FAILURE_LIMIT = env_int("LOGIN_FAILURE_LIMIT", 5, minimum=1)
+AXES_COOLOFF_TIME = timedelta(minutes=env_int("LOGIN_LOCKOUT_MINUTES", 15, minimum=1))
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_RESET_ON_SUCCESS = True
+AXES_CLIENT_IP_CALLABLE = "portal.security.client_ip"
+AXES_LOCKOUT_CALLABLE = "portal.security.lockout_response"
+# Each failure kept as a row as well (AccessFailureLog), for the audit log to show.
+AXES_ENABLE_ACCESS_FAILURE_LOG = True
+AXES_VERBOSE = False
+# A bad API token counts against its address; API_TOKEN_FAILURE_LIMIT of them within
+# LOGIN_LOCKOUT_MINUTES refuse token authentication from it for that long (portal/api_auth.py).
+API_TOKEN_FAILURE_LIMIT = env_int("API_TOKEN_FAILURE_LIMIT", 20, minimum=1)
 
 REST_FRAMEWORK = {
     # Token first: DRF takes the 401 challenge (WWW-Authenticate: Token) from the first
     # class; with session first, a missing or bad token would be answered 403. The session
     # still authenticates the browser, and still requires CSRF for its writes.
     "DEFAULT_AUTHENTICATION_CLASSES": [
-        "rest_framework.authentication.TokenAuthentication",
+        "portal.api_auth.PortalTokenAuthentication",
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
@@ -289,6 +316,8 @@ LOGGING = {
     "loggers": {
         "django.channels.server": {"level": "WARNING"},
         "daphne": {"level": "WARNING"},
+        # portal.security logs each failed login itself, with the address.
+        "axes": {"level": "ERROR"},
         # The embedded scheduler would log every poll; a worker's log keeps them.
         "celery.app.trace": {"level": "WARNING" if EMBEDDED else "INFO"},
     },
