@@ -12,6 +12,7 @@ from datetime import timedelta
 from pathlib import Path
 
 import dj_database_url
+from csp.constants import NONE, SELF
 from django.core.exceptions import ImproperlyConfigured
 from django.utils.translation import gettext_lazy as _
 
@@ -68,6 +69,7 @@ INSTALLED_APPS = [
     "django_filters",
     "channels",
     "axes",
+    "csp",
     "portal",
     "agents",
     "telemetry",
@@ -78,6 +80,7 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    "csp.middleware.CSPMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.locale.LocaleMiddleware",
@@ -190,13 +193,38 @@ WHITENOISE_USE_FINDERS = True
 
 SESSION_COOKIE_HTTPONLY = True
 CSRF_COOKIE_HTTPONLY = False
-# Behind a TLS-terminating proxy: trust its scheme and client address headers, and send
-# cookies over HTTPS only (docs/security.md).
+# Behind a TLS-terminating proxy: trust its scheme and client address headers, send
+# cookies over HTTPS only and redirect plain HTTP to HTTPS (docs/security.md).
 BEHIND_TLS_PROXY = env_bool("BEHIND_TLS_PROXY")
 SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https") if BEHIND_TLS_PROXY else None
 # Proxies in front of the portal that each append to X-Forwarded-For (read only behind one).
 TRUSTED_PROXY_HOPS = env_int("TRUSTED_PROXY_HOPS", 1, minimum=1)
 SESSION_COOKIE_SECURE = CSRF_COOKIE_SECURE = BEHIND_TLS_PROXY
+SECURE_SSL_REDIRECT = env_bool("SECURE_SSL_REDIRECT", default=BEHIND_TLS_PROXY)
+# Probes and Prometheus reach the process directly over plain HTTP, not through the proxy.
+SECURE_REDIRECT_EXEMPT = [r"^healthz$", r"^metrics$"]
+# HSTS is sticky in browsers for its whole max-age: off until the operator turns it on.
+SECURE_HSTS_SECONDS = env_int("SECURE_HSTS_SECONDS", 0, minimum=0)
+SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("SECURE_HSTS_INCLUDE_SUBDOMAINS")
+SECURE_HSTS_PRELOAD = env_bool("SECURE_HSTS_PRELOAD")
+
+# The Content-Security-Policy: scripts, styles and everything else from the portal itself;
+# no inline script or style, no plugin, no framing. The API docs relax it on their own
+# views only (portal/urls.py). 'self' covers the websocket to the same host and port.
+CONTENT_SECURITY_POLICY = {
+    "DIRECTIVES": {
+        "default-src": [SELF],
+        "script-src": [SELF],
+        "style-src": [SELF],
+        # Tabler's stylesheet draws some controls with data: SVG images.
+        "img-src": [SELF, "data:"],
+        "connect-src": [SELF],
+        "object-src": [NONE],
+        "base-uri": [SELF],
+        "form-action": [SELF],
+        "frame-ancestors": [NONE],
+    }
+}
 
 # --- Logins ------------------------------------------------------------------
 # django-axes counts failed logins per (user name, address); LOGIN_FAILURE_LIMIT of them lock
