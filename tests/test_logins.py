@@ -10,8 +10,9 @@ import logging
 from datetime import timedelta
 
 import pytest
+from asgiref.sync import async_to_sync
 from axes.models import AccessAttempt
-from django.test import Client
+from django.test import AsyncClient, Client
 from django.utils import timezone
 from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
@@ -165,3 +166,12 @@ def test_an_address_guessing_tokens_is_stopped_and_logged(bob, caplog):
     assert _api(f"Token {good}", "198.51.100.4").get("/api/v1/nodes/").status_code == 200
     refused = [r.getMessage() for r in caplog.records if "api token refused" in r.getMessage()]
     assert len(refused) == 3 and all("address=203.0.113.9" in m for m in refused)
+
+
+def test_the_lockout_page_is_served_by_the_asgi_handler_too(bob):
+    # daphne runs the middleware chain asynchronously: django-axes takes another path there.
+    client = AsyncClient()
+    for _ in range(3):
+        response = async_to_sync(client.post)(LOGIN, {"username": "bob", "password": "wrong"})
+    assert response.status_code == 429
+    assert "Try again in 15 minutes" in response.content.decode()
