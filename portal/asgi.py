@@ -10,15 +10,19 @@ django_asgi_app = get_asgi_application()
 
 from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
-from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
+from django.urls import re_path  # noqa: E402
 
+from portal.websocket import NotFoundConsumer, SameOriginValidator  # noqa: E402
 from telemetry.routing import websocket_urlpatterns  # noqa: E402
 
 application = ProtocolTypeRouter(
     {
         "http": django_asgi_app,
-        "websocket": AllowedHostsOriginValidator(
-            AuthMiddlewareStack(URLRouter(websocket_urlpatterns))
+        "websocket": SameOriginValidator(
+            AuthMiddlewareStack(
+                # Unknown paths end at NotFoundConsumer: closed, instead of URLRouter's error.
+                URLRouter([*websocket_urlpatterns, re_path(r"", NotFoundConsumer.as_asgi())])
+            )
         ),
     }
 )

@@ -8,18 +8,22 @@ REDIS_URL and SECRET_KEY, and runs daphne, a Celery worker and Celery beat.
 
 from __future__ import annotations
 
-import secrets
 from datetime import timedelta
 from pathlib import Path
 
 import dj_database_url
+from csp.constants import NONE, SELF
 from django.core.exceptions import ImproperlyConfigured
 from django.utils.translation import gettext_lazy as _
 
 from portal.env import env_bool, env_float, env_int, env_list, env_str
+from portal.files import make_private_dir, private_secret, touch_private
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(env_str("PORTAL_VAR_DIR") or BASE_DIR / "var")
+
+# The portal's own files (SQLite, generated secrets): owner only, even if left looser.
+make_private_dir(VAR_DIR)
 
 DATABASE_URL = env_str("DATABASE_URL")
 REDIS_URL = env_str("REDIS_URL")
@@ -39,12 +43,7 @@ def _secret_key() -> str:
             "SECRET_KEY must be set when DATABASE_URL or REDIS_URL is configured."
         )
     # The demo keeps one generated key so that sessions survive a restart.
-    VAR_DIR.mkdir(parents=True, exist_ok=True)
-    path = VAR_DIR / "secret_key"
-    if not path.exists():
-        path.write_text(secrets.token_urlsafe(50))
-        path.chmod(0o600)
-    return path.read_text().strip()
+    return private_secret(VAR_DIR / "secret_key", 50)
 
 
 SECRET_KEY = _secret_key()
@@ -69,6 +68,8 @@ INSTALLED_APPS = [
     "drf_spectacular_sidecar",
     "django_filters",
     "channels",
+    "axes",
+    "csp",
     "portal",
     "agents",
     "telemetry",
@@ -79,6 +80,7 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    "csp.middleware.CSPMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.locale.LocaleMiddleware",
@@ -87,6 +89,8 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    # Last: turns a login that django-axes refused into the lockout page.
+    "axes.middleware.AxesMiddleware",
 ]
 
 ROOT_URLCONF = "portal.urls"
@@ -115,7 +119,7 @@ if DATABASE_URL:
         )
     }
 else:
-    VAR_DIR.mkdir(parents=True, exist_ok=True)
+    touch_private(VAR_DIR / "portal.sqlite3")
     DATABASES = {
         "default": {
             "ENGINE": "django.db.backends.sqlite3",
@@ -153,6 +157,11 @@ AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
     {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
 ]
+# The lockout check runs first and refuses a locked-out login before the password is read.
+AUTHENTICATION_BACKENDS = [
+    "portal.security.LoginLockoutBackend",
+    "django.contrib.auth.backends.ModelBackend",
+]
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "telemetry:dashboard"
 LOGOUT_REDIRECT_URL = "login"
@@ -184,17 +193,61 @@ WHITENOISE_USE_FINDERS = True
 
 SESSION_COOKIE_HTTPONLY = True
 CSRF_COOKIE_HTTPONLY = False
-# Behind a TLS-terminating proxy: trust its scheme header and send cookies over HTTPS only.
+# Behind a TLS-terminating proxy: trust its scheme and client address headers, send
+# cookies over HTTPS only and redirect plain HTTP to HTTPS (docs/security.md).
 BEHIND_TLS_PROXY = env_bool("BEHIND_TLS_PROXY")
 SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https") if BEHIND_TLS_PROXY else None
+# Proxies in front of the portal that each append to X-Forwarded-For (read only behind one).
+TRUSTED_PROXY_HOPS = env_int("TRUSTED_PROXY_HOPS", 1, minimum=1)
 SESSION_COOKIE_SECURE = CSRF_COOKIE_SECURE = BEHIND_TLS_PROXY
+SECURE_SSL_REDIRECT = env_bool("SECURE_SSL_REDIRECT", default=BEHIND_TLS_PROXY)
+# Probes and Prometheus reach the process directly over plain HTTP, not through the proxy.
+SECURE_REDIRECT_EXEMPT = [r"^healthz$", r"^metrics$"]
+# HSTS is sticky in browsers for its whole max-age: off until the operator turns it on.
+SECURE_HSTS_SECONDS = env_int("SECURE_HSTS_SECONDS", 0, minimum=0)
+SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("SECURE_HSTS_INCLUDE_SUBDOMAINS")
+SECURE_HSTS_PRELOAD = env_bool("SECURE_HSTS_PRELOAD")
+
+# The Content-Security-Policy: scripts, styles and everything else from the portal itself;
+# no inline script or style, no plugin, no framing. The API docs relax it on their own
+# views only (portal/urls.py). 'self' covers the websocket to the same host and port.
+CONTENT_SECURITY_POLICY = {
+    "DIRECTIVES": {
+        "default-src": [SELF],
+        "script-src": [SELF],
+        "style-src": [SELF],
+        # Tabler's stylesheet draws some controls with data: SVG images.
+        "img-src": [SELF, "data:"],
+        "connect-src": [SELF],
+        "object-src": [NONE],
+        "base-uri": [SELF],
+        "form-action": [SELF],
+        "frame-ancestors": [NONE],
+    }
+}
+
+# --- Logins ------------------------------------------------------------------
+# django-axes counts failed logins per (user name, address); LOGIN_FAILURE_LIMIT of them lock
+# that pair out for LOGIN_LOCKOUT_MINUTES, and a successful login clears its count.
+AXES_FAILURE_LIMIT = env_int("LOGIN_FAILURE_LIMIT", 5, minimum=1)
+AXES_COOLOFF_TIME = timedelta(minutes=env_int("LOGIN_LOCKOUT_MINUTES", 15, minimum=1))
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_RESET_ON_SUCCESS = True
+AXES_CLIENT_IP_CALLABLE = "portal.security.client_ip"
+AXES_LOCKOUT_CALLABLE = "portal.security.lockout_response"
+# Each failure kept as a row as well (AccessFailureLog), for the audit log to show.
+AXES_ENABLE_ACCESS_FAILURE_LOG = True
+AXES_VERBOSE = False
+# A bad API token counts against its address; API_TOKEN_FAILURE_LIMIT of them within
+# LOGIN_LOCKOUT_MINUTES refuse token authentication from it for that long (portal/api_auth.py).
+API_TOKEN_FAILURE_LIMIT = env_int("API_TOKEN_FAILURE_LIMIT", 20, minimum=1)
 
 REST_FRAMEWORK = {
     # Token first: DRF takes the 401 challenge (WWW-Authenticate: Token) from the first
     # class; with session first, a missing or bad token would be answered 403. The session
     # still authenticates the browser, and still requires CSRF for its writes.
     "DEFAULT_AUTHENTICATION_CLASSES": [
-        "rest_framework.authentication.TokenAuthentication",
+        "portal.api_auth.PortalTokenAuthentication",
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
@@ -291,6 +344,8 @@ LOGGING = {
     "loggers": {
         "django.channels.server": {"level": "WARNING"},
         "daphne": {"level": "WARNING"},
+        # portal.security logs each failed login itself, with the address.
+        "axes": {"level": "ERROR"},
         # The embedded scheduler would log every poll; a worker's log keeps them.
         "celery.app.trace": {"level": "WARNING" if EMBEDDED else "INFO"},
     },

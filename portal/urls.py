@@ -1,14 +1,27 @@
+from csp.constants import UNSAFE_INLINE
+from csp.decorators import csp_update
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.urls import include, path
 from drf_spectacular.views import (
     SpectacularAPIView,
     SpectacularRedocView,
-    SpectacularSwaggerView,
+    SpectacularSwaggerSplitView,
 )
 
 from portal import views
 from portal.metrics import metrics_view
+
+# Swagger UI's start-up script comes from its own URL (the split view), not inline, so it runs
+# under the site's policy. ReDoc writes its styles into <style> elements as it renders and
+# searches in a worker made from a blob: that one page allows both.
+api_docs_view = SpectacularSwaggerSplitView.as_view(
+    url_name="api-schema", template_name="portal/swagger_ui.html"
+)
+redoc_view = csp_update({"style-src": [UNSAFE_INLINE], "worker-src": ["blob:"]})(
+    # drf-spectacular's own ReDoc page loads Google's web fonts; ours does not.
+    SpectacularRedocView.as_view(url_name="api-schema", template_name="portal/redoc.html")
+)
 
 urlpatterns = [
     path("", include("telemetry.urls")),
@@ -24,12 +37,7 @@ urlpatterns = [
     path("metrics", metrics_view, name="metrics"),
     path("api/v1/", include(("portal.api_urls", "api"))),
     path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
-    path("api/docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),
-    path(
-        "api/redoc/",
-        # drf-spectacular's own ReDoc page loads Google's web fonts; ours does not.
-        SpectacularRedocView.as_view(url_name="api-schema", template_name="portal/redoc.html"),
-        name="api-redoc",
-    ),
+    path("api/docs/", api_docs_view, name="api-docs"),
+    path("api/redoc/", redoc_view, name="api-redoc"),
     path("admin/", admin.site.urls),
 ]

@@ -23,6 +23,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import orjson
 
@@ -51,8 +52,10 @@ async def client(
     # Browsers arrive over time, not in one burst: spread the connects out.
     await asyncio.sleep(delay)
     received = 0
+    # The page's own origin, port included: the portal checks scheme, host and port.
+    origin = "http://" + urlsplit(url).netloc
     async with (
-        aiohttp.ClientSession(headers={"Cookie": cookie, "Origin": "http://127.0.0.1"}) as s,
+        aiohttp.ClientSession(headers={"Cookie": cookie, "Origin": origin}) as s,
         s.ws_connect(url, max_msg_size=0) as ws,
     ):
         while time.time() < stop_at:

@@ -9,7 +9,6 @@ first command ends in.
 from __future__ import annotations
 
 import os
-import secrets
 import subprocess
 import sys
 import threading
@@ -29,6 +28,7 @@ from django.db import transaction
 from agents.choices import NodeSource
 from agents.models import Node
 from portal import celery_app, embedded
+from portal.files import private_secret
 
 DEMO_MODELS = [
     "NVIDIA A100-SXM4-80GB",
@@ -42,12 +42,7 @@ AGENT_START_TIMEOUT_S = 30
 
 def _var_secret(name: str, nbytes: int = 18) -> str:
     """A secret generated once and kept under var/, so restarts keep the same login."""
-    path = Path(settings.VAR_DIR) / name
-    if not path.exists():
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(secrets.token_urlsafe(nbytes))
-        path.chmod(0o600)
-    return path.read_text().strip()
+    return private_secret(Path(settings.VAR_DIR) / name, nbytes)
 
 
 class Command(BaseCommand):

@@ -1,0 +1,106 @@
+"""The websocket's gate: an exact same-origin check, and a clean close for unknown paths.
+
+Channels' AllowedHostsOriginValidator compares only the Origin's host name with ALLOWED_HOSTS,
+so a page served from another port or over plain HTTP on the same host could open the
+portal's sockets with the user's cookie. Here the Origin must be the connection's own origin
+(scheme, host and port), or one the operator listed in CSRF_TRUSTED_ORIGINS: the rule
+Django's CSRF check applies to a form post.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import urlsplit
+
+from channels.generic.websocket import AsyncWebsocketConsumer
+from channels.security.websocket import WebsocketDenier
+from django.conf import settings
+from django.http.request import is_same_domain, split_domain_port, validate_host
+
+# A path no consumer serves: the application range, like the live consumers' 4404.
+CLOSE_NOT_FOUND = 4404
+_DEFAULT_PORTS = {"http": 80, "https": 443}
+
+
+def _origin(scheme: str, netloc: str) -> tuple[str, str, int] | None:
+    """(scheme, host, port) with the default port filled in; None for anything malformed."""
+    try:
+        parts = urlsplit(f"{scheme}://{netloc}")
+        port = parts.port or _DEFAULT_PORTS.get(scheme)
+    except ValueError:
+        return None
+    if not parts.hostname or port is None or parts.path or parts.query or parts.username:
+        return None
+    return scheme, parts.hostname, port
+
+
+def _allowed_hosts() -> list[str]:
+    # Django's own fallback while DEBUG is on and ALLOWED_HOSTS is empty.
+    if settings.DEBUG and not settings.ALLOWED_HOSTS:
+        return [".localhost", "127.0.0.1", "[::1]"]
+    return list(settings.ALLOWED_HOSTS)
+
+
+def _is_secure(scope: dict[str, Any], headers: dict[bytes, bytes]) -> bool:
+    # Behind a TLS proxy the scheme the browser used is the proxy's header (as for
+    # request.is_secure()); otherwise the connection's own.
+    proxy_header = settings.SECURE_PROXY_SSL_HEADER
+    if proxy_header:
+        name = proxy_header[0].removeprefix("HTTP_").lower().replace("_", "-").encode()
+        if name in headers:
+            value = headers[name].decode("latin1").split(",")[0].strip()
+            return value == proxy_header[1]
+    return scope.get("scheme") == "wss"
+
+
+def origin_allowed(scope: dict[str, Any]) -> bool:
+    headers = dict(scope.get("headers", []))
+    raw_origin, raw_host = headers.get(b"origin"), headers.get(b"host")
+    if not raw_origin or not raw_host:
+        return False
+    host = raw_host.decode("latin1").strip().lower()
+    domain, _port = split_domain_port(host)
+    if not domain or not validate_host(domain, _allowed_hosts()):
+        return False
+    origin_text = raw_origin.decode("latin1").strip().lower()
+    scheme, _, netloc = origin_text.partition("://")
+    origin = _origin(scheme, netloc)
+    if origin is None:
+        return False
+    own = _origin("https" if _is_secure(scope, headers) else "http", host)
+    if origin == own:
+        return True
+    for trusted in settings.CSRF_TRUSTED_ORIGINS:
+        trusted_scheme, _, trusted_netloc = trusted.lower().partition("://")
+        if trusted_netloc.startswith("*."):
+            # Django's wildcard form: any subdomain, same scheme (and port, if given).
+            wildcard = _origin(trusted_scheme, trusted_netloc[1:].lstrip("."))
+            if (
+                wildcard
+                and origin[0] == wildcard[0]
+                and origin[2] == wildcard[2]
+                and is_same_domain(origin[1], "." + wildcard[1])
+            ):
+                return True
+        elif origin == _origin(trusted_scheme, trusted_netloc):
+            return True
+    return False
+
+
+class SameOriginValidator:
+    """ASGI middleware: a websocket from any other origin is refused before it is accepted."""
+
+    def __init__(self, application: Any) -> None:
+        self.application = application
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> Any:
+        if scope["type"] == "websocket" and not origin_allowed(scope):
+            return await WebsocketDenier()(scope, receive, send)
+        return await self.application(scope, receive, send)
+
+
+class NotFoundConsumer(AsyncWebsocketConsumer):
+    """The last route: a socket to a path nobody serves is refused, not a server error."""
+
+    async def connect(self) -> None:
+        await self.close(code=CLOSE_NOT_FOUND)
