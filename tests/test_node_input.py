@@ -43,7 +43,7 @@ def _post_yaml(user, text: str):
 # --- YAML ---------------------------------------------------------------------------------
 
 
-def test_a_yaml_alias_bomb_is_refused_at_once_naming_its_line(alice):
+def test_a_yaml_alias_bomb_is_refused_at_once_naming_its_line(alice, client):
     # 490 bytes standing for 387 million strings: 40 s and 3 GiB before the limit.
     started = time.perf_counter()
     response = _post_yaml(alice, _alias_bomb(9))
@@ -51,6 +51,13 @@ def test_a_yaml_alias_bomb_is_refused_at_once_naming_its_line(alice):
     assert response.status_code == 400
     [error] = response.json()["errors"]
     assert "Line 7" in error["message"] and "aliases" in error["message"]
+    client.force_login(alice)
+    page = client.post(
+        reverse("agents:node_import"),
+        {"content": _alias_bomb(9), "format": "yaml", "action": "import"},
+    )
+    assert page.status_code == 200
+    assert "Line 7" in " ".join(page.context["form"].non_field_errors())
     assert not Node.objects.exists()
 
 
