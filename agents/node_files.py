@@ -87,6 +87,8 @@ def parse_csv(text: str, *, update: bool = False) -> list[dict[str, Any]]:
             if any((v or "").strip() for v in record.values()):
                 rows.append({k: (v or "").strip() for k, v in record.items() if k})
     except csv.Error as exc:
+        if not header:
+            raise ParseError(_("The CSV header is not valid: %(error)s") % {"error": exc}) from None
         raise _csv_error(exc, "".join(lines.record), header, len(rows) + 1) from None
     return rows
 
