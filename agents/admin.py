@@ -43,8 +43,9 @@ class NodeAdminForm(forms.ModelForm):
             values["agent_url"] = None  # optional here; nodes read through Prometheus have none
         normalised, errors = registration.check_fields(values, self.instance.pk)
         for name, messages in errors.items():
+            field = "agent_token" if name == "token" else name  # the error beside its field
             for message in messages:
-                self.add_error(name if name in self.fields else None, message)
+                self.add_error(field if field in self.fields else None, message)
         if not errors:
             cleaned.update({k: v for k, v in normalised.items() if k in self.fields})
         return cleaned

@@ -22,7 +22,7 @@ from agents import fanout
 from agents.choices import NodeSource, NodeState
 from agents.gpu_agent import schema
 from agents.models import Node, token_hint
-from agents.validators import valid_agent_url
+from agents.validators import clean_token, parse_labels, valid_agent_url
 from portal import crypto
 
 FIELDS = ("name", "agent_url", "token", "labels", "state")
@@ -30,7 +30,6 @@ MAX_IMPORT_ROWS = 5000
 # The compact view the poller asks for; an agent without views sends the whole snapshot.
 _SNAPSHOT_PATH = "/v1/snapshot?view=portal"
 _NAME = re.compile(r"^[\w.:-]{1,255}$")
-_LABEL_KEY = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9._/-]{0,62})$")
 
 Errors = dict[str, list[str]]
 
@@ -44,38 +43,6 @@ class RegistrationError(Exception):
 # --- validation -----------------------------------------------------------------------
 
 
-def parse_labels(raw: Any) -> dict[str, str]:
-    """Labels as a mapping, or as text ``k=v;k2=v2`` (newlines separate too)."""
-    if raw is None or raw == "":
-        return {}
-    if isinstance(raw, str):
-        pairs: dict[str, str] = {}
-        for item in re.split(r"[;\n]", raw):
-            if not item.strip():
-                continue
-            key, sep, value = item.partition("=")
-            if not sep:
-                raise ValueError(_("“%(item)s” is not key=value.") % {"item": item.strip()})
-            pairs[key.strip()] = value.strip()
-        raw = pairs
-    if not isinstance(raw, Mapping):
-        raise ValueError(_("Labels must be a mapping of names to values."))
-    labels = {}
-    for key, value in raw.items():
-        if not isinstance(key, str) or not _LABEL_KEY.match(key):
-            raise ValueError(
-                _("Label name “%(key)s” must be letters, digits, . _ / - (at most 63).")
-                % {"key": key}
-            )
-        if isinstance(value, Mapping | list | tuple) or value is None:
-            raise ValueError(_("Label “%(key)s” must have a plain value.") % {"key": key})
-        text = str(value).lower() if isinstance(value, bool) else str(value)
-        if len(text) > 255 or any(c in text for c in "\r\n\t\x00;="):
-            raise ValueError(_("Label “%(key)s” has an invalid value.") % {"key": key})
-        labels[key] = text
-    return labels
-
-
 def _clean(values: Mapping[str, Any], *, partial: bool) -> tuple[dict[str, Any], Errors]:
     """Normalise and check one node's fields; absent fields are skipped when ``partial``."""
     cleaned: dict[str, Any] = {}
@@ -84,8 +51,13 @@ def _clean(values: Mapping[str, Any], *, partial: bool) -> tuple[dict[str, Any],
     def check(name: str, convert) -> None:
         if name not in values or (partial and values[name] is None):
             return
+        raw = values[name]
+        if name != "labels" and raw is not None and not isinstance(raw, str):
+            # Before str(): a YAML cell may be a list standing for millions of values.
+            errors.setdefault(name, []).append(_("Enter text, not a list or a mapping."))
+            return
         try:
-            cleaned[name] = convert(values[name])
+            cleaned[name] = convert(raw)
         except (ValueError, ValidationError) as exc:
             messages = exc.messages if isinstance(exc, ValidationError) else [str(exc)]
             errors.setdefault(name, []).extend(messages)
@@ -103,10 +75,7 @@ def _clean(values: Mapping[str, Any], *, partial: bool) -> tuple[dict[str, Any],
         return text
 
     def token(raw: Any) -> str:
-        text = str(raw or "").strip()
-        if len(text) > 1024 or any(ord(c) < 33 or ord(c) == 127 for c in text):
-            raise ValueError(_("A token is at most 1024 visible characters, without spaces."))
-        return text
+        return clean_token(str(raw or ""))
 
     def state(raw: Any) -> str:
         text = str(raw or NodeState.OFFLINE).strip().lower()
@@ -339,7 +308,8 @@ def import_nodes(
 
 
 def _name_key(row: Mapping[str, Any]) -> str:
-    return str(row.get("name") or "").strip()  # as _clean reads it
+    name = row.get("name")
+    return name.strip() if isinstance(name, str) else ""  # as _clean reads it
 
 
 def _update_targets(
@@ -358,7 +328,10 @@ def _update_values(row: Mapping[str, Any]) -> dict[str, Any]:
     values = {
         key: value
         for key, value in row.items()
-        if key in FIELDS and key != "labels" and value is not None and str(value).strip()
+        if key in FIELDS
+        and key != "labels"
+        and value is not None
+        and (not isinstance(value, str) or value.strip())  # other types: refused by _clean
     }
     if "labels" in row:
         values["labels"] = "" if row["labels"] is None else row["labels"]

@@ -145,7 +145,8 @@ class NodeRegistrationMixin:
         try:
             rows = node_files.parse(text, fmt, update=update)
         except node_files.ParseError as exc:
-            return Response({"errors": [{"row": 0, "field": "", "message": str(exc)}]}, 400)
+            error = {"row": exc.row, "field": exc.field, "message": str(exc)}
+            return Response({"errors": [error]}, status.HTTP_400_BAD_REQUEST)
         report = registration.import_nodes(rows, dry_run=dry_run, update=update)
         body = {
             "created": report.created,

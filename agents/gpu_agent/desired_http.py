@@ -41,8 +41,12 @@ def put_desired_state(node: DesiredNode, content_type: str, raw: bytes) -> Answe
         return 415, {"error": "send the slices as application/json"}
     try:
         body = json.loads(raw)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        return 400, {"error": f"invalid JSON: {exc}"}
+    except RecursionError:
+        # The C decoder recurses per level; the body cap alone still allows a million.
+        return 400, {"error": "invalid JSON: nested too deeply"}
+    except ValueError as exc:
+        # JSONDecodeError, UnicodeDecodeError, and an integer past Python's digit limit.
+        return 400, {"error": f"invalid JSON: {str(exc)[:200]}"}
     try:
         slices = parse_slices(body, node.known_gpu_uuids())
     except InvalidDesiredState as exc:

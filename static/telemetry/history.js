@@ -101,7 +101,9 @@ function drawOwners(rows) {
   const body = table.querySelector("tbody");
   for (const row of rows) {
     const tr = body.insertRow();
-    tr.insertCell().textContent = row.owner;
+    const owner = tr.insertCell();
+    owner.dir = "auto";  // an owner name from the agent: its direction marks stay inside
+    owner.textContent = row.owner;
     tr.insertCell().textContent = Math.round(row.memory_used_avg_mib ?? 0);
     tr.insertCell().textContent = Math.round(row.memory_used_max_mib ?? 0);
   }

@@ -172,6 +172,28 @@ def test_invalid_desired_state_is_refused_and_changes_nothing(
     assert served["generation"] == 1
 
 
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        (b"[" * 100_000 + b"]" * 100_000, "nested"),
+        (b'{"slices": [{"memory_mib": ' + b"9" * 5000 + b"}]}", "integer"),
+        (b'{"slices": ' + b"[" * 5000 + b"]" * 5000 + b"}", "nested"),
+    ],
+    ids=["deep-list", "huge-int", "deep-inside"],
+)
+def test_deeply_nested_or_huge_integer_json_is_a_400_with_a_json_error(
+    agent_url: tuple[str, Collector], get: Any, body: bytes, message: str
+) -> None:
+    url, collector = agent_url
+    uuid = collector.published.snapshot.gpus[0].uuid  # type: ignore[union-attr]
+    assert put(f"{url}/v1/desired-state", {"slices": [slice_("keep", uuid)]}).status == 200
+    result = put(f"{url}/v1/desired-state", body)
+    assert result.status == 400, result.body
+    assert message in result.json()["error"]
+    served = get(f"{url}/v1/desired-state", token="T").json()
+    assert [s["allocation_id"] for s in served["slices"]] == ["keep"]
+
+
 def test_duplicate_allocations_are_refused(agent_url: tuple[str, Collector]) -> None:
     url, collector = agent_url
     uuid = collector.published.snapshot.gpus[0].uuid  # type: ignore[union-attr]
