@@ -77,3 +77,10 @@ def test_more_cards_than_the_cap_refuse_the_whole_answer():
     assert schema.check_snapshot(answer(gpus=gpus), max_gpus=9)
     with pytest.raises(schema.SnapshotError, match="9 GPUs, more than 8"):
         schema.check_snapshot(answer(gpus=gpus), max_gpus=8)
+
+
+def test_a_lone_surrogate_is_refused_as_no_database_can_store_it():
+    # Python's json module (behind requests, for Prometheus) reads "\ud800" into one.
+    with pytest.raises(schema.SnapshotError, match="'name' is not valid UTF-8"):
+        schema.check_snapshot(answer(gpus=[card(name="A100 \ud800")]))
+    assert schema.check_snapshot(answer(gpus=[card(name="A100 显卡")]))

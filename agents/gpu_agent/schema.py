@@ -73,6 +73,8 @@ class Field:
                 return f"is longer than {self.max_length} characters"
             if "\x00" in value:
                 return "holds a NUL character"
+            if _unencodable(value):
+                return "is not valid UTF-8 (a lone surrogate)"
             return None
         if kind is int:
             pass
@@ -86,6 +88,16 @@ class Field:
         ):
             return f"is outside {self.minimum:g}..{self.maximum:g}"
         return None
+
+
+def _unencodable(text: str) -> bool:
+    """A lone surrogate: JSON's \\ud800 escape reads into a Python string that no database
+    or page can encode (orjson refuses it; Python's json module, behind requests, does not)."""
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return True
+    return False
 
 
 MIB = 1024 * 1024
@@ -221,7 +233,12 @@ def _first_problem(item: dict, plan: _Plan) -> tuple[str, str] | None:
             return name, plan.fields[name].check(value) or "is not valid"
     for name, length in plan.texts:
         value = get(name)
-        if value is not None and (type(value) is not str or len(value) > length or "\x00" in value):
+        if value is not None and (
+            type(value) is not str
+            or len(value) > length
+            or "\x00" in value
+            or (not value.isascii() and _unencodable(value))
+        ):
             return name, plan.fields[name].check(value) or "is not valid"
     return None
 
