@@ -24,6 +24,7 @@ from django.db.models import F, Q
 from django.utils import timezone
 
 from agents.choices import GpuHealth, NodeSource, NodeState
+from agents.gpu_agent import schema
 from agents.models import GPU, Node
 from portal import crypto
 from telemetry import live, metrics, poller, readings, sample_buffer, signals
@@ -135,12 +136,36 @@ def poll_fleet(node_ids: Iterable[int] | None = None) -> PollSummary:
 
 
 def _node_identity(snapshot: dict[str, Any]) -> dict[str, str]:
+    # Types and lengths are the reading schema's (NODE_FIELDS), checked before we get here.
     return {
-        "hostname": str(snapshot.get("hostname") or "")[:255],
-        "agent_version": str((snapshot.get("agent") or {}).get("version") or "")[:64],
-        "driver_version": str(snapshot.get("driver_version") or "")[:64],
-        "cuda_version": str(snapshot.get("cuda_version") or "")[:32],
+        "hostname": snapshot.get("hostname") or "",
+        "agent_version": (snapshot.get("agent") or {}).get("version") or "",
+        "driver_version": snapshot.get("driver_version") or "",
+        "cuda_version": snapshot.get("cuda_version") or "",
     }
+
+
+def _checked(results: list[poller.PollResult]) -> list[poller.PollResult]:
+    """Every answer as the reading schema allows it: one the poller did not check (the
+    Prometheus source's, a caller's own) is checked here, and refused for its node alone."""
+    if all(r.checked or r.snapshot is None for r in results):
+        return results
+    cap = settings.GPU_MAX_CARDS_PER_NODE
+    kept = []
+    for result in results:
+        if result.snapshot is not None and not result.checked:
+            try:
+                schema.check_snapshot(result.snapshot, cap)
+            except schema.SnapshotError as exc:
+                result = poller.PollResult(result.node_id, None, str(exc), result.duration_s)
+        kept.append(result)
+    return kept
+
+
+def _error_text(error: str) -> str:
+    """An error as a text column holds it: PostgreSQL refuses NUL in text (an agent's 500
+    page is quoted in the error), and a screenful is enough."""
+    return error[:1000].replace("\x00", "\ufffd")
 
 
 # A node's last_seen in the database moves at most this often while it keeps answering
@@ -178,7 +203,7 @@ def _record_failures(failed: dict[int, str], known: dict[int, dict], now: dateti
     groups: dict[tuple[str, float], list[int]] = {}
     for pk, error in failed.items():
         wait = backoff_s(known[pk]["missed_polls"] + 1)
-        groups.setdefault((error[:1000], wait), []).append(pk)
+        groups.setdefault((_error_text(error), wait), []).append(pk)
     for (error, wait), pks in groups.items():
         Node.objects.filter(pk__any=pks).update(
             missed_polls=F("missed_polls") + 1,
@@ -309,6 +334,7 @@ def record_poll_results(
     summary = PollSummary(polled=len(results))
     if not results:
         return summary
+    results = _checked(results)
     columns = (
         "pk", "name", "state", "missed_polls", "last_seen", "last_error", "poll_after",
         *_NODE_IDENTITY,
@@ -351,7 +377,7 @@ def _tile_rows(known, answered, failed, went_offline, now) -> list[dict[str, Any
             last_seen, error = now, ""
             state = NodeState.ONLINE if state == NodeState.OFFLINE else state
         elif pk in failed:
-            error = failed[pk][:1000]
+            error = _error_text(failed[pk])
             state = NodeState.OFFLINE if row["name"] in offline else state
         rows.append({"pk": pk, "name": row["name"], "state": state, "last_seen": last_seen,
                      "last_error": error})  # fmt: skip
