@@ -25,7 +25,7 @@ from django.utils import timezone
 
 from agents.choices import GpuHealth, NodeSource, NodeState
 from agents.gpu_agent import schema
-from agents.models import GPU, Node
+from agents.models import GPU, Node, lock_inventory
 from portal import crypto
 from telemetry import live, metrics, poller, readings, sample_buffer, signals
 from telemetry.signals import PollCycle
@@ -340,6 +340,9 @@ def record_poll_results(
         *_NODE_IDENTITY,
     )  # fmt: skip
     with transaction.atomic():
+        # Node and card deletions wait for this cycle to commit, and a cycle for them: a
+        # node read here stays until the cards written for it are committed (agents.models).
+        lock_inventory()
         known = {
             row[0]: dict(zip(columns, row, strict=True))
             for row in Node.objects.filter(pk__any=[r.node_id for r in results]).values_list(

@@ -11,7 +11,7 @@ import pytest
 
 from agents.choices import NodeSource, NodeState
 from agents.models import GPU, Node
-from telemetry import poller, prometheus_source, services
+from telemetry import prometheus_source, services
 from telemetry.poller import PollResult
 from tests.factories import NodeFactory
 from tests.test_fleet_services import gpu, snapshot
@@ -79,9 +79,7 @@ def test_an_agent_error_page_with_a_nul_character_is_recorded_not_fatal(db, cann
     assert fine.state == NodeState.ONLINE
 
 
-def test_an_answer_with_more_cards_than_the_setting_allows_is_refused(
-    db, canned_agent, settings
-):
+def test_an_answer_with_more_cards_than_the_setting_allows_is_refused(db, canned_agent, settings):
     settings.GPU_MAX_CARDS_PER_NODE = 4
     cards = [gpu(f"GPU-{i}", i) for i in range(5)]
     node = NodeFactory(agent_url=canned_agent(200, orjson.dumps(snapshot("h", *cards))))
