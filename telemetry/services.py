@@ -164,8 +164,8 @@ def _checked(results: list[poller.PollResult]) -> list[poller.PollResult]:
 
 def _error_text(error: str) -> str:
     """An error as a text column holds it: PostgreSQL refuses NUL in text (an agent's 500
-    page is quoted in the error), and a screenful is enough."""
-    return error[:1000].replace("\x00", "\ufffd")
+    page is quoted in the error), and a screenful is enough. A failure always says something."""
+    return error[:1000].replace("\x00", "\ufffd") or "no snapshot in the answer"
 
 
 # A node's last_seen in the database moves at most this often while it keeps answering

@@ -22,11 +22,11 @@ from telemetry.poller import PollResult
 from tests.factories import NodeFactory
 
 
-def strict(text: str | bytes):
+def strict(text: str | bytes, where: str = ""):
     """json.loads that refuses NaN and ±Infinity, which JSON.parse in a browser refuses."""
 
     def refuse(constant: str):
-        raise ValueError(f"{constant} is not JSON")
+        raise ValueError(f"{constant} is not JSON ({where})")
 
     return json.loads(text, parse_constant=refuse)
 
@@ -60,7 +60,7 @@ def pages_and_api(client, node: Node) -> list[tuple[str, str]]:
         page = client.get(url).content.decode()
         for found in re.findall(
             r'<script id="[\w-]+" type="application/json">(.*?)</script>', page, re.S
-        ):  # noqa: E501
+        ):
             texts.append((url, found))
     for url in (f"/api/v1/nodes/{node.pk}/", "/api/v1/nodes/", "/api/v1/gpus/?page_size=500"):
         answer = client.get(url)
@@ -98,7 +98,7 @@ def test_an_agent_at_every_extreme_the_schema_allows_leaves_every_answer_strict_
     assert tile["memory_used_mib"] == 256 * schema.INT32_MAX  # exact: far below 2**53
     client.force_login(alice)
     for where, text in pages_and_api(client, node):
-        strict(text), where
+        strict(text, where)
     for text in pushes(node):
         strict(text)
 
@@ -124,6 +124,6 @@ def test_numbers_json_cannot_carry_never_reach_a_push_page_or_the_api(db, client
     assert other.pk not in summary.failed
     client.force_login(alice)
     for where, text in pages_and_api(client, node):
-        strict(text), where
+        strict(text, where)
     for text in pushes(node):
         strict(text)
