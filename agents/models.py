@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from django.db import models
+from django.db import connections, models, transaction
 from django.urls import reverse
 from django.utils.translation import gettext_lazy as _
 
@@ -8,8 +8,48 @@ from agents.choices import GpuHealth, NodeSource, NodeState
 from agents.validators import AGENT_URL_MAX_LENGTH, validate_agent_url
 from portal import crypto
 
+# Deleting nodes or cards and writing rows that point at them (a poll cycle adds cards, a
+# flush adds rollups) take this PostgreSQL advisory lock, exclusive and shared: otherwise a
+# cycle can add a card to a node deleted meanwhile, and one of the two transactions fails
+# on the foreign key at commit (a 500 for the admin, or a whole cycle lost).
+INVENTORY_LOCK = 0x6770_7500
 
-class Node(models.Model):
+
+def lock_inventory(*, exclusive: bool = False, using: str = "default") -> None:
+    """Hold the inventory lock until this transaction ends. Shared holders run together; an
+    exclusive one waits for them, and they for it. SQLite writes one at a time anyway."""
+    connection = connections[using]
+    if connection.vendor != "postgresql":
+        return
+    function = "pg_advisory_xact_lock" if exclusive else "pg_advisory_xact_lock_shared"
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT {function}(%s)", [INVENTORY_LOCK])
+
+
+class _DeletesWaitForCycles(models.QuerySet):
+    """A queryset whose delete() waits for the poll cycles in flight (``lock_inventory``)."""
+
+    def delete(self):
+        with transaction.atomic(using=self.db):
+            lock_inventory(exclusive=True, using=self.db)
+            return super().delete()
+
+    delete.alters_data = True
+    delete.queryset_only = True
+
+
+class _DeleteWaitsForCycles:
+    """Model.delete() that, like the queryset's, takes the inventory lock before collecting
+    what cascades: a card a cycle added meanwhile is then collected too."""
+
+    def delete(self, using=None, keep_parents=False):
+        using = using or "default"
+        with transaction.atomic(using=using):
+            lock_inventory(exclusive=True, using=using)
+            return super().delete(using=using, keep_parents=keep_parents)
+
+
+class Node(_DeleteWaitsForCycles, models.Model):
     """A GPU server. Its agent is polled; nothing is deleted when it goes away."""
 
     name = models.CharField(_("name"), max_length=255, unique=True)
@@ -39,6 +79,8 @@ class Node(models.Model):
     cuda_version = models.CharField(_("CUDA version"), max_length=32, blank=True)
     created = models.DateTimeField(auto_now_add=True)
     updated = models.DateTimeField(auto_now=True)
+
+    objects = _DeletesWaitForCycles.as_manager()
 
     class Meta:
         ordering = ["name"]
@@ -73,7 +115,7 @@ def token_hint(token: str) -> str:
     return "…" + token[-4:] if len(token) >= 12 else "…"
 
 
-class GPU(models.Model):
+class GPU(_DeleteWaitsForCycles, models.Model):
     """A physical card, identified by its UUID wherever it moves."""
 
     node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="gpus")
@@ -91,6 +133,8 @@ class GPU(models.Model):
     last_seen = models.DateTimeField(_("last seen"), null=True, blank=True)
     created = models.DateTimeField(auto_now_add=True)
     updated = models.DateTimeField(auto_now=True)
+
+    objects = _DeletesWaitForCycles.as_manager()
 
     class Meta:
         ordering = ["node_id", "index"]

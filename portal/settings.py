@@ -283,6 +283,9 @@ GPU_POLL_RETRY_BACKOFF = env_float("GPU_POLL_RETRY_BACKOFF", 0.1, minimum=0.0)
 # Across cycles, an offline node is polled less and less often (the interval doubling
 # with every further miss) but at least every GPU_POLL_BACKOFF_MAX seconds.
 GPU_POLL_BACKOFF_MAX = env_float("GPU_POLL_BACKOFF_MAX", 60.0, minimum=0.5)
+# An answer listing more cards than this is refused for its node: a real server has 8 or
+# 16, and an agent inventing new UUIDs every cycle must not grow the inventory without end.
+GPU_MAX_CARDS_PER_NODE = env_int("GPU_MAX_CARDS_PER_NODE", 256, minimum=1)
 # A node is marked offline after this many polls in a row without an answer.
 NODE_OFFLINE_AFTER_MISSES = env_int("NODE_OFFLINE_AFTER_MISSES", 3, minimum=1)
 # The portal's /metrics: a bearer token to require (empty: open, like most exporters),

@@ -112,3 +112,27 @@ class RollupClaim(models.Model):
 
     def __str__(self) -> str:
         return self.claim
+
+
+class CardClaim(models.Model):
+    """A node reporting a card (by UUID) that the inventory has on another node.
+
+    The card stays where it is, and both nodes show the conflict in ``last_error``, until
+    an admin decides: deletes the card or its node (the next answer then records it on
+    the reporting node), or moves it with the admin action. The claim goes away with
+    either, or when the node stops reporting the card (telemetry.card_claims).
+    """
+
+    gpu = models.ForeignKey(GPU, on_delete=models.CASCADE, related_name="+")
+    node = models.ForeignKey(
+        "agents.Node", on_delete=models.CASCADE, related_name="+", verbose_name=_("reported by")
+    )
+    since = models.DateTimeField(_("since"))
+
+    class Meta:
+        verbose_name = _("card claimed by a second node")
+        verbose_name_plural = _("cards claimed by a second node")
+        constraints = [models.UniqueConstraint(fields=["gpu", "node"], name="cardclaim_gpu_node")]
+
+    def __str__(self) -> str:
+        return f"{self.gpu_id} claimed by node {self.node_id}"

@@ -47,6 +47,9 @@ class PollResult:
     error: str
     duration_s: float
     attempts: int = 1
+    # Whether ``snapshot`` already passed the reading schema's check (the poller checks as
+    # each answer arrives); services.record_poll_results checks any other before use.
+    checked: bool = False
 
     @property
     def ok(self) -> bool:
@@ -59,7 +62,9 @@ SnapshotError = schema.SnapshotError
 validate_snapshot = schema.check_snapshot
 
 
-def _poll_result(target: AgentTarget, response: fanout.Response) -> PollResult:
+def _poll_result(
+    target: AgentTarget, response: fanout.Response, max_gpus: int | None = None
+) -> PollResult:
     error = response.error
     if not error:
         if response.status != 200:
@@ -67,14 +72,14 @@ def _poll_result(target: AgentTarget, response: fanout.Response) -> PollResult:
             error = f"HTTP {response.status}: {reason}"
         else:
             try:
-                snapshot = validate_snapshot(orjson.loads(response.body))
+                snapshot = validate_snapshot(orjson.loads(response.body), max_gpus)
             except orjson.JSONDecodeError:
                 error = "answer is not valid JSON"
             except SnapshotError as exc:
                 error = str(exc)
             else:
                 return PollResult(
-                    target.node_id, snapshot, "", response.duration_s, response.attempts
+                    target.node_id, snapshot, "", response.duration_s, response.attempts, True
                 )
     return PollResult(target.node_id, None, error, response.duration_s, response.attempts)
 
@@ -90,6 +95,13 @@ def _retry_settings(retries: int | None, backoff: float | None) -> tuple[int, fl
     return retries, backoff
 
 
+def max_cards() -> int:
+    """GPU_MAX_CARDS_PER_NODE, read when a poll starts: this module imports no Django."""
+    from django.conf import settings
+
+    return settings.GPU_MAX_CARDS_PER_NODE
+
+
 async def fetch_all(
     targets: Iterable[AgentTarget],
     *,
@@ -98,13 +110,17 @@ async def fetch_all(
     pool: fanout.Pool | None = None,
     retries: int | None = None,
     backoff: float | None = None,
+    max_gpus: int | None = None,
 ) -> list[PollResult]:
     """One snapshot per target, in order. Retries default to GPU_POLL_RETRIES and
-    GPU_POLL_RETRY_BACKOFF; without a pool, one is opened and closed for this call."""
+    GPU_POLL_RETRY_BACKOFF, the cap on cards to GPU_MAX_CARDS_PER_NODE; without a pool,
+    one is opened and closed for this call."""
     targets = list(targets)
     if not targets:
         return []
     retries, backoff = _retry_settings(retries, backoff)
+    if max_gpus is None:
+        max_gpus = max_cards()
     if pool is None:
         own = fanout.Pool()
         try:
@@ -115,6 +131,7 @@ async def fetch_all(
                 pool=own,
                 retries=retries,
                 backoff=backoff,
+                max_gpus=max_gpus,
             )
         finally:
             own.close()
@@ -122,7 +139,7 @@ async def fetch_all(
 
     def parse(index: int, response: fanout.Response) -> None:
         # As each answer arrives, so parsing overlaps the wait for the slower agents.
-        results[index] = _poll_result(targets[index], response)
+        results[index] = _poll_result(targets[index], response, max_gpus)
 
     await pool.get_all(
         [(t.url.rstrip("/") + SNAPSHOT_PATH, t.token) for t in targets],
@@ -185,6 +202,7 @@ class _LoopThread:
         concurrency: int,
         retries: int,
         backoff: float,
+        max_gpus: int,
     ) -> list[PollResult]:
         coroutine = fetch_all(
             targets,
@@ -193,6 +211,7 @@ class _LoopThread:
             pool=self.pool,
             retries=retries,
             backoff=backoff,
+            max_gpus=max_gpus,
         )
         future = asyncio.run_coroutine_threadsafe(coroutine, self.loop)
         try:
@@ -215,13 +234,16 @@ def poll(
     concurrency: int,
     retries: int | None = None,
     backoff: float | None = None,
+    max_gpus: int | None = None,
 ) -> list[PollResult]:
     """Synchronous entry point for tasks; safe from any thread of any (forked) process."""
     global _loop
     retries, backoff = _retry_settings(retries, backoff)
+    if max_gpus is None:
+        max_gpus = max_cards()
     with _loop_lock:
         # A Celery prefork child inherits the parent's object but not its thread.
         if _loop is None or _loop.pid != os.getpid():
             _loop = _LoopThread()
         loop = _loop
-    return loop.run(list(targets), timeout, concurrency, retries, backoff)
+    return loop.run(list(targets), timeout, concurrency, retries, backoff, max_gpus)

@@ -122,7 +122,8 @@ class _Card:
     def to_gpu(self, fallback_index: int) -> dict[str, Any]:
         index = self.labels.get("gpu", "")
         gpu: dict[str, Any] = {
-            "index": int(index) if index.isdigit() else fallback_index,
+            # ASCII digits only: "²" is a digit to str.isdigit, and no number to int().
+            "index": int(index) if index.isascii() and index.isdigit() else fallback_index,
             "uuid": self.uuid,
         }
         if self.labels.get("modelName"):
@@ -132,10 +133,16 @@ class _Card:
         used = self.reading("memory_used_mib")
         free = self.reading("_memory_free_mib")
         reserved = self.reading("_memory_reserved_mib")
-        if used is not None and free is not None:
-            gpu["memory_total_mib"] = round(used + free + (reserved or 0.0))
+        # A finite series scaled (or added up) can still overflow to infinity, which has no
+        # integer to round to: such a field is left out, as a series without a value is.
+        if (
+            used is not None
+            and free is not None
+            and math.isfinite(total := used + free + (reserved or 0.0))
+        ):
+            gpu["memory_total_mib"] = round(total)
         for read in _READ:
-            if (value := self.reading(read.name)) is not None:
+            if (value := self.reading(read.name)) is not None and math.isfinite(value):
                 # To the field's type: base-unit series scaled back (bytes to MiB, ratios
                 # to %, Hz to MHz) round half to even to the nearest unit.
                 gpu[read.name] = round(value) if read.type == "int" else round(value, 3)
@@ -193,6 +200,30 @@ def snapshots_from_series(series: Iterable[Mapping[str, Any]]) -> dict[str, dict
         snapshot["gpus"] = sorted(gpus, key=lambda g: (g["index"], g["uuid"]))
         snapshots[hostname] = snapshot
     return snapshots
+
+
+_HOSTNAME = next(f for f in schema.NODE_FIELDS if f.name == "hostname")
+
+
+def _checked(
+    snapshots: dict[str, dict[str, Any]],
+) -> tuple[dict[str, dict[str, Any]], dict[str, str]]:
+    """The hosts' snapshots the reading schema accepts, and why each other one is refused.
+
+    Checked before any query names their UUIDs or host names (PostgreSQL refuses a NUL in
+    a parameter); a host whose very name is unfit gets no node, only a line in the log.
+    """
+    cap = settings.GPU_MAX_CARDS_PER_NODE
+    kept, refused = {}, {}
+    for hostname, snapshot in snapshots.items():
+        try:
+            kept[hostname] = schema.check_snapshot(snapshot, cap)
+        except schema.SnapshotError as exc:
+            if _HOSTNAME.check(hostname) is None:
+                refused[hostname] = str(exc)
+            else:
+                logger.warning("prometheus: ignored a host with an unfit name: %r", hostname[:100])
+    return kept, refused
 
 
 class PrometheusUnavailable(RuntimeError):
@@ -298,13 +329,18 @@ def poll_prometheus() -> services.PollSummary:
         return services.record_poll_results(
             [poller.PollResult(pk, None, error[:1000], duration) for pk in prometheus_nodes]
         )
-    snapshots = snapshots_from_series(series)
+    snapshots, refused = _checked(snapshots_from_series(series))
     snapshots = without_agent_cards(snapshots, _agent_owned_uuids(snapshots))
-    node_ids = ensure_nodes(snapshots)
+    node_ids = ensure_nodes([*snapshots, *refused])
     duration = time.perf_counter() - started
     results = [
-        poller.PollResult(node_ids[hostname], poller.validate_snapshot(snapshot), "", duration)
+        poller.PollResult(node_ids[hostname], snapshot, "", duration, checked=True)
         for hostname, snapshot in snapshots.items()
+        if hostname in node_ids
+    ]
+    results += [
+        poller.PollResult(node_ids[hostname], None, error, duration)
+        for hostname, error in refused.items()
         if hostname in node_ids
     ]
     answered = {r.node_id for r in results}

@@ -35,10 +35,10 @@ class _RedisLatest:
     def __init__(self) -> None:
         self.key = redis_client.key("fleet", "latest")
 
-    def put(self, items: dict[int, dict]) -> None:
+    def put(self, items: dict[int, bytes]) -> None:
         client = redis_client.client()
         pipe = client.pipeline(transaction=False)
-        pipe.hset(self.key, mapping={i: orjson.dumps(v) for i, v in items.items()})
+        pipe.hset(self.key, mapping=items)
         pipe.expire(self.key, LATEST_TTL_S)
         pipe.execute()
 
@@ -108,15 +108,27 @@ def card_reading(stored: dict[str, Any] | None) -> dict[str, Any]:
     return {f: stored[f] for f in LIVE_GPU_FIELDS if f in stored} if stored else {}
 
 
+def _encoded(kept: dict[str, Any]) -> bytes:
+    try:
+        return orjson.dumps(kept)
+    except orjson.JSONEncodeError:
+        # A portal view is kept as it came, fields the schema does not check included: one
+        # that JSON cannot carry (an integer past 64 bits from a caller's own dict) is
+        # dropped with every other undeclared field, rather than failing the cycle.
+        kept["gpus"] = {uuid: _portal_view(gpu) for uuid, gpu in kept["gpus"].items()}
+        return orjson.dumps(kept)
+
+
 def store_latest(snapshots: dict[int, dict[str, Any]]) -> dict[int, dict[str, Any]]:
     """Keep the newest snapshot of each node, reduced; returns what was stored."""
     now = time.time()
-    reduced = {}
+    reduced, encoded = {}, {}
     for node_id, snapshot in snapshots.items():
         reduced[node_id] = kept = reduce_snapshot(snapshot)
         kept["stored_at"] = now
-    if reduced:
-        _latest_store().put(reduced)
+        encoded[node_id] = _encoded(kept)
+    if encoded:
+        _latest_store().put(encoded)
     return reduced
 
 

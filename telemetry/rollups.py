@@ -27,6 +27,7 @@ import psycopg
 from django.conf import settings
 from django.db import IntegrityError, connection, transaction
 
+from agents.models import lock_inventory
 from telemetry.models import GpuHour, GpuMinute, OwnerHour, OwnerMinute
 from telemetry.rollup_sql import (
     CLAIMS_TABLE,
@@ -166,6 +167,7 @@ def _fold_hours(before: int) -> None:
     if row is None or before // FOLD_EVERY <= row[0] // FOLD_EVERY:
         return
     with transaction.atomic(), connection.cursor() as cursor:
+        lock_inventory()
         cursor.execute(select + sql.for_update, [_FOLD_KEY])
         folded_until = cursor.fetchone()[0]
         if before <= folded_until:  # another worker folded meanwhile
@@ -216,6 +218,7 @@ def _merge_claim(claim: Claim, before: int) -> int:
     minute, claim_key, blobs = claim
     columns = [fields for blob in blobs if (fields := blob_columns(blob))]
     with transaction.atomic(), connection.cursor() as cursor:
+        lock_inventory()  # a card deleted meanwhile would fail the rows written for it
         # Recorded first: a second worker retrying the same claim waits here for this
         # one's commit, then finds it merged.
         cursor.execute(

@@ -24,9 +24,10 @@ from django.db.models import F, Q
 from django.utils import timezone
 
 from agents.choices import GpuHealth, NodeSource, NodeState
-from agents.models import GPU, Node
+from agents.gpu_agent import schema
+from agents.models import GPU, Node, lock_inventory
 from portal import crypto
-from telemetry import live, metrics, poller, readings, sample_buffer, signals
+from telemetry import card_claims, live, metrics, poller, readings, sample_buffer, signals
 from telemetry.signals import PollCycle
 
 logger = logging.getLogger(__name__)
@@ -135,12 +136,36 @@ def poll_fleet(node_ids: Iterable[int] | None = None) -> PollSummary:
 
 
 def _node_identity(snapshot: dict[str, Any]) -> dict[str, str]:
+    # Types and lengths are the reading schema's (NODE_FIELDS), checked before we get here.
     return {
-        "hostname": str(snapshot.get("hostname") or "")[:255],
-        "agent_version": str((snapshot.get("agent") or {}).get("version") or "")[:64],
-        "driver_version": str(snapshot.get("driver_version") or "")[:64],
-        "cuda_version": str(snapshot.get("cuda_version") or "")[:32],
+        "hostname": snapshot.get("hostname") or "",
+        "agent_version": (snapshot.get("agent") or {}).get("version") or "",
+        "driver_version": snapshot.get("driver_version") or "",
+        "cuda_version": snapshot.get("cuda_version") or "",
     }
+
+
+def _checked(results: list[poller.PollResult]) -> list[poller.PollResult]:
+    """Every answer as the reading schema allows it: one the poller did not check (the
+    Prometheus source's, a caller's own) is checked here, and refused for its node alone."""
+    if all(r.checked or r.snapshot is None for r in results):
+        return results
+    cap = settings.GPU_MAX_CARDS_PER_NODE
+    kept = []
+    for result in results:
+        if result.snapshot is not None and not result.checked:
+            try:
+                schema.check_snapshot(result.snapshot, cap)
+            except schema.SnapshotError as exc:
+                result = poller.PollResult(result.node_id, None, str(exc), result.duration_s)
+        kept.append(result)
+    return kept
+
+
+def _error_text(error: str) -> str:
+    """An error as a text column holds it: PostgreSQL refuses NUL in text (an agent's 500
+    page is quoted in the error), and a screenful is enough. A failure always says something."""
+    return error[:1000].replace("\x00", "\ufffd") or "no snapshot in the answer"
 
 
 # A node's last_seen in the database moves at most this often while it keeps answering
@@ -149,7 +174,9 @@ def _node_identity(snapshot: dict[str, Any]) -> dict[str, str]:
 NODE_LAST_SEEN_RESOLUTION = timedelta(seconds=30)
 
 
-def _record_answers(answered: dict[int, dict], known: dict[int, dict], now: datetime) -> None:
+def _record_answers(
+    answered: dict[int, dict], known: dict[int, dict], now: datetime, conflicts: dict[int, str]
+) -> None:
     stale = now - NODE_LAST_SEEN_RESOLUTION
     touch, wake = [], []
     for pk, snapshot in answered.items():
@@ -157,11 +184,18 @@ def _record_answers(answered: dict[int, dict], known: dict[int, dict], now: date
         identity = _node_identity(snapshot)
         if any(identity[f] != row[f] for f in _NODE_IDENTITY):
             Node.objects.filter(pk=pk).update(**identity)
+        # An answer clears the error, but for a card claimed by two nodes (card_claims).
+        error = conflicts.get(pk, "")
         if (
-            row["missed_polls"] or row["last_error"] or row["poll_after"]
+            row["missed_polls"] or row["last_error"] != error or row["poll_after"]
             or row["last_seen"] is None or row["last_seen"] < stale
         ):  # fmt: skip
-            touch.append(pk)
+            if error:
+                Node.objects.filter(pk=pk).update(
+                    last_seen=now, missed_polls=0, last_error=error, poll_after=None, updated=now
+                )
+            else:
+                touch.append(pk)
         # Admin states (draining, maintenance) are never overridden by polling.
         if row["state"] == NodeState.OFFLINE:
             wake.append(pk)
@@ -178,7 +212,7 @@ def _record_failures(failed: dict[int, str], known: dict[int, dict], now: dateti
     groups: dict[tuple[str, float], list[int]] = {}
     for pk, error in failed.items():
         wait = backoff_s(known[pk]["missed_polls"] + 1)
-        groups.setdefault((error[:1000], wait), []).append(pk)
+        groups.setdefault((_error_text(error), wait), []).append(pk)
     for (error, wait), pks in groups.items():
         Node.objects.filter(pk__any=pks).update(
             missed_polls=F("missed_polls") + 1,
@@ -215,8 +249,18 @@ def _fingerprint(snapshot: dict) -> int:
     )  # fmt: skip
 
 
-def _record_gpus(answered: dict[int, dict], now: datetime) -> tuple[dict[str, int], int]:
-    """Upsert the reported cards; returns {uuid: pk} of the reported cards and the count created."""
+@dataclass
+class _Cards:
+    """What recording the reported cards came to."""
+
+    ids: dict[str, int]  # {uuid: GPU id} of the cards recorded as their reporter's
+    created: int
+    claimed: dict[int, set[str]]  # {node: UUIDs it reports that are another node's}
+    conflicts: dict[int, str]  # {node: its claims, worded for last_error}
+
+
+def _record_gpus(answered: dict[int, dict], now: datetime) -> _Cards:
+    """Upsert the reported cards, and the claims of cards another node holds."""
     clock = time.monotonic()
     prints = {node_id: _fingerprint(snapshot) for node_id, snapshot in answered.items()}
     stable = {
@@ -227,33 +271,49 @@ def _record_gpus(answered: dict[int, dict], now: datetime) -> tuple[dict[str, in
         and clock - seen[1] < CARDS_RECHECK_S
     }
     changed = {n: s for n, s in answered.items() if n not in stable}
-    ids, created, vanished = _reconcile_gpus(changed, now) if changed else ({}, 0, [])
+    ids, created, vanished, claims = _reconcile_gpus(changed, now) if changed else ({}, 0, [], {})
+    if changed:
+        card_claims.record(changed, {n: set(c.values()) for n, c in claims.items()}, now)
     for node_id in stable:
         ids.update(_cards_seen[node_id][2])
     GPU.objects.filter(node_id__any=answered, last_seen__lt=now - GPU_LAST_SEEN_RESOLUTION).exclude(
         pk__any=vanished
     ).update(last_seen=now)
+    conflicts = card_claims.messages(answered)
 
     def remember() -> None:  # only what was committed
         for node_id, snapshot in changed.items():
             cards = {g["uuid"]: ids[g["uuid"]] for g in snapshot["gpus"] if g["uuid"] in ids}
             _cards_seen[node_id] = (prints[node_id], clock, cards)
+        # A node in a conflict is compared with the database every cycle, so an admin's
+        # decision (a card moved or deleted) shows at its next answer.
+        for node_id in conflicts:
+            _cards_seen.pop(node_id, None)
 
     transaction.on_commit(remember)
-    return ids, created
+    return _Cards(ids, created, {n: set(c) for n, c in claims.items()}, conflicts)
 
 
 def _reconcile_gpus(
     answered: dict[int, dict], now: datetime
-) -> tuple[dict[str, int], int, list[int]]:
+) -> tuple[dict[str, int], int, list[int], dict[int, dict[str, int]]]:
     """Compare the reported cards with the database and write the differences.
 
     Cards an answering agent no longer lists have fallen off the bus: kept, marked lost.
-    Returns {uuid: pk} of the reported cards, how many were created, and the lost ones.
+    A card the inventory has on another node stays there (telemetry.card_claims).
+    Returns {uuid: pk} of the reported cards, how many were created, the lost ones, and
+    the claims: {node: {uuid: pk}} of the cards it reports that another node holds.
     """
-    reported: dict[str, tuple[int, dict]] = {
-        gpu["uuid"]: (node_id, gpu) for node_id, snap in answered.items() for gpu in snap["gpus"]
-    }
+    reported: dict[str, tuple[int, dict]] = {}
+    # The same card from two nodes of this cycle: the first (lowest id) is compared below,
+    # the others are claims once we know where the card is.
+    also: list[tuple[int, str]] = []
+    for node_id in sorted(answered):
+        for gpu in answered[node_id]["gpus"]:
+            if gpu["uuid"] in reported:
+                also.append((node_id, gpu["uuid"]))
+            else:
+                reported[gpu["uuid"]] = (node_id, gpu)
     columns = ("uuid", "pk", "node_id", "index", "memory_total_mib", "health")
     columns += tuple(f for f, _, _ in _GPU_IDENTITY)
     rows = {
@@ -267,7 +327,12 @@ def _reconcile_gpus(
             rows[r[0]] = dict(zip(columns, r, strict=True))
 
     to_create, to_update = [], []
+    claims: dict[int, dict[str, int]] = {}
     for uuid, (node_id, data) in reported.items():
+        row = rows.get(uuid)
+        if row is not None and row["node_id"] != node_id:
+            claims.setdefault(node_id, {})[uuid] = row["pk"]
+            continue
         wanted = {
             "node_id": node_id,
             "index": data["index"],
@@ -278,7 +343,6 @@ def _reconcile_gpus(
         for model_field, key, size in _GPU_IDENTITY:
             if data.get(key):
                 wanted[model_field] = str(data[key])[:size]
-        row = rows.get(uuid)
         if row is None:
             wanted.setdefault("model", "unknown")
             to_create.append(GPU(uuid=uuid, last_seen=now, **wanted))
@@ -291,14 +355,24 @@ def _reconcile_gpus(
         fields = ["node_id", "index", "memory_total_mib", "health", "updated"]
         GPU.objects.bulk_update(to_update, fields + [f for f, _, _ in _GPU_IDENTITY])
 
-    vanished = [r["pk"] for uuid, r in rows.items() if uuid not in reported]
+    ids = {uuid: rows[uuid]["pk"] for uuid in reported if uuid in rows}
+    ids.update({g.uuid: g.pk for g in to_create})
+    holder = {uuid: node_id for uuid, (node_id, _) in reported.items() if uuid not in rows}
+    holder.update({uuid: r["node_id"] for uuid, r in rows.items()})
+    for node_id, uuid in also:
+        if holder[uuid] != node_id:
+            claims.setdefault(node_id, {})[uuid] = ids[uuid]
+    # Lost: a card of an answering node that this node no longer lists.
+    listed = {(node_id, gpu["uuid"]) for node_id, snap in answered.items() for gpu in snap["gpus"]}
+    vanished = [
+        r["pk"] for uuid, r in rows.items()
+        if r["node_id"] in answered and (r["node_id"], uuid) not in listed
+    ]  # fmt: skip
     if vanished:
         GPU.objects.filter(pk__any=vanished).exclude(health=GpuHealth.LOST).update(
             health=GpuHealth.LOST, updated=now
         )
-    ids = {uuid: rows[uuid]["pk"] for uuid in reported if uuid in rows}
-    ids.update({g.uuid: g.pk for g in to_create})
-    return ids, len(to_create), vanished
+    return ids, len(to_create), vanished, claims
 
 
 def record_poll_results(
@@ -309,11 +383,15 @@ def record_poll_results(
     summary = PollSummary(polled=len(results))
     if not results:
         return summary
+    results = _checked(results)
     columns = (
         "pk", "name", "state", "missed_polls", "last_seen", "last_error", "poll_after",
         *_NODE_IDENTITY,
     )  # fmt: skip
     with transaction.atomic():
+        # Node and card deletions wait for this cycle to commit, and a cycle for them: a
+        # node read here stays until the cards written for it are committed (agents.models).
+        lock_inventory()
         known = {
             row[0]: dict(zip(columns, row, strict=True))
             for row in Node.objects.filter(pk__any=[r.node_id for r in results]).values_list(
@@ -323,13 +401,21 @@ def record_poll_results(
         # A node deleted while we were polling is simply skipped.
         answered = {r.node_id: r.snapshot for r in results if r.ok and r.node_id in known}
         failed = {r.node_id: r.error for r in results if not r.ok and r.node_id in known}
-        _record_answers(answered, known, now)
+        cards = _record_gpus(answered, now)
+        _record_answers(answered, known, now, cards.conflicts)
         summary.went_offline = _record_failures(failed, known, now)
-        gpu_ids, summary.gpus_created = _record_gpus(answered, now)
+        gpu_ids, summary.gpus_created = cards.ids, cards.created
         summary.answered, summary.failed, summary.gpus_seen = len(answered), failed, len(gpu_ids)
+        # A card another node holds is read from its holder only: in pages and history.
+        for node_id, uuids in cards.claimed.items():
+            snap = answered[node_id]
+            answered[node_id] = {
+                **snap,
+                "gpus": [g for g in snap["gpus"] if g["uuid"] not in uuids],
+            }
         latest = readings.store_latest(answered)
         sample_buffer.buffer_samples(answered, gpu_ids, now)
-        tiles = _tile_rows(known, answered, failed, summary.went_offline, now)
+        tiles = _tile_rows(known, answered, failed, summary.went_offline, now, cards.conflicts)
         transaction.on_commit(lambda: live.publish_nodes(list(known), latest, tiles))
         cycle = signals.PollCycle(
             at=now, answered=tuple(answered), failed=dict(failed),
@@ -341,17 +427,17 @@ def record_poll_results(
     return summary
 
 
-def _tile_rows(known, answered, failed, went_offline, now) -> list[dict[str, Any]]:
+def _tile_rows(known, answered, failed, went_offline, now, conflicts) -> list[dict[str, Any]]:
     """The nodes as they now stand, for the push: what was read, with this cycle applied."""
     offline = set(went_offline)
     rows = []
     for pk, row in known.items():
         state, last_seen, error = row["state"], row["last_seen"], row["last_error"]
         if pk in answered:
-            last_seen, error = now, ""
+            last_seen, error = now, conflicts.get(pk, "")
             state = NodeState.ONLINE if state == NodeState.OFFLINE else state
         elif pk in failed:
-            error = failed[pk][:1000]
+            error = _error_text(failed[pk])
             state = NodeState.OFFLINE if row["name"] in offline else state
         rows.append({"pk": pk, "name": row["name"], "state": state, "last_seen": last_seen,
                      "last_error": error})  # fmt: skip

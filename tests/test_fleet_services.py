@@ -109,12 +109,13 @@ def test_a_card_the_agent_reports_lost_or_stops_listing_is_marked_lost(node):
     assert health == {"GPU-1": GpuHealth.LOST, "GPU-2": GpuHealth.LOST}
 
 
-def test_a_card_moved_to_another_node_follows_its_uuid(node):
+def test_a_card_reported_by_another_node_stays_until_an_admin_decides(node):
+    # A moved card is an admin's to confirm (tests/test_card_claims.py): never silent.
     other = NodeFactory(name="gpu-b")
     services.record_poll_results([ok(node, snapshot("a", gpu("GPU-1")))])
     services.record_poll_results([ok(other, snapshot("b", gpu("GPU-1", 3)))])
     card = GPU.objects.get(uuid="GPU-1")
-    assert (card.node, card.index) == (other, 3)
+    assert (card.node, card.index) == (node, 0)
 
 
 def test_latest_readings_are_cached_and_joined_to_the_inventory(node, store):

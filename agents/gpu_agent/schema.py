@@ -14,6 +14,7 @@ the agent stays standalone and the portal reads the same declarations.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from operator import itemgetter
 from typing import Any, Literal
 
 # Integers as PostgreSQL's columns hold them; anything larger is no reading.
@@ -72,6 +73,8 @@ class Field:
                 return f"is longer than {self.max_length} characters"
             if "\x00" in value:
                 return "holds a NUL character"
+            if _unencodable(value):
+                return "is not valid UTF-8 (a lone surrogate)"
             return None
         if kind is int:
             pass
@@ -85,6 +88,16 @@ class Field:
         ):
             return f"is outside {self.minimum:g}..{self.maximum:g}"
         return None
+
+
+def _unencodable(text: str) -> bool:
+    """A lone surrogate: JSON's \\ud800 escape reads into a Python string that no database
+    or page can encode (orjson refuses it; Python's json module, behind requests, does not)."""
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return True
+    return False
 
 
 MIB = 1024 * 1024
@@ -137,6 +150,23 @@ PROCESS_FIELDS: tuple[Field, ...] = (
     ),
 )  # fmt: skip
 
+# The node's own keys, beside its cards. ``collected_at`` (the agent's clock, seconds since
+# the epoch) reaches pages and pushes; the texts are stored in the node's columns, so their
+# lengths are those columns' (agents.models.Node).
+NODE_FIELDS: tuple[Field, ...] = (
+    Field("hostname", "text", max_length=255),
+    Field("driver_version", "text", max_length=64),
+    Field("cuda_version", "text", max_length=32),
+    Field("collected_at", "number", "s", 0, 1e11),
+    Field("collect_duration_s", "number", "s", 0, 86400),
+)  # fmt: skip
+# Under the node's ``agent`` object: which agent answered.
+AGENT = "agent"
+AGENT_FIELDS: tuple[Field, ...] = (
+    Field("version", "text", max_length=64),
+    Field("backend", "text", max_length=32),
+)  # fmt: skip
+
 GPU_FIELD_NAMES = tuple(f.name for f in GPU_FIELDS)
 PROCESS_FIELD_NAMES = tuple(f.name for f in PROCESS_FIELDS)
 LIVE_GPU_FIELDS = tuple(f.name for f in GPU_FIELDS if f.live)
@@ -181,6 +211,9 @@ def _plan(fields: tuple[Field, ...]) -> _Plan:
 
 _GPU_PLAN = _plan(GPU_FIELDS)
 _PROCESS_PLAN = _plan(PROCESS_FIELDS)
+_NODE_PLAN = _plan(NODE_FIELDS)
+_AGENT_PLAN = _plan(AGENT_FIELDS)
+_uuid_of = itemgetter("uuid")
 # At most this many processes a card: a real card runs tens, not thousands.
 MAX_PROCESSES = 1024
 
@@ -200,17 +233,31 @@ def _first_problem(item: dict, plan: _Plan) -> tuple[str, str] | None:
             return name, plan.fields[name].check(value) or "is not valid"
     for name, length in plan.texts:
         value = get(name)
-        if value is not None and (type(value) is not str or len(value) > length or "\x00" in value):
+        if value is not None and (
+            type(value) is not str
+            or len(value) > length
+            or "\x00" in value
+            or (not value.isascii() and _unencodable(value))
+        ):
             return name, plan.fields[name].check(value) or "is not valid"
     return None
 
 
 def check_snapshot(data: Any, max_gpus: int | None = None) -> dict[str, Any]:
     """Check a snapshot against the schema; returns it, or raises ``SnapshotError`` naming
-    the card and the field at fault. Fields the schema does not declare are not looked at.
+    the node's field, or the card and its field, at fault. Fields the schema does not
+    declare are not looked at. More than ``max_gpus`` cards refuses the whole answer.
     """
     if type(data) is not dict:
         raise SnapshotError("snapshot is not a JSON object")
+    if (problem := _first_problem(data, _NODE_PLAN)) is not None:
+        raise SnapshotError(f"node '{problem[0]}' {problem[1]}")
+    agent = data.get(AGENT)
+    if agent is not None:
+        if type(agent) is not dict:
+            raise SnapshotError(f"node '{AGENT}' is not an object")
+        if (problem := _first_problem(agent, _AGENT_PLAN)) is not None:
+            raise SnapshotError(f"node '{AGENT}.{problem[0]}' {problem[1]}")
     gpus = data.get("gpus")
     if type(gpus) is not list:
         raise SnapshotError("snapshot has no 'gpus' list")
@@ -220,9 +267,12 @@ def check_snapshot(data: Any, max_gpus: int | None = None) -> dict[str, Any]:
         if type(gpu) is not dict:
             raise SnapshotError(f"GPU entry {position} is not an object")
         if (problem := _first_problem(gpu, _GPU_PLAN)) is not None:
+            # Named by its UUID only when that is a fit one: the message is stored and shown.
             uuid = gpu.get("uuid")
-            card = uuid if type(uuid) is str and problem[0] != "uuid" else f"entry {position}"
-            raise SnapshotError(f"GPU {card}: '{problem[0]}' {problem[1]}")
+            named = problem[0] != "uuid" and _GPU_PLAN.fields["uuid"].check(uuid) is None
+            raise SnapshotError(
+                f"GPU {uuid if named else f'entry {position}'}: '{problem[0]}' {problem[1]}"
+            )
         processes = gpu.get(PROCESSES)
         if processes is None:
             continue
@@ -236,4 +286,7 @@ def check_snapshot(data: Any, max_gpus: int | None = None) -> dict[str, Any]:
                 raise SnapshotError(f"GPU {gpu['uuid']}: a process is not an object")
             if (problem := _first_problem(process, _PROCESS_PLAN)) is not None:
                 raise SnapshotError(f"GPU {gpu['uuid']}: process '{problem[0]}' {problem[1]}")
+    # A UUID is a card's identity: listed twice, one of the two readings would be lost.
+    if len(set(map(_uuid_of, gpus))) != len(gpus):
+        raise SnapshotError("snapshot lists a GPU UUID more than once")
     return data
