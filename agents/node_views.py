@@ -19,7 +19,7 @@ from django.utils.translation import gettext as _
 from django.utils.translation import ngettext
 from django.views.decorators.http import require_POST
 
-from agents import node_files, permissions, registration
+from agents import connection_test, node_files, permissions, registration
 from agents.choices import NodeSource
 from agents.forms import NodeForm, NodeImportForm
 from agents.models import Node
@@ -159,5 +159,5 @@ def node_test_connection(request: HttpRequest) -> HttpResponse:
             raise PermissionDenied
         node = get_object_or_404(Node, pk=int(node_id))
         token = node.agent_token
-    result = registration.test_connection(url, token)
+    result = connection_test.test_connection(url, token)
     return render(request, "agents/nodes/_connection_result.html", {"result": result})

@@ -1,4 +1,4 @@
-"""Node registration: add and edit agent nodes, import many at once, test an agent.
+"""Node registration: add and edit agent nodes, import many at once.
 
 Plain values in, plain values (or the saved Node) out; every rule lives here so the
 pages, the API and the import apply the same ones. Errors are collected per field
@@ -12,23 +12,18 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.utils import timezone
 from django.utils.translation import gettext as _
 
-from agents import fanout
 from agents.choices import NodeSource, NodeState
-from agents.gpu_agent import schema
 from agents.models import Node, token_hint
 from agents.validators import valid_agent_url
 from portal import crypto
 
 FIELDS = ("name", "agent_url", "token", "labels", "state")
 MAX_IMPORT_ROWS = 5000
-# The compact view the poller asks for; an agent without views sends the whole snapshot.
-_SNAPSHOT_PATH = "/v1/snapshot?view=portal"
 _NAME = re.compile(r"^[\w.:-]{1,255}$")
 _LABEL_KEY = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9._/-]{0,62})$")
 
@@ -374,79 +369,6 @@ def _save_changes(changes: list[tuple[Node, list[str]]]) -> None:
         Node.objects.filter(pk=node.pk).update(updated=now, **values)
 
 
-# --- connection test --------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class ConnectionResult:
-    ok: bool
-    error: str = ""
-    hostname: str = ""
-    agent_version: str = ""
-    gpu_count: int = 0
-    models: dict[str, int] = field(default_factory=dict)
-    latency_ms: float = 0.0
-
-
-def test_connection(url: str, token: str) -> ConnectionResult:
-    """Fetch one snapshot with the poller's client, timeout and retries; nothing is saved."""
-    cleaned, errors = _clean({"agent_url": url, "token": token}, partial=True)
-    if errors:
-        return ConnectionResult(ok=False, error=" ".join(m for ms in errors.values() for m in ms))
-    request = fanout.Request("GET", cleaned["agent_url"] + _SNAPSHOT_PATH, cleaned["token"])
-    response = fanout.send(
-        request,
-        timeout=settings.GPU_POLL_TIMEOUT,
-        retries=settings.GPU_POLL_RETRIES,
-        backoff=settings.GPU_POLL_RETRY_BACKOFF,
-    )
-    latency_ms = round(response.duration_s * 1000, 1)
-    if not response.ok:
-        return ConnectionResult(ok=False, error=response.error, latency_ms=latency_ms)
-    if response.status == 401:
-        error = _("The agent refused the token (HTTP 401).")
-        return ConnectionResult(ok=False, error=error, latency_ms=latency_ms)
-    snapshot = _snapshot(response)
-    if isinstance(snapshot, str):
-        return ConnectionResult(ok=False, error=snapshot, latency_ms=latency_ms)
-    models: dict[str, int] = {}
-    for gpu in snapshot["gpus"]:
-        model = str(gpu.get("name") or "unknown")
-        models[model] = models.get(model, 0) + 1
-    return ConnectionResult(
-        ok=True,
-        hostname=str(snapshot.get("hostname") or ""),
-        agent_version=str((snapshot.get("agent") or {}).get("version") or ""),
-        gpu_count=len(snapshot["gpus"]),
-        models=models,
-        latency_ms=latency_ms,
-    )
-
-
-def _snapshot(response: fanout.Response) -> dict[str, Any] | str:
-    """The snapshot, or what is wrong with the answer: checked against the reading schema
-    as the poller checks it, so an agent that passes here is recorded at the first cycle."""
-    if response.status != 200:
-        reason = response.body[:200].decode("utf-8", "replace").strip()
-        return f"HTTP {response.status}: {reason}"
-    try:
-        snapshot = response.json()
-    except ValueError:
-        return _("The answer is not valid JSON.")
-    gpus = snapshot.get("gpus") if isinstance(snapshot, dict) else None
-    if not isinstance(gpus, list) or not all(isinstance(gpu, dict) for gpu in gpus):
-        return _("The answer is not an agent snapshot: it has no list of GPUs.")
-    try:
-        return schema.check_snapshot(snapshot)
-    except schema.SnapshotError as exc:
-        return _("The agent's answer cannot be recorded: %(problem)s") % {"problem": exc}
-
-
-def stored_token(node_id: int) -> str:
-    """The saved token of a node, for a connection test from its edit page."""
-    return Node.objects.get(pk=node_id).agent_token
-
-
 def reencrypt_tokens() -> int:
     """Re-encrypt every stored token under the newest key; returns how many were rewritten."""
     count = 0
@@ -458,6 +380,3 @@ def reencrypt_tokens() -> int:
             count += 1
     return count
 
-
-# The name reads as a pytest test when imported into a test module; it is not one.
-test_connection.__test__ = False  # type: ignore[attr-defined]

@@ -8,7 +8,7 @@ import pytest
 from django.db import connection
 from django.utils import timezone
 
-from agents import node_files, registration
+from agents import connection_test, node_files, registration
 from agents.choices import NodeSource
 from agents.models import Node
 from portal import crypto
@@ -328,7 +328,7 @@ def test_a_malformed_encryption_key_stops_the_portal_at_start(tmp_path):
 
 def test_a_connection_test_reports_the_agents_gpus(sim_agents):
     agents = sim_agents(1, 4)
-    result = registration.test_connection(agents.urls[0], agents.token)
+    result = connection_test.test_connection(agents.urls[0], agents.token)
     assert result.ok and result.error == ""
     assert result.gpu_count == 4 and sum(result.models.values()) == 4
     assert result.hostname.startswith("sim") and result.latency_ms > 0
@@ -337,12 +337,12 @@ def test_a_connection_test_reports_the_agents_gpus(sim_agents):
 
 def test_a_connection_test_with_a_wrong_token_reports_the_refusal(sim_agents):
     agents = sim_agents(1, 1)
-    result = registration.test_connection(agents.urls[0], "wrong-token")
+    result = connection_test.test_connection(agents.urls[0], "wrong-token")
     assert not result.ok and "401" in result.error and result.gpu_count == 0
 
 
 def test_a_connection_test_to_a_closed_port_fails_cleanly():
-    result = registration.test_connection(f"http://127.0.0.1:{procs.free_port()}", TOKEN)
+    result = connection_test.test_connection(f"http://127.0.0.1:{procs.free_port()}", TOKEN)
     assert not result.ok and result.error
 
 
