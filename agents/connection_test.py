@@ -14,7 +14,8 @@ from django.utils.translation import gettext as _
 
 from agents import fanout
 from agents.gpu_agent import schema
-from agents.registration import _clean
+from agents.models import Node
+from agents.registration import _clean, move_needs_token
 
 # The compact view the poller asks for; an agent without views sends the whole snapshot.
 _SNAPSHOT_PATH = "/v1/snapshot?view=portal"
@@ -66,6 +67,15 @@ def test_connection(url: str, token: str) -> ConnectionResult:
     )
 
 
+def test_stored_connection(node: Node, url: str) -> ConnectionResult:
+    """Test with the node's stored token, which only ever goes to the node's stored URL:
+    a test of another URL takes the token typed again, as moving the node does."""
+    cleaned, errors = _clean({"agent_url": url}, partial=True)
+    if not errors and cleaned["agent_url"] != node.agent_url and node.agent_token_encrypted:
+        return ConnectionResult(ok=False, error=move_needs_token())
+    return test_connection(url, node.agent_token)
+
+
 def _snapshot(response: fanout.Response) -> dict[str, Any] | str:
     """The snapshot, or what is wrong with the answer: checked against the reading schema
     as the poller checks it, so an agent that passes here is recorded at the first cycle."""
@@ -87,3 +97,4 @@ def _snapshot(response: fanout.Response) -> dict[str, Any] | str:
 
 # The name reads as a pytest test when imported into a test module; it is not one.
 test_connection.__test__ = False  # type: ignore[attr-defined]
+test_stored_connection.__test__ = False  # type: ignore[attr-defined]

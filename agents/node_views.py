@@ -150,7 +150,7 @@ def _import_summary(report: registration.ImportReport, *, update: bool) -> str:
 @allowed_if(permissions.can_test_connections)
 def node_test_connection(request: HttpRequest) -> HttpResponse:
     """Try the URL and token from the form without saving; an empty token on an edit
-    page means the node's stored one."""
+    page means the node's stored one, which is only sent to the node's stored URL."""
     url = request.POST.get("agent_url", "")
     token = request.POST.get("token", "")
     if not token and (node_id := request.POST.get("node", "")).isdigit():
@@ -158,6 +158,7 @@ def node_test_connection(request: HttpRequest) -> HttpResponse:
         if not permissions.can_change_nodes(request.user):
             raise PermissionDenied
         node = get_object_or_404(Node, pk=int(node_id))
-        token = node.agent_token
-    result = connection_test.test_connection(url, token)
+        result = connection_test.test_stored_connection(node, url)
+    else:
+        result = connection_test.test_connection(url, token)
     return render(request, "agents/nodes/_connection_result.html", {"result": result})

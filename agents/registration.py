@@ -133,11 +133,31 @@ def _taken(cleaned: Mapping[str, Any], exclude_pk: int | None) -> Errors:
     return errors
 
 
+def _move_errors(node: Node, cleaned: Mapping[str, Any]) -> Errors:
+    """A new URL takes the token again: a stored token is only ever sent to the URL it was
+    entered for, so whoever may edit a node cannot send its token somewhere else."""
+    url = cleaned.get("agent_url")
+    if not url or url == node.agent_url or not node.agent_token_encrypted or cleaned.get("token"):
+        return {}
+    return {"token": [move_needs_token()]}
+
+
+def move_needs_token() -> str:
+    return _(
+        "Enter the agent token again to change the agent URL: the stored token is only "
+        "sent to the URL it was entered for."
+    )
+
+
 def check_fields(values: Mapping[str, Any], node_pk: int | None) -> tuple[dict[str, Any], Errors]:
     """Normalise and check the given fields (``None``: not given) for a new or existing node."""
     cleaned, errors = _clean(values, partial=True)
-    for key, messages in _taken(cleaned, node_pk).items():
-        errors.setdefault(key, []).extend(messages)
+    problems = [_taken(cleaned, node_pk)]
+    if node_pk and (node := Node.objects.filter(pk=node_pk).first()) is not None:
+        problems.append(_move_errors(node, cleaned))
+    for found in problems:
+        for key, messages in found.items():
+            errors.setdefault(key, []).extend(messages)
     return cleaned, errors
 
 
@@ -181,7 +201,7 @@ def update_node(
         raise RegistrationError({"name": [_("Nodes read through Prometheus are read-only.")]})
     values = {"name": name, "agent_url": agent_url, "labels": labels, "state": state}
     cleaned, errors = _clean(values | {"token": token or None}, partial=True)
-    for key, messages in _taken(cleaned, node.pk).items():
+    for key, messages in (_taken(cleaned, node.pk) | _move_errors(node, cleaned)).items():
         errors.setdefault(key, []).extend(messages)
     if errors:
         raise RegistrationError(errors)
@@ -293,6 +313,8 @@ def import_nodes(
                 cleaned, errors = _clean(row, partial=False)
             else:
                 cleaned, errors = _clean(_update_values(row), partial=True)
+                for key, messages in _move_errors(node, cleaned).items():
+                    errors.setdefault(key, []).extend(messages)
                 if node.source != NodeSource.AGENT:
                     message = _("Nodes read through Prometheus are read-only.")
                     errors.setdefault("name", []).append(message)
@@ -379,4 +401,3 @@ def reencrypt_tokens() -> int:
             Node.objects.filter(pk=pk).update(agent_token_encrypted=crypto.reencrypt(value))
             count += 1
     return count
-
