@@ -43,7 +43,8 @@ def allowed_if(check: Callable[..., bool]) -> Callable[[View], View]:
     return decorate
 
 
-@allowed_if(permissions.can_manage_nodes)
+# Read-only for those granted only view_node: the actions check their own permissions.
+@allowed_if(permissions.can_see_agent_details)
 def node_list(request: HttpRequest) -> HttpResponse:
     nodes = Node.objects.order_by("name").only(
         "name", "source", "agent_url", "agent_token_hint", "labels", "state", "last_seen"
