@@ -6,19 +6,23 @@ make the portal send an HTTP request, so it is for those who may add or change n
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 from typing import Any
 
 from django.conf import settings
 from django.utils.translation import gettext as _
 
-from agents import fanout
+from agents import fanout, networks
 from agents.gpu_agent import schema
 from agents.models import Node
 from agents.registration import _clean, move_needs_token
 
+log = logging.getLogger(__name__)
+
 # The compact view the poller asks for; an agent without views sends the whole snapshot.
 _SNAPSHOT_PATH = "/v1/snapshot?view=portal"
+LOGGED_BODY_BYTES = 500
 
 
 @dataclass(frozen=True)
@@ -37,6 +41,8 @@ def test_connection(url: str, token: str) -> ConnectionResult:
     cleaned, errors = _clean({"agent_url": url, "token": token}, partial=True)
     if errors:
         return ConnectionResult(ok=False, error=" ".join(m for ms in errors.values() for m in ms))
+    if (refused := networks.connect_refusal(cleaned["agent_url"])) is not None:
+        return ConnectionResult(ok=False, error=refused)
     request = fanout.Request("GET", cleaned["agent_url"] + _SNAPSHOT_PATH, cleaned["token"])
     response = fanout.send(
         request,
@@ -47,10 +53,7 @@ def test_connection(url: str, token: str) -> ConnectionResult:
     latency_ms = round(response.duration_s * 1000, 1)
     if not response.ok:
         return ConnectionResult(ok=False, error=response.error, latency_ms=latency_ms)
-    if response.status == 401:
-        error = _("The agent refused the token (HTTP 401).")
-        return ConnectionResult(ok=False, error=error, latency_ms=latency_ms)
-    snapshot = _snapshot(response)
+    snapshot = _snapshot(response, cleaned["agent_url"])
     if isinstance(snapshot, str):
         return ConnectionResult(ok=False, error=snapshot, latency_ms=latency_ms)
     models: dict[str, int] = {}
@@ -76,12 +79,36 @@ def test_stored_connection(node: Node, url: str) -> ConnectionResult:
     return test_connection(url, node.agent_token)
 
 
-def _snapshot(response: fanout.Response) -> dict[str, Any] | str:
+def status_problem(status: int) -> str:
+    """What an HTTP status other than 200 means here, in words of our own: the body is
+    never shown, or the test would read any web page the portal can reach."""
+    texts = {
+        401: _("The agent refused the token (HTTP 401)."),
+        403: _("The server refused access (HTTP 403)."),
+        404: _("No agent answers at this URL (HTTP 404): check its port and path."),
+        407: _("A proxy asks for credentials (HTTP 407)."),
+    }
+    if status in texts:
+        return texts[status]
+    if 300 <= status < 400:
+        text = _("The server redirects elsewhere (HTTP %(status)s): enter the agent's own URL.")
+    elif status >= 500:
+        text = _("The agent reported an error (HTTP %(status)s); its log says more.")
+    else:
+        text = _("The server answered HTTP %(status)s, which no agent answers.")
+    return text % {"status": status}
+
+
+def _snapshot(response: fanout.Response, url: str) -> dict[str, Any] | str:
     """The snapshot, or what is wrong with the answer: checked against the reading schema
     as the poller checks it, so an agent that passes here is recorded at the first cycle."""
     if response.status != 200:
-        reason = response.body[:200].decode("utf-8", "replace").strip()
-        return f"HTTP {response.status}: {reason}"
+        # For whoever runs the portal: the start of the body, in the server's log only.
+        log.info(
+            "connection test of %s: HTTP %s, body starts %r",
+            url, response.status, response.body[:LOGGED_BODY_BYTES],
+        )  # fmt: skip
+        return status_problem(response.status)
     try:
         snapshot = response.json()
     except ValueError:

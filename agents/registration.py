@@ -17,6 +17,7 @@ from django.db import transaction
 from django.utils import timezone
 from django.utils.translation import gettext as _
 
+from agents import networks
 from agents.choices import NodeSource, NodeState
 from agents.models import Node, token_hint
 from agents.validators import valid_agent_url
@@ -95,6 +96,8 @@ def _clean(values: Mapping[str, Any], *, partial: bool) -> tuple[dict[str, Any],
         text = str(raw or "").strip().rstrip("/")
         if not valid_agent_url(text):
             raise ValueError(_("Enter an http:// or https:// URL."))
+        if (refused := networks.url_refusal(text)) is not None:
+            raise ValueError(refused)
         return text
 
     def token(raw: Any) -> str:
