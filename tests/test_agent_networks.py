@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterator
 import pytest
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
+from django.utils import translation
 from rest_framework.test import APIClient
 
 from agents import connection_test, node_files, registration
@@ -27,6 +28,13 @@ from tests.recorder import recorder_fixture  # noqa: F401 (the recorder fixture)
 pytestmark = pytest.mark.django_db
 
 TOKEN = "tok-0123456789-network"
+
+
+@pytest.fixture(autouse=True)
+def _english() -> Iterator[None]:
+    # The messages are read here in English, whatever an earlier test left active.
+    with translation.override("en"):
+        yield
 
 
 def _portal_services() -> list[tuple[str, int]]:
