@@ -27,6 +27,27 @@ def reason(exc: BaseException) -> str:
     return getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
 
 
+async def open_connection(
+    pool: Pool, origin: Origin, addresses: list[str], ssl_context: ssl.SSLContext | None
+) -> Connection:
+    """A connection to the first of ``addresses`` (checked ones, agents/address_policy.py)
+    that accepts, in order; TLS checks the certificate against the URL's host."""
+    loop = asyncio.get_running_loop()
+    _scheme, host, port = origin
+    for position, address in enumerate(addresses):
+        try:
+            _, connection = await loop.create_connection(
+                lambda: Connection(pool, origin), address, port,
+                ssl=ssl_context, server_hostname=host if ssl_context else None,
+            )  # fmt: skip
+            return connection
+        except ssl.SSLError:
+            raise
+        except OSError:
+            if position == len(addresses) - 1:
+                raise
+    raise OSError("no address to connect to")  # resolving never answers an empty list
+
 
 class Connection(asyncio.Protocol):
     """One connection to one origin, carrying one request at a time."""

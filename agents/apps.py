@@ -12,3 +12,10 @@ class AgentsConfig(AppConfig):
 
     name = "agents"
     verbose_name = _("Nodes and GPUs")
+
+    def ready(self) -> None:
+        # Every pool of the agent client (the poller's, the connection test's) checks the
+        # addresses it connects to against the settings' agent networks.
+        from agents import address_policy, networks
+
+        address_policy.set_default_policy(networks.policy)

@@ -37,7 +37,9 @@ from typing import Any
 
 import orjson
 
+from agents.address_policy import AddressPolicy, AddressRefused, Resolver
 from agents.agent_connection import Connection as _Connection
+from agents.agent_connection import open_connection
 from agents.agent_connection import reason as _reason
 from agents.http1 import Origin, Target, prepare, prepare_get
 
@@ -125,11 +127,19 @@ class Pool:
     """Keep-alive connections and prepared requests, owned by one event loop.
 
     ``ssl_context`` is used for https origins (default: the system's trusted CAs,
-    created on first use); ``server_hostname`` is the URL's host.
+    created on first use); ``server_hostname`` is the URL's host. ``address_policy``
+    (default: the one set by agents/address_policy.py's ``set_default_policy``) says which
+    addresses it may connect to; it connects only to the addresses it checked.
     """
 
-    def __init__(self, *, ssl_context: ssl.SSLContext | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        ssl_context: ssl.SSLContext | None = None,
+        address_policy: Callable[[], AddressPolicy | None] | None = None,
+    ) -> None:
         self._ssl_context = ssl_context
+        self._resolver = Resolver(address_policy)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._idle: dict[Origin, list[_Connection]] = {}
         self._connections: set[_Connection] = set()
@@ -383,13 +393,13 @@ class _Batch:
         tls = scheme == "https"
         pool = self.pool
         try:
-            _, connection = await self.loop.create_connection(
-                lambda: _Connection(pool, exchange.target.origin),
-                host,
-                port,
-                ssl=pool.ssl_context if tls else None,
-                server_hostname=host if tls else None,
-            )
+            addresses = await pool._resolver.addresses(host, port)
+            context = pool.ssl_context if tls else None
+            connection = await open_connection(pool, exchange.target.origin, addresses, context)
+        except AddressRefused as exc:
+            error = f"not connecting to {exchange.target.address}: {exc}"
+            self._failed(exchange, error, retry=False)
+            return
         except ssl.SSLError as exc:
             error = f"TLS error with {exchange.target.address}: {exc.reason or exc}"
             self._failed(exchange, error, retry=False)

@@ -54,7 +54,8 @@ class NodeForm(forms.Form):
         if node is not None:
             hint = node.agent_token_hint or gettext("none")
             self.fields["token"].help_text = gettext(
-                "Current token: %(hint)s. Leave empty to keep it."
+                "Current token: %(hint)s. Leave empty to keep it; a new agent URL needs the "
+                "token again."
             ) % {"hint": hint}
 
     def add_service_errors(self, errors: dict[str, list[str]]) -> None:

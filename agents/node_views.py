@@ -19,7 +19,7 @@ from django.utils.translation import gettext as _
 from django.utils.translation import ngettext
 from django.views.decorators.http import require_POST
 
-from agents import node_files, permissions, registration
+from agents import connection_test, node_files, permissions, registration
 from agents.choices import NodeSource
 from agents.forms import NodeForm, NodeImportForm
 from agents.models import Node
@@ -43,7 +43,8 @@ def allowed_if(check: Callable[..., bool]) -> Callable[[View], View]:
     return decorate
 
 
-@allowed_if(permissions.can_manage_nodes)
+# Read-only for those granted only view_node: the actions check their own permissions.
+@allowed_if(permissions.can_see_agent_details)
 def node_list(request: HttpRequest) -> HttpResponse:
     nodes = Node.objects.order_by("name").only(
         "name", "source", "agent_url", "agent_token_hint", "labels", "state", "last_seen"
@@ -150,7 +151,7 @@ def _import_summary(report: registration.ImportReport, *, update: bool) -> str:
 @allowed_if(permissions.can_test_connections)
 def node_test_connection(request: HttpRequest) -> HttpResponse:
     """Try the URL and token from the form without saving; an empty token on an edit
-    page means the node's stored one."""
+    page means the node's stored one, which is only sent to the node's stored URL."""
     url = request.POST.get("agent_url", "")
     token = request.POST.get("token", "")
     if not token and (node_id := request.POST.get("node", "")).isdigit():
@@ -158,6 +159,7 @@ def node_test_connection(request: HttpRequest) -> HttpResponse:
         if not permissions.can_change_nodes(request.user):
             raise PermissionDenied
         node = get_object_or_404(Node, pk=int(node_id))
-        token = node.agent_token
-    result = registration.test_connection(url, token)
+        result = connection_test.test_stored_connection(node, url)
+    else:
+        result = connection_test.test_connection(url, token)
     return render(request, "agents/nodes/_connection_result.html", {"result": result})

@@ -1,6 +1,7 @@
 """Who may read and who may change nodes: one rule for the API, the pages and the admin.
 
-Reading the fleet is open to every signed-in member. Changing it takes Django's model
+Reading the fleet is open to every signed-in member, without the agents' addresses, token
+hints and error texts (``can_see_agent_details``). Changing it takes Django's model
 permissions, the ones the admin checks (``agents.add_node``, ``change_node``,
 ``delete_node``), so an operator is granted exactly what they need and being staff grants
 nothing by itself. The tenancy issue extends these classes rather than adding new checks.
@@ -12,6 +13,7 @@ from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from rest_framework import permissions
 from rest_framework.request import Request
 
+VIEW_NODE = "agents.view_node"
 ADD_NODE = "agents.add_node"
 CHANGE_NODE = "agents.change_node"
 DELETE_NODE = "agents.delete_node"
@@ -31,6 +33,14 @@ def can_change_nodes(user: User) -> bool:
 def can_manage_nodes(user: User) -> bool:
     """Any node write: enough to see the registration pages and their links."""
     return any(user.has_perm(perm) for perm in NODE_WRITES)
+
+
+def can_see_agent_details(user: User) -> bool:
+    """Agent URLs, token hints and the agents' own error texts: for those granted any node
+    permission, Django's ``view_node`` included (what the admin shows them too). Members
+    see the fleet without them: where agents live and what they answer is a map of the
+    network, and an error text can carry whatever the far end wrote."""
+    return any(user.has_perm(perm) for perm in (VIEW_NODE, *NODE_WRITES))
 
 
 def can_test_connections(user: User) -> bool:

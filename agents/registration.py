@@ -1,4 +1,4 @@
-"""Node registration: add and edit agent nodes, import many at once, test an agent.
+"""Node registration: add and edit agent nodes, import many at once.
 
 Plain values in, plain values (or the saved Node) out; every rule lives here so the
 pages, the API and the import apply the same ones. Errors are collected per field
@@ -12,23 +12,19 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.utils import timezone
 from django.utils.translation import gettext as _
 
-from agents import fanout
+from agents import networks
 from agents.choices import NodeSource, NodeState
-from agents.gpu_agent import schema
 from agents.models import Node, token_hint
 from agents.validators import clean_token, parse_labels, valid_agent_url
 from portal import crypto
 
 FIELDS = ("name", "agent_url", "token", "labels", "state")
 MAX_IMPORT_ROWS = 5000
-# The compact view the poller asks for; an agent without views sends the whole snapshot.
-_SNAPSHOT_PATH = "/v1/snapshot?view=portal"
 _NAME = re.compile(r"^[\w.:-]{1,255}$")
 
 Errors = dict[str, list[str]]
@@ -72,6 +68,8 @@ def _clean(values: Mapping[str, Any], *, partial: bool) -> tuple[dict[str, Any],
         text = str(raw or "").strip().rstrip("/")
         if not valid_agent_url(text):
             raise ValueError(_("Enter an http:// or https:// URL."))
+        if (refused := networks.url_refusal(text)) is not None:
+            raise ValueError(refused)
         return text
 
     def token(raw: Any) -> str:
@@ -107,11 +105,31 @@ def _taken(cleaned: Mapping[str, Any], exclude_pk: int | None) -> Errors:
     return errors
 
 
+def _move_errors(node: Node, cleaned: Mapping[str, Any]) -> Errors:
+    """A new URL takes the token again: a stored token is only ever sent to the URL it was
+    entered for, so whoever may edit a node cannot send its token somewhere else."""
+    url = cleaned.get("agent_url")
+    if not url or url == node.agent_url or not node.agent_token_encrypted or cleaned.get("token"):
+        return {}
+    return {"token": [move_needs_token()]}
+
+
+def move_needs_token() -> str:
+    return _(
+        "Enter the agent token again to change the agent URL: the stored token is only "
+        "sent to the URL it was entered for."
+    )
+
+
 def check_fields(values: Mapping[str, Any], node_pk: int | None) -> tuple[dict[str, Any], Errors]:
     """Normalise and check the given fields (``None``: not given) for a new or existing node."""
     cleaned, errors = _clean(values, partial=True)
-    for key, messages in _taken(cleaned, node_pk).items():
-        errors.setdefault(key, []).extend(messages)
+    problems = [_taken(cleaned, node_pk)]
+    if node_pk and (node := Node.objects.filter(pk=node_pk).first()) is not None:
+        problems.append(_move_errors(node, cleaned))
+    for found in problems:
+        for key, messages in found.items():
+            errors.setdefault(key, []).extend(messages)
     return cleaned, errors
 
 
@@ -155,7 +173,7 @@ def update_node(
         raise RegistrationError({"name": [_("Nodes read through Prometheus are read-only.")]})
     values = {"name": name, "agent_url": agent_url, "labels": labels, "state": state}
     cleaned, errors = _clean(values | {"token": token or None}, partial=True)
-    for key, messages in _taken(cleaned, node.pk).items():
+    for key, messages in (_taken(cleaned, node.pk) | _move_errors(node, cleaned)).items():
         errors.setdefault(key, []).extend(messages)
     if errors:
         raise RegistrationError(errors)
@@ -267,6 +285,8 @@ def import_nodes(
                 cleaned, errors = _clean(row, partial=False)
             else:
                 cleaned, errors = _clean(_update_values(row), partial=True)
+                for key, messages in _move_errors(node, cleaned).items():
+                    errors.setdefault(key, []).extend(messages)
                 if node.source != NodeSource.AGENT:
                     message = _("Nodes read through Prometheus are read-only.")
                     errors.setdefault("name", []).append(message)
@@ -347,79 +367,6 @@ def _save_changes(changes: list[tuple[Node, list[str]]]) -> None:
         Node.objects.filter(pk=node.pk).update(updated=now, **values)
 
 
-# --- connection test --------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class ConnectionResult:
-    ok: bool
-    error: str = ""
-    hostname: str = ""
-    agent_version: str = ""
-    gpu_count: int = 0
-    models: dict[str, int] = field(default_factory=dict)
-    latency_ms: float = 0.0
-
-
-def test_connection(url: str, token: str) -> ConnectionResult:
-    """Fetch one snapshot with the poller's client, timeout and retries; nothing is saved."""
-    cleaned, errors = _clean({"agent_url": url, "token": token}, partial=True)
-    if errors:
-        return ConnectionResult(ok=False, error=" ".join(m for ms in errors.values() for m in ms))
-    request = fanout.Request("GET", cleaned["agent_url"] + _SNAPSHOT_PATH, cleaned["token"])
-    response = fanout.send(
-        request,
-        timeout=settings.GPU_POLL_TIMEOUT,
-        retries=settings.GPU_POLL_RETRIES,
-        backoff=settings.GPU_POLL_RETRY_BACKOFF,
-    )
-    latency_ms = round(response.duration_s * 1000, 1)
-    if not response.ok:
-        return ConnectionResult(ok=False, error=response.error, latency_ms=latency_ms)
-    if response.status == 401:
-        error = _("The agent refused the token (HTTP 401).")
-        return ConnectionResult(ok=False, error=error, latency_ms=latency_ms)
-    snapshot = _snapshot(response)
-    if isinstance(snapshot, str):
-        return ConnectionResult(ok=False, error=snapshot, latency_ms=latency_ms)
-    models: dict[str, int] = {}
-    for gpu in snapshot["gpus"]:
-        model = str(gpu.get("name") or "unknown")
-        models[model] = models.get(model, 0) + 1
-    return ConnectionResult(
-        ok=True,
-        hostname=str(snapshot.get("hostname") or ""),
-        agent_version=str((snapshot.get("agent") or {}).get("version") or ""),
-        gpu_count=len(snapshot["gpus"]),
-        models=models,
-        latency_ms=latency_ms,
-    )
-
-
-def _snapshot(response: fanout.Response) -> dict[str, Any] | str:
-    """The snapshot, or what is wrong with the answer: checked against the reading schema
-    as the poller checks it, so an agent that passes here is recorded at the first cycle."""
-    if response.status != 200:
-        reason = response.body[:200].decode("utf-8", "replace").strip()
-        return f"HTTP {response.status}: {reason}"
-    try:
-        snapshot = response.json()
-    except ValueError:
-        return _("The answer is not valid JSON.")
-    gpus = snapshot.get("gpus") if isinstance(snapshot, dict) else None
-    if not isinstance(gpus, list) or not all(isinstance(gpu, dict) for gpu in gpus):
-        return _("The answer is not an agent snapshot: it has no list of GPUs.")
-    try:
-        return schema.check_snapshot(snapshot)
-    except schema.SnapshotError as exc:
-        return _("The agent's answer cannot be recorded: %(problem)s") % {"problem": exc}
-
-
-def stored_token(node_id: int) -> str:
-    """The saved token of a node, for a connection test from its edit page."""
-    return Node.objects.get(pk=node_id).agent_token
-
-
 def reencrypt_tokens() -> int:
     """Re-encrypt every stored token under the newest key; returns how many were rewritten."""
     count = 0
@@ -430,7 +377,3 @@ def reencrypt_tokens() -> int:
             Node.objects.filter(pk=pk).update(agent_token_encrypted=crypto.reencrypt(value))
             count += 1
     return count
-
-
-# The name reads as a pytest test when imported into a test module; it is not one.
-test_connection.__test__ = False  # type: ignore[attr-defined]

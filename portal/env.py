@@ -60,3 +60,18 @@ def env_list(name: str, default: list[str]) -> list[str]:
     if raw is None:
         return list(default)
     return [item.strip() for item in raw.split(",") if item.strip()]
+
+
+def env_networks(name: str, default: list[str]) -> list[str]:
+    """A comma-separated list of networks in CIDR notation (an address alone is one host)."""
+    import ipaddress
+
+    values = env_list(name, default)
+    for value in values:
+        try:
+            ipaddress.ip_network(value, strict=False)
+        except ValueError:
+            raise ImproperlyConfigured(
+                f"{name} must list networks such as 10.0.0.0/8 or fd00::/8, not {value!r}"
+            ) from None
+    return values

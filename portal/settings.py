@@ -16,7 +16,7 @@ from csp.constants import NONE, SELF
 from django.core.exceptions import ImproperlyConfigured
 from django.utils.translation import gettext_lazy as _
 
-from portal.env import env_bool, env_float, env_int, env_list, env_str
+from portal.env import env_bool, env_float, env_int, env_list, env_networks, env_str
 from portal.files import make_private_dir, private_secret, touch_private
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -301,6 +301,11 @@ ROLLUP_HOUR_DAYS = env_int("ROLLUP_HOUR_DAYS", 400, minimum=1)
 # (docs/prometheus.md). Empty: off. Polled every GPU_POLL_INTERVAL with one query.
 PROMETHEUS_URL = env_str("PROMETHEUS_URL")
 PROMETHEUS_TIMEOUT = env_float("PROMETHEUS_TIMEOUT", 10.0, minimum=0.1)
+# Where agents may be (agents/networks.py, docs/security.md): CIDR lists. ALLOW empty: any
+# network not denied. DENY by default: link-local, where clouds serve instance metadata.
+# The portal's own database and Redis are refused whatever these say.
+AGENT_NETWORKS_ALLOW = env_networks("AGENT_NETWORKS_ALLOW", [])
+AGENT_NETWORKS_DENY = env_networks("AGENT_NETWORKS_DENY", ["169.254.0.0/16", "fe80::/10"])
 
 CELERY_BROKER_URL = REDIS_URL or "memory://"
 CELERY_RESULT_BACKEND = REDIS_URL or None

@@ -5,6 +5,7 @@ from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
 from agents.models import Node
+from agents.permissions import can_see_agent_details
 from telemetry import live, readings
 
 # Close codes in the application range 4000-4999: log in first; no such node.
@@ -20,6 +21,7 @@ class _LiveConsumer(AsyncJsonWebsocketConsumer):
     """
 
     group: str
+    errors_group: str  # node managers only: the agents' error texts
 
     async def connect(self) -> None:
         user = self.scope.get("user")
@@ -30,17 +32,28 @@ class _LiveConsumer(AsyncJsonWebsocketConsumer):
         if first is None:
             await self.close(code=CLOSE_NOT_FOUND)
             return
-        await self.channel_layer.group_add(self.group, self.channel_name)
+        messages, self.joined = [first], [self.group]
+        # Decided at connect: a changed permission takes effect at the next connect.
+        if await database_sync_to_async(can_see_agent_details)(user):
+            messages.append(await self.errors_message())
+            self.joined.append(self.errors_group)
+        for group in self.joined:
+            await self.channel_layer.group_add(group, self.channel_name)
         await self.accept()
-        await self.send(text_data=first)
+        for text in messages:
+            await self.send(text_data=text)
 
     async def first_message(self) -> str | None:
         """The page's whole picture as JSON text, or None when there is no such page."""
         raise NotImplementedError
 
+    async def errors_message(self) -> str:
+        """The error texts of the page's nodes, for node managers, as JSON text."""
+        raise NotImplementedError
+
     async def disconnect(self, code: int) -> None:
-        if getattr(self, "group", None):
-            await self.channel_layer.group_discard(self.group, self.channel_name)
+        for group in getattr(self, "joined", ()):
+            await self.channel_layer.group_discard(group, self.channel_name)
 
     async def receive_json(self, content, **kwargs) -> None:
         return
@@ -50,11 +63,18 @@ class FleetConsumer(_LiveConsumer):
     """The fleet page: one tile per node."""
 
     group = live.FLEET_GROUP
+    errors_group = live.FLEET_ERRORS_GROUP
 
     async def first_message(self) -> str:
         return await database_sync_to_async(live.fleet_picture)()
 
+    async def errors_message(self) -> str:
+        return await database_sync_to_async(live.fleet_errors_picture)()
+
     async def fleet_nodes(self, event: dict) -> None:
+        await self.send(text_data=event["text"])
+
+    async def fleet_errors(self, event: dict) -> None:
         await self.send(text_data=event["text"])
 
 
@@ -67,13 +87,24 @@ class NodeConsumer(_LiveConsumer):
         if detail is None:
             return None
         self.group = live.node_group(self.node_id)
+        self.errors_group = live.node_errors_group(self.node_id)
         await sync_to_async(live.watch)(self.node_id)
         return live.encode("node.detail", "node", detail)["text"]
 
     def _detail(self) -> dict | None:
         node = Node.objects.filter(pk=self.node_id).first()
-        return None if node is None else readings.node_detail(node)
+        if node is None:
+            return None
+        self.last_error = node.last_error
+        return readings.node_detail(node)
+
+    async def errors_message(self) -> str:
+        errors = {self.node_id: self.last_error} if self.last_error else {}
+        return live.encode_errors("node.errors", errors)["text"]
 
     async def node_detail(self, event: dict) -> None:
         await sync_to_async(live.watch)(self.node_id)
+        await self.send(text_data=event["text"])
+
+    async def node_errors(self, event: dict) -> None:
         await self.send(text_data=event["text"])

@@ -22,12 +22,19 @@ from portal import redis_client
 from telemetry import readings
 
 FLEET_GROUP = "fleet"
+# Node managers' sockets join these too: the agents' error texts, which members never get
+# (agents.permissions.can_see_agent_details). Tiles and cards only say that there is one.
+FLEET_ERRORS_GROUP = "fleet.errors"
 # A watcher refreshes its key on every update it gets; a vanished one lapses after this.
 WATCH_TTL_S = 60
 
 
 def node_group(node_id: int) -> str:
     return f"node.{node_id}"
+
+
+def node_errors_group(node_id: int) -> str:
+    return f"node.{node_id}.errors"
 
 
 class _RedisWatchers:
@@ -73,13 +80,29 @@ def watched(node_ids: Iterable[int]) -> list[int]:
 PICTURE_TTL_S = 2
 
 
+_PICTURE_KEYS = ("live:fleet-picture", "live:fleet-errors")
+
+
+def _pictures() -> list[str]:
+    texts = cache.get_many(_PICTURE_KEYS)
+    if len(texts) < len(_PICTURE_KEYS):
+        tiles, errors = readings.node_summaries_and_errors()
+        texts = dict(
+            zip(_PICTURE_KEYS, [encode("fleet.nodes", "nodes", tiles)["text"],
+                                encode_errors("fleet.errors", errors)["text"]], strict=True)
+        )  # fmt: skip
+        cache.set_many(texts, timeout=PICTURE_TTL_S)
+    return [texts[key] for key in _PICTURE_KEYS]
+
+
 def fleet_picture() -> str:
     """The fleet page's first message (every tile), shared for a moment between connects."""
-    text = cache.get("live:fleet-picture")
-    if text is None:
-        text = encode("fleet.nodes", "nodes", readings.node_summaries())["text"]
-        cache.set("live:fleet-picture", text, timeout=PICTURE_TTL_S)
-    return text
+    return _pictures()[0]
+
+
+def fleet_errors_picture() -> str:
+    """For node managers: every node's error text, sent after the tiles."""
+    return _pictures()[1]
 
 
 def publish_nodes(
@@ -95,12 +118,12 @@ def publish_nodes(
     layer = get_channel_layer()
     if layer is None or not node_ids:
         return
-    summaries = readings.node_summaries(node_ids, latest, rows)
+    summaries, errors = readings.node_summaries_and_errors(node_ids, latest, rows)
     send = async_to_sync(_send_all)
     details = []
     for node in Node.objects.filter(pk__any=watched(node_ids)):
-        details.append(readings.node_detail(node, (latest or {}).get(node.pk)))
-    send(layer, summaries, details)
+        details.append((readings.node_detail(node, (latest or {}).get(node.pk)), node.last_error))
+    send(layer, summaries, errors, details)
 
 
 def encode(kind: str, key: str, value: Any) -> dict:
@@ -114,8 +137,22 @@ def encode(kind: str, key: str, value: Any) -> dict:
     return {"type": kind, "text": orjson.dumps(message).decode()}
 
 
-async def _send_all(layer, summaries: list[dict], details: list[dict]) -> None:
-    # One event-loop hop for the whole cycle, not one per group.
+def encode_errors(kind: str, errors: dict[int, str]) -> dict:
+    """Error texts by node id, for the node managers' groups."""
+    return encode(kind, "errors", {str(node_id): text for node_id, text in errors.items()})
+
+
+async def _send_all(
+    layer, summaries: list[dict], errors: dict[int, str], details: list[tuple[dict, str]]
+) -> None:
+    # One event-loop hop for the whole cycle, not one per group. A tile or card without
+    # an error clears its text on the page: only the texts still there are sent.
     await layer.group_send(FLEET_GROUP, encode("fleet.nodes", "nodes", summaries))
-    for detail in details:
-        await layer.group_send(node_group(detail["id"]), encode("node.detail", "node", detail))
+    if errors:
+        await layer.group_send(FLEET_ERRORS_GROUP, encode_errors("fleet.errors", errors))
+    for detail, error in details:
+        node_id = detail["id"]
+        await layer.group_send(node_group(node_id), encode("node.detail", "node", detail))
+        if error:
+            message = encode_errors("node.errors", {node_id: error})
+            await layer.group_send(node_errors_group(node_id), message)

@@ -145,8 +145,15 @@ def _node_fields(node: dict[str, Any], latest: dict[str, Any] | None) -> dict[st
         "name": node["name"],
         "state": node["state"],
         "last_seen": last_seen.isoformat() if last_seen else None,
-        "last_error": node["last_error"],
+        # Whether the last poll failed, not why: the text is the agent's (or the network's)
+        # and goes only to node managers, apart from tiles (agent_errors below).
+        "agent_error": bool(node["last_error"]),
     }
+
+
+def agent_errors(rows: Iterable[dict[str, Any]]) -> dict[int, str]:
+    """The error texts of the nodes (rows of _NODE_FIELDS) that have one, by node id."""
+    return {row["pk"]: row["last_error"] for row in rows if row["last_error"]}
 
 
 def summarize(node: dict[str, Any], latest: dict[str, Any] | None, gpu_count: int) -> dict:
@@ -187,10 +194,19 @@ def node_summaries(
     latest: dict[int, dict[str, Any]] | None = None,
     rows: list[dict[str, Any]] | None = None,
 ) -> list[dict]:
-    """Fleet tiles for the given nodes (all by default).
+    """Fleet tiles for the given nodes (all by default), as every member may see them.
 
     ``latest`` saves a cache read and ``rows`` (dicts of _NODE_FIELDS) a database read.
     """
+    return node_summaries_and_errors(node_ids, latest, rows)[0]
+
+
+def node_summaries_and_errors(
+    node_ids: Iterable[int] | None = None,
+    latest: dict[int, dict[str, Any]] | None = None,
+    rows: list[dict[str, Any]] | None = None,
+) -> tuple[list[dict], dict[int, str]]:
+    """The tiles, and apart from them the error texts that only node managers see."""
     if rows is None:
         nodes = Node.objects.all()
         if node_ids is not None:
@@ -202,7 +218,8 @@ def node_summaries(
     if missing:
         latest.update(latest_for(missing))
     counts = _gpu_counts([r["pk"] for r in rows] if node_ids is not None else None)
-    return [summarize(r, latest.get(r["pk"]), counts.get(r["pk"], 0)) for r in rows]
+    tiles = [summarize(r, latest.get(r["pk"]), counts.get(r["pk"], 0)) for r in rows]
+    return tiles, agent_errors(rows)
 
 
 def _gpu_counts(node_ids: list[int] | None) -> dict[int, int]:

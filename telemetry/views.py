@@ -7,7 +7,7 @@ from django.utils.translation import gettext as _
 
 from agents.choices import GpuHealth, NodeState
 from agents.models import GPU, Node
-from agents.permissions import can_manage_nodes
+from agents.permissions import can_see_agent_details
 from telemetry import readings
 from telemetry.history import RANGES
 
@@ -30,13 +30,16 @@ def _labels() -> dict:
             "average": _("average"),
             "peak": _("peak"),
             "time": _("Time"),
+            "agent_error": _("Agent error"),
         },
     }
 
 
 @login_required
 def dashboard(request: HttpRequest) -> HttpResponse:
-    tiles = readings.node_summaries()
+    tiles, errors = readings.node_summaries_and_errors()
+    # The agents' own error texts only for node managers; others see "Agent error".
+    details = can_see_agent_details(request.user)
     by_state: dict[str, int] = {}
     models: dict[str, int] = {}
     for tile in tiles:
@@ -52,7 +55,8 @@ def dashboard(request: HttpRequest) -> HttpResponse:
             "by_state": [(NodeState(s).label, n) for s, n in sorted(by_state.items())],
             "models": sorted(models.items(), key=lambda item: -item[1]),
             "labels": _labels(),
-            "can_manage_nodes": can_manage_nodes(request.user),
+            "can_manage_nodes": details,
+            "agent_errors": {str(pk): text for pk, text in errors.items()} if details else None,
         },
     )
 
@@ -60,11 +64,13 @@ def dashboard(request: HttpRequest) -> HttpResponse:
 @login_required
 def node_detail(request: HttpRequest, pk: int) -> HttpResponse:
     node = get_object_or_404(Node, pk=pk)
+    errors = {str(node.pk): node.last_error} if node.last_error else {}
     return render(
         request,
         "telemetry/node_detail.html",
         {
             "node": node,
+            "agent_errors": errors if can_see_agent_details(request.user) else None,
             "detail": readings.node_detail(node),
             "ranges": RANGES,
             "labels": _labels(),

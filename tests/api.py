@@ -74,6 +74,15 @@ class EndpointTests:
         """Values no answer may contain, whoever asks (tokens, passwords)."""
         return ()
 
+    # Fields that only some readers get (addresses, hints, raw errors): the others get each
+    # item without those keys. Empty: every reader sees every field.
+    restricted_fields: tuple[str, ...] = ()
+    restricted_readers: tuple[str, ...] = ()
+
+    def restricted_values(self, instance: Model) -> Iterable[str]:
+        """What the restricted fields hold for ``instance``: absent from the others' answers."""
+        return ()
+
     # --- helpers -----------------------------------------------------------------------
 
     def client(self, actor: Model | None) -> APIClient:
@@ -98,6 +107,19 @@ class EndpointTests:
         for secret in self.secrets(instance):
             assert secret not in body
 
+    def assert_restricted(self, response: Response, actor: Model | None, instance: Model) -> None:
+        if not self.restricted_fields:
+            return
+        data = response.json()
+        items = _items(data) if "id" not in data else [data]
+        if self.allowed(actor, self.restricted_readers):
+            assert all(set(self.restricted_fields) <= set(item) for item in items), items
+        else:
+            assert not [set(self.restricted_fields) & set(item) for item in items if
+                        set(self.restricted_fields) & set(item)], items  # fmt: skip
+            body = response.content.decode()
+            assert not [value for value in self.restricted_values(instance) if value in body]
+
     def row(self, instance: Model) -> dict[str, Any] | None:
         """The instance's row as stored now, to tell whether a request changed it."""
         return self.model.objects.filter(pk=instance.pk).values().first()
@@ -117,6 +139,7 @@ class ReadTests(EndpointTests):
             assert response.status_code == 200, response.content
             assert instance.pk in [item["id"] for item in _items(response.json())]
             self.assert_no_secrets(response, instance)
+            self.assert_restricted(response, actor, instance)
         else:
             self.assert_refused(response, actor)
 
@@ -127,6 +150,7 @@ class ReadTests(EndpointTests):
             assert response.status_code == 200, response.content
             assert response.json()["id"] == instance.pk
             self.assert_no_secrets(response, instance)
+            self.assert_restricted(response, actor, instance)
         else:
             self.assert_refused(response, actor)
 

@@ -29,10 +29,18 @@ class TestNodeAPI(api.ReadTests, api.WriteTests):
 
     @pytest.fixture
     def instance(self) -> Node:
-        return NodeFactory()
+        return NodeFactory(last_error="HTTP 500: the agent's own words")
 
     def secrets(self, instance: Node) -> list[str]:
         return [instance.agent_token, self.create_data["token"]]
+
+    # Where agents live, their token hints and what they said: node managers only (any
+    # node permission, view_node included; agents.permissions.can_see_agent_details).
+    restricted_fields = ("agent_url", "token_hint", "last_error")
+    restricted_readers = ("alice", "carol")
+
+    def restricted_values(self, instance: Node) -> list[str]:
+        return [instance.agent_url, instance.agent_token_hint, instance.last_error]
 
 
 class TestGPUAPI(api.ReadTests, api.ReadOnlyTests):

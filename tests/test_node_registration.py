@@ -8,7 +8,7 @@ import pytest
 from django.db import connection
 from django.utils import timezone
 
-from agents import node_files, registration
+from agents import connection_test, node_files, registration
 from agents.choices import NodeSource
 from agents.models import Node
 from portal import crypto
@@ -195,7 +195,7 @@ def test_a_new_url_or_token_ends_the_back_off_but_a_label_does_not():
     assert Node.objects.get(pk=node.pk).poll_after == later
     _import(f"name,agent_url,token\ngpu-01,http://10.0.0.1:9400,{TOKEN}\n")  # the same
     assert Node.objects.get(pk=node.pk).poll_after == later
-    _import("name,agent_url\ngpu-01,http://10.0.0.7:9400\n")
+    _import(f"name,agent_url,token\ngpu-01,http://10.0.0.7:9400,{TOKEN}\n")  # moved
     assert Node.objects.get(pk=node.pk).poll_after is None
     Node.objects.filter(pk=node.pk).update(poll_after=later)
     _import("name,agent_url,token\ngpu-01,,rotated-token-1234\n")
@@ -214,11 +214,11 @@ def test_an_update_import_refuses_a_url_another_node_owns_even_if_that_node_move
     _register()
     _register(name="gpu-02", url="http://10.0.0.2:9400")
     report = _import(
-        "name,agent_url\n"
-        "gpu-02,http://10.0.0.1:9400\n"  # gpu-01's
-        "gpu-01,http://10.0.0.3:9400\n"  # gpu-01 moves away, in the same file
-        "gpu-03,http://10.0.0.3:9400\n"  # the same URL as row 2
-        "gpu-01,http://10.0.0.4:9400\n"  # the same node twice
+        "name,agent_url,token\n"
+        f"gpu-02,http://10.0.0.1:9400,{TOKEN}\n"  # gpu-01's
+        f"gpu-01,http://10.0.0.3:9400,{TOKEN}\n"  # gpu-01 moves away, in the same file
+        "gpu-03,http://10.0.0.3:9400,t-3\n"  # the same URL as row 2
+        f"gpu-01,http://10.0.0.4:9400,{TOKEN}\n"  # the same node twice
     )
     assert _errors(report) == {(1, "agent_url"), (3, "agent_url"), (4, "name")}
     assert dict(Node.objects.values_list("name", "agent_url")) == {
@@ -245,7 +245,9 @@ def test_an_update_import_with_one_bad_row_writes_none_of_the_good_ones():
 def test_an_update_dry_run_reports_what_it_would_do_and_writes_nothing():
     node = _register()
     _register(name="gpu-02", url="http://10.0.0.2:9400")
-    text = HEADER + f"gpu-01,http://10.0.0.9:9400,,,\ngpu-02,,{TOKEN},,\ngpu-03,http://h:1,,,\n"
+    text = (
+        HEADER + f"gpu-01,http://10.0.0.9:9400,{TOKEN},,\ngpu-02,,{TOKEN},,\ngpu-03,http://h:1,,,\n"
+    )
     report = _import(text, dry_run=True)
     assert report.ok and report.dry_run
     assert (report.created, report.updated) == (["gpu-03"], ["gpu-01"])
@@ -328,7 +330,7 @@ def test_a_malformed_encryption_key_stops_the_portal_at_start(tmp_path):
 
 def test_a_connection_test_reports_the_agents_gpus(sim_agents):
     agents = sim_agents(1, 4)
-    result = registration.test_connection(agents.urls[0], agents.token)
+    result = connection_test.test_connection(agents.urls[0], agents.token)
     assert result.ok and result.error == ""
     assert result.gpu_count == 4 and sum(result.models.values()) == 4
     assert result.hostname.startswith("sim") and result.latency_ms > 0
@@ -337,12 +339,12 @@ def test_a_connection_test_reports_the_agents_gpus(sim_agents):
 
 def test_a_connection_test_with_a_wrong_token_reports_the_refusal(sim_agents):
     agents = sim_agents(1, 1)
-    result = registration.test_connection(agents.urls[0], "wrong-token")
+    result = connection_test.test_connection(agents.urls[0], "wrong-token")
     assert not result.ok and "401" in result.error and result.gpu_count == 0
 
 
 def test_a_connection_test_to_a_closed_port_fails_cleanly():
-    result = registration.test_connection(f"http://127.0.0.1:{procs.free_port()}", TOKEN)
+    result = connection_test.test_connection(f"http://127.0.0.1:{procs.free_port()}", TOKEN)
     assert not result.ok and result.error
 
 

@@ -95,7 +95,8 @@ def test_an_admin_reimports_a_file_to_update_existing_nodes(client, alice, node)
     client.force_login(alice)
     url = reverse("agents:node_import")
     text = (
-        "name,agent_url,token,labels\ngpu-01,http://10.0.0.8:9400,,rack=r8\n"
+        # A new URL takes the token again (tests/test_token_follows_url.py).
+        f"name,agent_url,token,labels\ngpu-01,http://10.0.0.8:9400,{TOKEN},rack=r8\n"
         + CSV[CSV.index("\n") + 1 :]
     )
     page = client.get(url).content.decode()

@@ -196,7 +196,7 @@ def test_admin_keeps_the_token_when_the_field_is_left_empty(client, alice, fleet
         {
             "name": "gpu-a",
             "source": "agent",
-            "agent_url": "http://127.0.0.1:1",
+            "agent_url": fleet.agent_url,  # a new one would take the token again
             "agent_token": "",
             "labels": "{}",
             "state": "draining",

@@ -63,7 +63,8 @@ def test_fixing_the_address_or_token_polls_the_node_at_the_next_cycle(db, backof
     registration.update_node(node.pk, labels={"rack": "a"})
     node.refresh_from_db()
     assert node.poll_after is not None  # a label changes nothing about reachability
-    registration.update_node(node.pk, agent_url="http://127.0.0.1:10")
+    # A new URL takes the token again (tests/test_token_follows_url.py).
+    registration.update_node(node.pk, agent_url="http://127.0.0.1:10", token="t")
     node.refresh_from_db()
     assert node.poll_after is None
 

@@ -23,11 +23,14 @@ NODE_OPERATIONS: dict[str, Promise] = {
     ),
     "update": _(
         "Replace a node's name, agent URL, labels and state (staff only). An absent or "
-        "empty token keeps the stored one; a new URL or token is tried at the next poll."
+        "empty token keeps the stored one, but a new agent URL needs the token again (the "
+        "stored token is only sent to its own URL). A new URL or token is tried at the next "
+        "poll."
     ),
     "partial_update": _(
         "Change only the fields given (staff only). An absent or empty token keeps the "
-        "stored one; a new URL or token is tried at the next poll."
+        "stored one, but a new agent URL needs the token again (the stored token is only "
+        "sent to its own URL). A new URL or token is tried at the next poll."
     ),
     "destroy": _("Remove a node, with its cards and their history (staff only)."),
     "test_connection": _(

@@ -21,7 +21,7 @@ from rest_framework.parsers import BaseParser, FormParser, JSONParser, MultiPart
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from agents import node_files, permissions, registration
+from agents import connection_test, node_files, permissions, registration
 
 MAX_IMPORT_BYTES = 2 * 1024 * 1024
 
@@ -100,7 +100,7 @@ class NodeRegistrationMixin:
         """Fetch one snapshot from the agent as the poller would; nothing is saved."""
         data = TestConnectionSerializer(data=request.data)
         data.is_valid(raise_exception=True)
-        result = registration.test_connection(
+        result = connection_test.test_connection(
             data.validated_data["agent_url"], data.validated_data["token"]
         )
         return Response(asdict(result))

@@ -3,6 +3,7 @@ from rest_framework import serializers
 from agents import registration
 from agents.choices import NodeState
 from agents.models import Node
+from agents.permissions import can_see_agent_details
 
 
 # Read by members; written by staff through agents.registration, which holds the rules.
@@ -28,7 +29,8 @@ class NodeSerializer(serializers.ModelSerializer):
     token_hint = serializers.CharField(
         source="agent_token_hint",
         read_only=True,
-        help_text="The token's last characters, to tell tokens apart.",
+        help_text="The token's last characters, to tell tokens apart. Like agent_url and "
+        "last_error, only in answers to users with a node permission.",
     )
 
     class Meta:
@@ -62,6 +64,22 @@ class NodeSerializer(serializers.ModelSerializer):
             "driver_version",
             "cuda_version",
         ]
+
+    # Left out of the answer for readers without a node permission (agents.permissions).
+    AGENT_DETAILS = ("agent_url", "token_hint", "last_error")
+
+    def to_representation(self, instance: Node) -> dict:
+        data = super().to_representation(instance)
+        # Decided once per answer: a list shares its root serializer's context.
+        shown = self.context.get("agent_details")
+        if shown is None:
+            request = self.context.get("request")
+            user = getattr(request, "user", None)
+            shown = self.context["agent_details"] = bool(user and can_see_agent_details(user))
+        if not shown:
+            for name in self.AGENT_DETAILS:
+                data.pop(name, None)
+        return data
 
     def create(self, validated_data: dict) -> Node:
         try:

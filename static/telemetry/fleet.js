@@ -1,7 +1,7 @@
 // The fleet page: one tile per node, kept current over /ws/fleet/.
 import {
   connect, fmt, fromTemplate, initialData, keepAgesFresh, memoryText, setField, setMeter,
-  setState,
+  setState, showAgentError, takeAgentErrors,
 } from "./live.js";
 
 const fleet = document.getElementById("fleet");
@@ -34,7 +34,7 @@ function draw(node) {
   setField(tile, "temperature_max_c", fmt(node.temperature_max_c));
   setField(tile, "power_w", fmt(node.power_w));
   tile.querySelector('[data-field="last_seen"]').dateTime = node.last_seen ?? "";
-  setField(tile, "last_error", node.state === "online" ? "" : node.last_error || "");
+  showAgentError(tile, node);
   applyFilter(tile);
 }
 
@@ -48,4 +48,5 @@ for (const node of initialData()) draw(node);
 keepAgesFresh(fleet);
 connect("/ws/fleet/", (message) => {
   if (message.type === "fleet.nodes") for (const node of message.nodes) draw(node);
+  else if (message.type === "fleet.errors") takeAgentErrors(message.errors);
 });

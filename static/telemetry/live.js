@@ -30,6 +30,34 @@ export function memoryText(used, total) {
   return `${fmt(usedGiB, 1)} / ${fmt(total / GiB, 1)} GiB`;
 }
 
+// An agent's error text reaches only node managers: an "agent-errors" element on the page
+// and "*.errors" messages. Tiles and cards say only that there is one (agent_error), which
+// everyone else sees as a generic label.
+const errorsElement = document.getElementById("agent-errors");
+const agentErrors = errorsElement ? JSON.parse(errorsElement.textContent) : {};
+const errorSlots = new Map();  // node id -> where its error shows, and its last state
+
+function drawError(id) {
+  const slot = errorSlots.get(id);
+  if (!slot) return;
+  // An online node can carry an error too: a card another node claims (telemetry.card_claims).
+  const shown = slot.flagged;
+  setField(slot.root, "last_error", shown ? agentErrors[id] || labels.ui.agent_error : "");
+}
+
+export function showAgentError(root, node) {
+  const id = String(node.id);
+  errorSlots.set(id, { root, state: node.state, flagged: Boolean(node.agent_error) });
+  drawError(id);
+}
+
+export function takeAgentErrors(errors) {
+  for (const [id, text] of Object.entries(errors)) {
+    agentErrors[id] = text;
+    drawError(id);
+  }
+}
+
 export function setState(el, state) {
   el.textContent = labels.states[state] ?? state;
   el.dataset.state = state;

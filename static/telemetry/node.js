@@ -1,7 +1,7 @@
 // A node page: its cards, kept current over /ws/nodes/<id>/.
 import {
   connect, fmt, fromTemplate, initialData, keepAgesFresh, memoryText, setField, setHealth,
-  setMeter, setState,
+  setMeter, setState, showAgentError, takeAgentErrors,
 } from "./live.js";
 
 const section = document.getElementById("node");
@@ -34,7 +34,7 @@ function drawGpu(gpu) {
 function draw(node) {
   setState(section.querySelector('[data-field="state"]'), node.state);
   section.querySelector('[data-field="last_seen"]').dateTime = node.last_seen ?? "";
-  setField(section, "last_error", node.state === "online" ? "" : node.last_error || "");
+  showAgentError(section, node);
   for (const gpu of node.gpus) drawGpu(gpu);
 }
 
@@ -42,4 +42,5 @@ draw(initialData());
 keepAgesFresh(section);
 connect(`/ws/nodes/${section.dataset.nodeId}/`, (message) => {
   if (message.type === "node.detail") draw(message.node);
+  else if (message.type === "node.errors") takeAgentErrors(message.errors);
 });
