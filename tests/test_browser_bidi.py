@@ -13,6 +13,7 @@ from collections.abc import Iterator
 
 import pytest
 from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Permission
 from playwright.sync_api import Browser, Page, expect, sync_playwright
 
 from agents.models import GPU, Node
@@ -43,7 +44,11 @@ CHAR_EDGES = """([selector, word]) => {
 @pytest.fixture
 def spoofed_node(transactional_db) -> tuple[int, int]:
     """The node's and its card's ids (the ORM is off limits once the browser runs)."""
-    get_user_model().objects.create_user("fay", password="fay-pw-1")
+    # A node manager, who sees agent error texts (members see "Agent error" instead).
+    fay = get_user_model().objects.create_user("fay", password="fay-pw-1")
+    fay.user_permissions.add(
+        Permission.objects.get(content_type__app_label="agents", codename="view_node")
+    )
     node = Node.objects.create(
         name="bidi-01",
         hostname=f"gpu{RLO}evil",
