@@ -10,6 +10,7 @@ import pytest
 import redis
 from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
+from playwright.sync_api import Browser, sync_playwright
 
 from portal import redis_client
 from tests import procs
@@ -188,3 +189,28 @@ def child_env_for_test_db() -> dict[str, str]:
         DJANGO_SETTINGS_MODULE="portal.settings",
         SECRET_KEY=os.environ.get("SECRET_KEY", "insecure-test-only-key"),
     )
+
+
+# --- the browser ---------------------------------------------------------------------------
+# Debian's Chromium, driven by Playwright (which cannot download its own browser here); the
+# flags keep it off the network this machine does not have.
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+
+
+@pytest.fixture
+def browser() -> Iterator[Browser]:
+    # Playwright's sync API keeps an event loop running in this thread, and Django
+    # refuses ORM calls there: request this fixture after any that use the database.
+    executable = os.environ.get("CHROMIUM_PATH", "/usr/bin/chromium")
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=executable, args=CHROMIUM_ARGS)
+        yield browser
+        browser.close()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import queue
 import signal
@@ -10,7 +11,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import quote
@@ -155,6 +156,21 @@ def wait_http(url: str, *, timeout: float = 60, proc: Proc | None = None) -> Non
             time.sleep(0.2)
     output = "".join(proc.lines[-40:]) if proc else ""
     raise AssertionError(f"{url} did not answer within {timeout} s\n{output}")
+
+
+@contextlib.contextmanager
+def daphne(env: dict[str, str]) -> Iterator[tuple[str, Proc]]:
+    """The portal's web server alone on a free loopback port, up (``/healthz``) until the
+    block ends; yields its base URL (``http://127.0.0.1:<port>``) and the process."""
+    port = free_port()
+    command = [str(BIN / "daphne"), "-b", "127.0.0.1", "-p", str(port), "portal.asgi:application"]
+    proc = start("daphne", command, env)
+    try:
+        url = f"http://127.0.0.1:{port}"
+        wait_http(f"{url}/healthz", proc=proc)
+        yield url, proc
+    finally:
+        proc.stop()
 
 
 PROMETHEUS = os.environ.get("PROMETHEUS_PATH", "/usr/bin/prometheus")

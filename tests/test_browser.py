@@ -7,7 +7,6 @@ Redis) as production runs it.
 
 from __future__ import annotations
 
-import os
 import re
 import time
 from collections.abc import Callable, Iterator
@@ -20,7 +19,7 @@ import pytest
 from django.contrib.auth import get_user_model
 from django.db import connections
 from django.utils import timezone
-from playwright.sync_api import Browser, Page, expect, sync_playwright
+from playwright.sync_api import Browser, Page, expect
 
 from agents.models import GPU, Node
 from telemetry import rollups, sample_buffer
@@ -30,28 +29,6 @@ from tests.factories import UserFactory
 pytestmark = [pytest.mark.browser, pytest.mark.stack]
 
 ARTIFACTS = procs.REPO / "test-artifacts"
-CHROMIUM_ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
-
-
-@pytest.fixture
-def browser() -> Iterator[Browser]:
-    # Playwright's sync API keeps an event loop running in this thread, and Django
-    # refuses ORM calls there: request this fixture after any that use the database.
-    executable = os.environ.get("CHROMIUM_PATH", "/usr/bin/chromium")
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=executable, args=CHROMIUM_ARGS)
-        yield browser
-        browser.close()
-
-
 def log_in_and_watch_a_card_change(
     browser: Browser, url: str, user: str, password: str, shot: Path
 ) -> None:
@@ -273,17 +250,8 @@ def history_site(transactional_db, child_env_for_test_db) -> Iterator[tuple[str,
     now = timezone.now()
     for minutes_ago in range(30, 1, -1):
         record_minute(gpu, now - timedelta(minutes=minutes_ago), 30 + minutes_ago)
-    port = procs.free_port()
-    daphne = procs.start(
-        "daphne",
-        [str(procs.BIN / "daphne"), "-b", "127.0.0.1", "-p", str(port), "portal.asgi:application"],
-        child_env_for_test_db,
-    )
-    try:
-        procs.wait_http(f"http://127.0.0.1:{port}/healthz", proc=daphne)
-        yield f"http://127.0.0.1:{port}/", gpu
-    finally:
-        daphne.stop()
+    with procs.daphne(child_env_for_test_db) as (url, _):
+        yield f"{url}/", gpu
 
 
 # The first chart's x scale and how many minutes it draws (the window's ends are empty).

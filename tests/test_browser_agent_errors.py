@@ -15,7 +15,6 @@ from tests import procs, test_browser
 from tests.factories import NodeFactory, UserFactory
 
 pytestmark = [pytest.mark.browser, pytest.mark.stack]
-browser = test_browser.browser  # the fixture, shared
 
 FIRST = "HTTP 500: first words from the agent"
 SECOND = "HTTP 503: second words from the agent"
@@ -26,17 +25,8 @@ def site(transactional_db, child_env_for_test_db) -> Iterator[tuple[str, Node]]:
     node = NodeFactory(name="gpu-err", last_error=FIRST)
     UserFactory(username="bob")
     UserFactory(username="carol", permissions=["agents.change_node"])
-    port = procs.free_port()
-    daphne = procs.start(
-        "daphne",
-        [str(procs.BIN / "daphne"), "-b", "127.0.0.1", "-p", str(port), "portal.asgi:application"],
-        child_env_for_test_db,
-    )
-    try:
-        procs.wait_http(f"http://127.0.0.1:{port}/healthz", proc=daphne)
-        yield f"http://127.0.0.1:{port}/", node
-    finally:
-        daphne.stop()
+    with procs.daphne(child_env_for_test_db) as (url, _):
+        yield f"{url}/", node
 
 
 def _log_in(browser: Browser, site: str, user: str, path: str = "") -> Page:

@@ -8,20 +8,16 @@ text is reordered. Checked where Chromium draws each character.
 
 from __future__ import annotations
 
-import os
-from collections.abc import Iterator
-
 import pytest
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Permission
-from playwright.sync_api import Browser, Page, expect, sync_playwright
+from playwright.sync_api import Page, expect
 
 from agents.models import GPU, Node
 
 pytestmark = [pytest.mark.browser]
 
 RLO = "\u202e"  # RIGHT-TO-LEFT OVERRIDE, never closed by a PDF
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-sync"]
 
 # The left edges of each character of the first occurrence of `word` in `selector`'s text.
 CHAR_EDGES = """([selector, word]) => {
@@ -59,16 +55,6 @@ def spoofed_node(transactional_db) -> tuple[int, int]:
     )
     gpu = GPU.objects.create(node=node, index=0, uuid="GPU-bidi-0", model=f"NVIDIA {RLO}A100")
     return node.pk, gpu.pk
-
-
-@pytest.fixture
-def browser() -> Iterator[Browser]:
-    # After the database fixtures: Django refuses ORM calls beside Playwright's event loop.
-    executable = os.environ.get("CHROMIUM_PATH", "/usr/bin/chromium")
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=executable, args=CHROMIUM_ARGS)
-        yield browser
-        browser.close()
 
 
 def _edges(page: Page, selector: str, word: str) -> list[float]:

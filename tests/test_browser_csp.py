@@ -17,7 +17,7 @@ from playwright.sync_api import Page, expect
 from agents.models import GPU
 from tests import procs
 from tests.factories import NodeFactory
-from tests.test_browser import ARTIFACTS, browser  # noqa: F401 (the fixture)
+from tests.test_browser import ARTIFACTS
 
 pytestmark = [pytest.mark.browser, pytest.mark.stack]
 
@@ -35,17 +35,8 @@ def site(transactional_db, child_env_for_test_db) -> Iterator[tuple[str, int, in
     node = NodeFactory(name="csp-01")
     gpu = GPU.objects.create(node=node, index=0, uuid="GPU-csp-0", model="NVIDIA A100")
     get_user_model().objects.create_superuser("frank", password="frank-pw-1")
-    port = procs.free_port()
-    daphne = procs.start(
-        "daphne",
-        [str(procs.BIN / "daphne"), "-b", "127.0.0.1", "-p", str(port), "portal.asgi:application"],
-        child_env_for_test_db,
-    )
-    try:
-        procs.wait_http(f"http://127.0.0.1:{port}/healthz", proc=daphne)
-        yield f"http://127.0.0.1:{port}", node.pk, gpu.pk
-    finally:
-        daphne.stop()
+    with procs.daphne(child_env_for_test_db) as (url, _):
+        yield url, node.pk, gpu.pk
 
 
 # ReDoc's "API docs by Redocly" badge is an image on Redocly's CDN: the policy keeps the
@@ -57,7 +48,7 @@ def _violations(page: Page) -> list[str]:
     return [v for v in page.evaluate("() => window.__violations || []") if v not in EXPECTED]
 
 
-def test_every_page_works_under_the_policy(site, browser):  # noqa: F811 (the fixture)
+def test_every_page_works_under_the_policy(site, browser):
     base, node_id, gpu_id = site
     page = browser.new_page()
     console: list[str] = []

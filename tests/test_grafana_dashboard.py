@@ -28,17 +28,8 @@ def portal(transactional_db, child_env_for_test_db, sim_agents):
                             labels={"rack": "r1"})  # fmt: skip
     Node.objects.create(name="gone", agent_url=f"http://127.0.0.1:{procs.free_port()}")
     services.poll_fleet()
-    port = procs.free_port()
-    daphne = procs.start(
-        "daphne",
-        [str(procs.BIN / "daphne"), "-b", "127.0.0.1", "-p", str(port), "portal.asgi:application"],
-        child_env_for_test_db,
-    )
-    try:
-        procs.wait_http(f"http://127.0.0.1:{port}/healthz", proc=daphne)
-        yield f"127.0.0.1:{port}"
-    finally:
-        daphne.stop()
+    with procs.daphne(child_env_for_test_db) as (url, _):
+        yield url.removeprefix("http://")
 
 
 def test_every_panel_of_the_portal_dashboard_gets_data(portal, prometheus):

@@ -125,22 +125,13 @@ def _handshake(port: int, path: str, origin: str) -> bytes:
 def test_daphne_refuses_unknown_paths_and_foreign_origins_and_logs_no_error(
     child_env_for_test_db,
 ):
-    port = procs.free_port()
     env = {**child_env_for_test_db, "ALLOWED_HOSTS": "127.0.0.1"}
-    daphne = procs.start(
-        "daphne",
-        [str(procs.BIN / "daphne"), "-b", "127.0.0.1", "-p", str(port), "portal.asgi:application"],
-        env,
-    )
-    try:
-        procs.wait_http(f"http://127.0.0.1:{port}/healthz", proc=daphne)
-        own = f"http://127.0.0.1:{port}"
+    with procs.daphne(env) as (own, daphne):
+        port = int(own.rsplit(":", 1)[1])
         assert b" 403 " in _handshake(port, "/ws/not-a-socket/", own) + b" "
         assert b" 403 " in _handshake(port, "/ws/fleet/", f"http://127.0.0.1:{port + 1}") + b" "
         # Anonymous on a real path: accepted by the gate, then closed by the consumer.
         assert b" 403 " in _handshake(port, "/ws/fleet/", own) + b" "
         time.sleep(0.5)  # let daphne write what it would log about them
-    finally:
-        daphne.stop()
     output = "".join(daphne.lines)
     assert "Traceback" not in output and " ERROR " not in output, output
