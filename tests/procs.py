@@ -13,6 +13,7 @@ import threading
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
+from http.server import ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import quote
 
@@ -171,6 +172,15 @@ def daphne(env: dict[str, str]) -> Iterator[tuple[str, Proc]]:
         yield url, proc
     finally:
         proc.stop()
+
+
+def serve(handler: type) -> tuple[str, ThreadingHTTPServer]:
+    """A threaded HTTP server for ``handler`` (a BaseHTTPRequestHandler) on a free loopback
+    port: its base URL and the server, to ``shutdown()`` and ``server_close()`` when done."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return f"http://127.0.0.1:{server.server_address[1]}", server
 
 
 PROMETHEUS = os.environ.get("PROMETHEUS_PATH", "/usr/bin/prometheus")

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable, Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 
 import orjson
 import pytest
@@ -13,6 +12,7 @@ from agents.choices import NodeSource, NodeState
 from agents.models import GPU, Node
 from telemetry import prometheus_source, services
 from telemetry.poller import PollResult
+from tests import procs
 from tests.factories import NodeFactory
 from tests.test_fleet_services import gpu, snapshot
 
@@ -33,11 +33,9 @@ def canned_agent() -> Iterator[Callable[[int, bytes], str]]:
             def log_message(self, *args) -> None:
                 pass
 
-        server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        server.daemon_threads = True
-        threading.Thread(target=server.serve_forever, daemon=True).start()
+        url, server = procs.serve(Handler)
         servers.append(server)
-        return f"http://127.0.0.1:{server.server_address[1]}"
+        return url
 
     yield start
     for server in servers:

@@ -44,11 +44,9 @@ def bad_server() -> Iterator:
 
     def start(mode: str) -> str:
         handler = type("Handler", (_Handler,), {"mode": mode})
-        server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-        server.daemon_threads = True
-        threading.Thread(target=server.serve_forever, daemon=True).start()
+        url, server = procs.serve(handler)
         servers.append(server)
-        return f"http://127.0.0.1:{server.server_address[1]}"
+        return url
 
     yield start
     for server in servers:
@@ -231,11 +229,9 @@ def recording_server() -> Iterator:
     def start(**attributes) -> tuple[str, list[str]]:
         paths: list[str] = []
         handler = type("Handler", (_RecordingHandler,), {"paths": paths, **attributes})
-        server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-        server.daemon_threads = True
-        threading.Thread(target=server.serve_forever, daemon=True).start()
+        url, server = procs.serve(handler)
         servers.append(server)
-        return f"http://127.0.0.1:{server.server_address[1]}", paths
+        return url, paths
 
     yield start
     for server in servers:
