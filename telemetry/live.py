@@ -37,41 +37,25 @@ def node_errors_group(node_id: int) -> str:
     return f"node.{node_id}.errors"
 
 
-class _RedisWatchers:
-    """Watched nodes in one sorted set scored by expiry: one command per check, not one key
-    per node (the check runs every cycle for every node polled)."""
-
-    def __init__(self) -> None:
-        self.key = redis_client.key("live", "watched")
-
-    def watch(self, node_id: int, until: float) -> None:
-        pipe = redis_client.client().pipeline(transaction=False)
-        pipe.zadd(self.key, {node_id: until})
-        pipe.zremrangebyscore(self.key, "-inf", time.time())  # lapsed watchers
-        pipe.expire(self.key, WATCH_TTL_S)
-        pipe.execute()
-
-    def watched(self) -> set[int]:
-        return {int(m) for m in redis_client.client().zrangebyscore(self.key, time.time(), "+inf")}
-
-
-_watchers: _RedisWatchers | None = None
-
-
-def _watching() -> _RedisWatchers:
-    global _watchers
-    if _watchers is None:
-        _watchers = _RedisWatchers()
-    return _watchers
+def _watched_key() -> str:
+    # Watched nodes in one sorted set scored by expiry: one command per check, not one key
+    # per node (the check runs every cycle for every node polled).
+    return redis_client.key("live", "watched")
 
 
 def watch(node_id: int) -> None:
-    _watching().watch(node_id, time.time() + WATCH_TTL_S)
+    key = _watched_key()
+    pipe = redis_client.client().pipeline(transaction=False)
+    pipe.zadd(key, {node_id: time.time() + WATCH_TTL_S})
+    pipe.zremrangebyscore(key, "-inf", time.time())  # lapsed watchers
+    pipe.expire(key, WATCH_TTL_S)
+    pipe.execute()
 
 
 def watched(node_ids: Iterable[int]) -> list[int]:
     """Those of the given nodes that someone watches now."""
-    watching = _watching().watched()
+    now = time.time()
+    watching = {int(m) for m in redis_client.client().zrangebyscore(_watched_key(), now, "+inf")}
     return [i for i in node_ids if i in watching] if watching else []
 
 

@@ -29,34 +29,9 @@ LIVE_GPU_FIELDS = schema.LIVE_GPU_FIELDS
 _NODE_FIELDS = ("pk", "name", "state", "last_seen", "last_error")
 
 
-class _RedisLatest:
-    """All nodes' latest readings in one Redis hash: one HSET per cycle, one HMGET per read."""
-
-    def __init__(self) -> None:
-        self.key = redis_client.key("fleet", "latest")
-
-    def put(self, items: dict[int, bytes]) -> None:
-        client = redis_client.client()
-        pipe = client.pipeline(transaction=False)
-        pipe.hset(self.key, mapping=items)
-        pipe.expire(self.key, LATEST_TTL_S)
-        pipe.execute()
-
-    def get(self, node_ids: list[int]) -> dict[int, dict]:
-        if not node_ids:
-            return {}
-        raw = redis_client.client().hmget(self.key, node_ids)
-        return {i: orjson.loads(v) for i, v in zip(node_ids, raw, strict=True) if v}
-
-
-_store: _RedisLatest | None = None
-
-
-def _latest_store() -> _RedisLatest:
-    global _store
-    if _store is None:
-        _store = _RedisLatest()
-    return _store
+def _latest_key() -> str:
+    # All nodes' latest readings in one Redis hash: one HSET per cycle, one HMGET per read.
+    return redis_client.key("fleet", "latest")
 
 
 def _fresh(reduced: dict, now: float) -> bool:
@@ -128,14 +103,25 @@ def store_latest(snapshots: dict[int, dict[str, Any]]) -> dict[int, dict[str, An
         kept["stored_at"] = now
         encoded[node_id] = _encoded(kept)
     if encoded:
-        _latest_store().put(encoded)
+        key = _latest_key()
+        pipe = redis_client.client().pipeline(transaction=False)
+        pipe.hset(key, mapping=encoded)
+        pipe.expire(key, LATEST_TTL_S)
+        pipe.execute()
     return reduced
 
 
 def latest_for(node_ids: Iterable[int]) -> dict[int, dict[str, Any]]:
     now = time.time()
-    found = _latest_store().get(list(node_ids))
-    return {i: r for i, r in found.items() if _fresh(r, now)}
+    node_ids = list(node_ids)
+    if not node_ids:
+        return {}
+    found = {}
+    for node_id, value in zip(node_ids, redis_client.client().hmget(_latest_key(), node_ids),
+                              strict=True):  # fmt: skip
+        if value and _fresh(reading := orjson.loads(value), now):
+            found[node_id] = reading
+    return found
 
 
 def _node_fields(node: dict[str, Any], latest: dict[str, Any] | None) -> dict[str, Any]:
