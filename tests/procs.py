@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import queue
 import signal
@@ -15,6 +16,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from http.server import ThreadingHTTPServer
 from pathlib import Path
+from typing import Any
 from urllib.parse import quote
 
 REPO = Path(__file__).resolve().parents[1]
@@ -181,6 +183,16 @@ def serve(handler: type) -> tuple[str, ThreadingHTTPServer]:
     server.daemon_threads = True
     threading.Thread(target=server.serve_forever, daemon=True).start()
     return f"http://127.0.0.1:{server.server_address[1]}", server
+
+
+def run_python(script: str, env: dict[str, str], timeout: float = 120) -> Any:
+    """Run ``script`` in a child Python from the repository; the JSON its last line prints."""
+    result = subprocess.run(
+        [PYTHON, "-c", script], cwd=REPO, env=env,
+        capture_output=True, text=True, timeout=timeout, check=False,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout.strip().splitlines()[-1])
 
 
 PROMETHEUS = os.environ.get("PROMETHEUS_PATH", "/usr/bin/prometheus")

@@ -9,8 +9,6 @@ through the history query and telemetry's interface with the new field.
 
 from __future__ import annotations
 
-import json
-import subprocess
 import textwrap
 import uuid
 
@@ -107,12 +105,7 @@ def test_one_declaration_and_its_migration_add_a_field_to_history(scratch_databa
         DATABASE_URL=scratch_database, REDIS_URL=settings.REDIS_URL,
         SECRET_KEY="insecure-test-only-key", DJANGO_SETTINGS_MODULE="portal.settings",
     )  # fmt: skip
-    result = subprocess.run(
-        [procs.PYTHON, "-c", CHILD], cwd=procs.REPO, env=env,
-        capture_output=True, text=True, timeout=120, check=False,
-    )  # fmt: skip
-    assert result.returncode == 0, result.stderr
-    out = json.loads(result.stdout.strip().splitlines()[-1])
+    out = procs.run_python(CHILD, env)
     assert out["added"] == [
         ["gpuhour", "memory_util_avg"], ["gpuhour", "memory_util_max"],
         ["gpuminute", "memory_util_avg"], ["gpuminute", "memory_util_max"],

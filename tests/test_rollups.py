@@ -160,21 +160,13 @@ print(json.dumps([hour.samples, hour.util_avg, hour.util_max, hour.power_avg_w, 
 def _run_embedded(script: str, tmp_path) -> Any:
     """Run ``script`` in a child process on the embedded default (SQLite, no Redis);
     returns the JSON of its last line of output."""
-    import json
-    import subprocess
-
     from tests import procs
 
     env = procs.child_env(
         DATABASE_URL=None, REDIS_URL=None, SECRET_KEY=None, PORTAL_VAR_DIR=str(tmp_path),
         DJANGO_SETTINGS_MODULE="portal.settings",
     )  # fmt: skip
-    result = subprocess.run(
-        [procs.PYTHON, "-c", script], cwd=procs.REPO, env=env,
-        capture_output=True, text=True, timeout=120, check=False,
-    )  # fmt: skip
-    assert result.returncode == 0, result.stderr
-    return json.loads(result.stdout.strip().splitlines()[-1])
+    return procs.run_python(script, env)
 
 
 def test_flushing_works_on_the_embedded_sqlite_default(tmp_path):
