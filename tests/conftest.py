@@ -13,7 +13,7 @@ from django.contrib.auth.models import AbstractBaseUser
 from playwright.sync_api import Browser, sync_playwright
 
 from portal import redis_client
-from tests import procs
+from tests import procs, raw_http
 from tests.factories import UserFactory
 
 AGENT_TOKEN = "test-agent-token"
@@ -214,3 +214,18 @@ def browser() -> Iterator[Browser]:
         browser = playwright.chromium.launch(executable_path=executable, args=CHROMIUM_ARGS)
         yield browser
         browser.close()
+
+
+@pytest.fixture
+def raw_server() -> Iterator[Callable[..., raw_http.RawServer]]:
+    """Loopback TCP servers that run ``handle`` for each connection (tests/raw_http.py)."""
+    servers: list[raw_http.RawServer] = []
+
+    def start(handle: raw_http.Handle, **kwargs) -> raw_http.RawServer:
+        server = raw_http.RawServer(lambda conn, n: handle(server, conn, n), **kwargs)
+        servers.append(server)
+        return server
+
+    yield start
+    for server in servers:
+        server.close()
