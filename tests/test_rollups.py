@@ -1,4 +1,6 @@
-"""History: the sample buffer, minute and hour rollups, retention, and queries."""
+"""History: minute and hour rollups from the sample buffer, folds, retention, and queries.
+
+How claims of the buffer survive failures and races is in test_rollup_claims.py."""
 
 from __future__ import annotations
 
@@ -9,7 +11,7 @@ import pytest
 from django.db import connection
 
 from agents.models import GPU
-from telemetry import history, rollup_sql, rollups, sample_buffer
+from telemetry import history, rollups, sample_buffer
 from telemetry.models import GpuHour, GpuMinute, OwnerHour, OwnerMinute
 from tests import rollups_scenario as scenario
 from tests.factories import GPUFactory, NodeFactory
@@ -119,20 +121,6 @@ def test_retention_drops_only_rows_past_their_age(cards, settings):
     assert rollups.prune(T0 + timedelta(days=401)) == {"minutes": 0, "hours": 2}
 
 
-def test_two_flushers_never_claim_the_same_minute(cards, store):
-    sample(cards, T0, 10)
-    first = sample_buffer.buffer().claim(before=sample_buffer.minute_of(T0) + 1)
-    second = sample_buffer.buffer().claim(before=sample_buffer.minute_of(T0) + 1)
-    assert len(first) == 1 and second == []
-
-
-def test_a_claim_abandoned_by_a_dead_flusher_is_retried_later(cards, store):
-    sample(cards, T0, 10)
-    sample_buffer.buffer().claim(before=sample_buffer.minute_of(T0) + 1)  # the claimer dies here
-    assert rollups.flush(T0 + timedelta(minutes=2)) == 0
-    assert rollups.flush(T0 + timedelta(minutes=10)) == 2
-
-
 EMBEDDED_FLUSH = """
 import django, json
 django.setup()
@@ -192,21 +180,6 @@ def test_samples_that_arrive_after_their_minute_was_flushed_are_merged_into_it(c
     carol = OwnerMinute.objects.get(gpu=cards[0], owner="carol")
     assert (carol.samples, carol.memory_used_avg_mib, carol.memory_used_max_mib) == (2, 200, 300)
     assert OwnerHour.objects.get(gpu=cards[0], owner="carol").samples == 2
-
-
-def test_a_claim_retried_after_its_commit_is_not_merged_twice(cards, monkeypatch, store):
-    sample(cards, T0, 10)
-    source = sample_buffer.buffer()
-    # The flusher dies between its commit and deleting the claim from the buffer.
-    monkeypatch.setattr(source, "done", lambda claim_key: None)
-    assert rollups.flush(T0 + timedelta(minutes=1)) == 2
-    monkeypatch.undo()
-    assert source.client.keys(f"{source.prefix}:claim:*")
-    # Another flusher retries the abandoned claim, finds it merged, and drops it.
-    assert rollups.flush(T0 + timedelta(minutes=10)) == 0
-    assert GpuMinute.objects.get(gpu=cards[0]).samples == 1
-    assert _hour(cards[0]) == (1, 10.0, 10.0)
-    assert not source.client.keys(f"{source.prefix}:claim:*")
 
 
 def test_minutes_reach_their_hours_at_the_next_fold_and_late_ones_at_once(cards):
@@ -305,56 +278,7 @@ def test_the_embedded_default_gives_the_same_hand_computed_rollups(tmp_path):
     assert rows == scenario.EXPECTED
 
 
-@pytest.mark.django_db(transaction=True)
-def test_a_minute_written_meanwhile_by_another_flusher_is_merged_not_lost(cards):
-    import threading
-    import time
-
-    import psycopg
-
-    sample(cards, T0, 10)
-    # Another flusher's claim of the same minute: written, not committed yet, so this
-    # flush finds the minute empty, inserts, and waits on the other's rows.
-    other = psycopg.connect(**connection.get_connection_params())
-    other.execute(
-        "INSERT INTO telemetry_gpuminute (gpu_id, bucket, samples, util_avg, util_max) "
-        "VALUES (%s, %s, 1, 30, 30)",
-        [cards[0].pk, T0],
-    )
-    written: list[int] = []
-
-    def flush() -> None:
-        try:
-            written.append(rollups.flush(T0 + timedelta(minutes=1)))
-        finally:
-            connection.close()
-
-    flusher = threading.Thread(target=flush)
-    flusher.start()
-    try:
-        deadline = time.monotonic() + 30
-        with connection.cursor() as cursor:
-            while True:  # until the flush waits on the other's uncommitted rows
-                cursor.execute(
-                    "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
-                    "AND datname = current_database()"
-                )
-                if cursor.fetchone()[0] or time.monotonic() > deadline:
-                    break
-                time.sleep(0.05)
-        other.commit()
-        flusher.join(30)
-    finally:
-        other.close()
-        with connection.cursor() as cursor:  # not a model table: the test flush keeps it
-            cursor.execute("DELETE FROM telemetry_rollupclaim")
-    assert written == [2]
-    first = GpuMinute.objects.get(gpu=cards[0])
-    assert (first.samples, first.util_avg, first.util_max) == (2, 20.0, 30.0)
-    assert GpuMinute.objects.get(gpu=cards[1]).samples == 1
-
-
-# --- implausible readings, failing claims ---------------------------------------------
+# --- implausible readings --------------------------------------------------------------
 
 
 def test_a_huge_finite_reading_counts_as_not_reported_and_the_fleet_is_rolled_up(cards):
@@ -390,131 +314,3 @@ def test_a_huge_finite_reading_counts_as_not_reported_and_the_fleet_is_rolled_up
     hour = GpuHour.objects.get(gpu=cards[0])
     assert (hour.memory_used_avg_mib, hour.power_max_w) == (0.0, None)
     assert OwnerHour.objects.get().samples == 9
-
-
-def _corrupt_blob(card) -> bytes:
-    """A blob from another source that PostgreSQL refuses and Python cannot aggregate."""
-    first = sample_buffer.SAMPLE_FIELDS[0]
-    return f'gpu_id=[{card.pk}]\t{first}=["x"]'.encode()
-
-
-def _claims(source) -> list[str]:
-    return [key.decode() for key in source.client.keys(f"{source.prefix}:claim:*")]
-
-
-def test_a_claim_whose_merge_fails_holds_up_neither_other_minutes_nor_the_fold(
-    cards, caplog, store
-):
-    source = sample_buffer.buffer()
-    sample(cards, T0, 10)
-    rollups.flush(T0 + timedelta(minutes=1))  # hours folded from minute 1 on
-    source.append(sample_buffer.minute_of(T0) + 1, _corrupt_blob(cards[0]))
-    sample(cards, T0 + timedelta(minutes=1), 20)
-    sample(cards, T0 + timedelta(minutes=2), 30)
-    assert rollups.flush(T0 + timedelta(minutes=rollups.FOLD_EVERY)) == 2  # minute 2
-    assert "not merged" in caplog.text and "2026-11-30 10:01" in caplog.text
-    assert not GpuMinute.objects.filter(bucket=T0 + timedelta(minutes=1)).exists()
-    assert _hour(cards[0]) == (2, 20.0, 30.0)  # minutes 0 and 2: the fold ran
-    [failed] = _claims(source)
-    # Retried with the stale claims, failing again, until its data is about to expire.
-    caplog.clear()
-    assert rollups.flush(T0 + timedelta(minutes=rollups.FOLD_EVERY + 6)) == 0
-    assert "not merged" in caplog.text and _claims(source) == [failed]
-    source.client.expire(failed, sample_buffer.GIVE_UP_TTL_S - 1)
-    caplog.clear()
-    assert rollups.flush(T0 + timedelta(minutes=rollups.FOLD_EVERY + 7)) == 0
-    assert [r.levelname for r in caplog.records] == ["ERROR", "ERROR"]
-    assert "dropped" in caplog.records[1].getMessage()
-    assert _claims(source) == []
-
-
-def test_a_flusher_killed_after_any_redis_command_loses_no_minute(cards, monkeypatch):
-    import redis
-
-    class Killed(Exception):
-        pass
-
-    real = redis.Redis.execute_command
-
-    def dies_after_command(n: int):
-        issued = 0
-
-        def execute_command(self, *args, **options):
-            nonlocal issued
-            result = real(self, *args, **options)
-            issued += 1
-            if issued == n:
-                raise Killed
-            return result
-
-        return execute_command
-
-    for dies_after in range(1, 30):  # the flusher dies right after its n-th Redis command
-        at = T0 + timedelta(hours=dies_after)
-        sample(cards, at, 10)
-        killed = dies_after_command(dies_after)
-        monkeypatch.setattr(redis.Redis, "execute_command", killed)
-        try:
-            rollups.flush(at + timedelta(minutes=1))
-            survived = True
-        except Killed:
-            survived = False
-        monkeypatch.undo()
-        rollups.flush(at + timedelta(minutes=10))  # retries what was left stale
-        assert GpuMinute.objects.get(gpu=cards[0], bucket=at).samples == 1, dies_after
-        if survived:  # past the last command: every point of the flush was tried
-            break
-    assert survived
-
-
-def test_two_flushers_claiming_at_once_never_share_a_minute(cards, store):
-    import threading
-
-    minutes = range(sample_buffer.minute_of(T0), sample_buffer.minute_of(T0) + 200)
-    for minute in minutes:
-        sample_buffer.buffer().append(minute, b"blob")
-    start = threading.Barrier(2)
-    claims: list[list] = [[], []]
-
-    def claimer(mine: list) -> None:
-        source = sample_buffer._RedisBuffer()  # another worker's
-        start.wait()
-        mine.extend(source.claim(before=minutes[-1] + 1))
-
-    threads = [threading.Thread(target=claimer, args=(c,)) for c in claims]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(30)
-    first, second = ({minute for minute, _, _ in c} for c in claims)
-    assert not first & second and first | second == set(minutes)
-    assert all(blobs == [b"blob"] for c in claims for _, _, blobs in c)
-
-
-def test_merges_write_a_cards_owner_rows_in_one_order_whatever_the_samples_order(cards):
-    # Two merges of one minute lock its rows in the order they write them: the same
-    # order for both, or they can deadlock.
-    import json
-
-    import psycopg
-
-    [statement] = rollup_sql.statements("postgresql").merge[OwnerMinute][False, True]
-    select = statement.split(" INSERT INTO")[0] + " SELECT gpu_id, owner FROM live"  # noqa: S608
-    owners = [f"user{i}" for i in range(6)]
-
-    def array(values) -> str:
-        return "{" + ",".join(values) + "}"
-
-    def written(names: list[str]) -> list[tuple]:
-        pairs = [(g.pk, name) for g in reversed(cards) for name in names]
-        params = {
-            "ids": array(str(pk) for pk, _ in pairs),
-            "owners": json.dumps([name for _, name in pairs]),
-            **{v: array("1" for _ in pairs) for v in rollup_sql.OWNER_PARAMS},
-        }
-        cursor = psycopg.Cursor(connection.connection)
-        cursor.execute(select, params)
-        return cursor.fetchall()
-
-    expected = sorted((g.pk, name) for g in cards for name in owners)
-    assert written(owners) == written(owners[::-1]) == expected
