@@ -56,10 +56,6 @@ class PollResult:
         return self.snapshot is not None
 
 
-# The check is the reading schema's (agents/gpu_agent/schema.py): types, ranges and
-# lengths of every field the portal keeps; an answer outside them is refused for its node.
-SnapshotError = schema.SnapshotError
-validate_snapshot = schema.check_snapshot
 
 
 def _poll_result(
@@ -72,10 +68,12 @@ def _poll_result(
             error = f"HTTP {response.status}: {reason}"
         else:
             try:
-                snapshot = validate_snapshot(orjson.loads(response.body), max_gpus)
+                # The reading schema's check: types, ranges and lengths of every field the
+                # portal keeps; an answer outside them is refused for its node alone.
+                snapshot = schema.check_snapshot(orjson.loads(response.body), max_gpus)
             except orjson.JSONDecodeError:
                 error = "answer is not valid JSON"
-            except SnapshotError as exc:
+            except schema.SnapshotError as exc:
                 error = str(exc)
             else:
                 return PollResult(

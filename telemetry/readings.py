@@ -39,16 +39,16 @@ def _fresh(reduced: dict, now: float) -> bool:
     return now - (reduced.get("stored_at") or 0) < LATEST_TTL_S
 
 
-# What is kept of each card: the agent's "portal view" of a snapshot (docs/agent.md),
-# which agents that know it send already; a full snapshot is cut down to it here.
-STORED_GPU_FIELDS = schema.GPU_FIELD_NAMES
-STORED_PROCESS_FIELDS = schema.PROCESS_FIELD_NAMES
+# What is kept of each card is the agent's "portal view" of a snapshot (docs/agent.md):
+# the reading schema's fields, which agents that know the view send already; a full
+# snapshot is cut down to them here.
 
 
 def _portal_view(gpu: dict[str, Any]) -> dict[str, Any]:
-    kept = {f: gpu[f] for f in STORED_GPU_FIELDS if f in gpu}
+    kept = {f: gpu[f] for f in schema.GPU_FIELD_NAMES if f in gpu}
     if processes := gpu.get("processes"):
-        kept["processes"] = [{f: p[f] for f in STORED_PROCESS_FIELDS if f in p} for p in processes]
+        names = schema.PROCESS_FIELD_NAMES
+        kept["processes"] = [{f: p[f] for f in names if f in p} for p in processes]
     return kept
 
 

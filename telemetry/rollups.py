@@ -31,9 +31,7 @@ from agents.models import lock_inventory
 from telemetry.models import GpuHour, GpuMinute, OwnerHour, OwnerMinute
 from telemetry.rollup_sql import (
     CLAIMS_TABLE,
-    GPU_HISTORY,
     GPU_PARAMS,
-    OWNER_HISTORY,
     OWNER_PARAMS,
     statements,
 )
@@ -41,6 +39,8 @@ from telemetry.sample_buffer import (
     GPU_ID,
     OWNER,
     OWNER_GPU_ID,
+    OWNER_VALUE_COLUMNS,
+    SAMPLE_FIELDS,
     Claim,
     blob_columns,
     buffer,
@@ -80,14 +80,14 @@ def _merge_minute(cursor, minute: int, blobs: list[dict[str, bytes]], hours: boo
         "hour": connection.ops.adapt_datetimefield_value(bucket.replace(minute=0)),
     }
     gpus = {"ids": _joined(blobs, GPU_ID, GPU_ID, brackets)}
-    for param, (name, _) in zip(GPU_PARAMS, GPU_HISTORY, strict=True):
-        gpus[param] = _joined(blobs, name, GPU_ID, brackets)
+    for param, column in zip(GPU_PARAMS, SAMPLE_FIELDS, strict=True):
+        gpus[param] = _joined(blobs, column, GPU_ID, brackets)
     written = _write_minute(cursor, GpuMinute, {**gpus, **moments}, hours)
     owners = {"ids": _joined(blobs, OWNER_GPU_ID, OWNER_GPU_ID, brackets)}
     if len(owners["ids"]) > 2:
         owners["owners"] = _joined(blobs, OWNER, OWNER_GPU_ID, b"[]")
-        for param, (name, _) in zip(OWNER_PARAMS, OWNER_HISTORY, strict=True):
-            owners[param] = _joined(blobs, f"owner.{name}", OWNER_GPU_ID, brackets)
+        for param, column in zip(OWNER_PARAMS, OWNER_VALUE_COLUMNS, strict=True):
+            owners[param] = _joined(blobs, column, OWNER_GPU_ID, brackets)
         _write_minute(cursor, OwnerMinute, {**owners, **moments}, hours)
     return written
 

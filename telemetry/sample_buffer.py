@@ -32,8 +32,8 @@ SAMPLE_FIELDS = tuple(f.name for f in schema.HISTORY_GPU_FIELDS)
 OWNER_FIELDS = tuple(f.name for f in schema.HISTORY_PROCESS_FIELDS)
 # The blob's named columns.
 GPU_ID, OWNER_GPU_ID, OWNER = "gpu_id", "owner.gpu_id", "owner.user"
-GPU_COLUMNS = (GPU_ID, *SAMPLE_FIELDS)
-OWNER_COLUMNS = (OWNER_GPU_ID, OWNER, *(f"owner.{name}" for name in OWNER_FIELDS))
+# The owners' columns of OWNER_FIELDS; a card's columns are named as their fields.
+OWNER_VALUE_COLUMNS = tuple(f"owner.{name}" for name in OWNER_FIELDS)
 
 # A claimed minute whose flush died is retried after this long.
 STALE_CLAIM_S = 300
@@ -226,7 +226,7 @@ def _encode(answered: dict[int, dict], gpu_ids: dict[str, int]) -> bytes | None:
 def _blob(samples: dict[int, tuple], owned: list[tuple]) -> bytes:
     dumps = orjson.dumps
     numeric = [dumps(list(samples)), *map(dumps, zip(*samples.values(), strict=True))]
-    names = list(GPU_COLUMNS)
+    names = [GPU_ID, *SAMPLE_FIELDS]
     if owned:
         owner_columns = list(zip(*owned, strict=True))
         # Checked once per distinct owner rather than per process: few users run many jobs.
@@ -236,7 +236,7 @@ def _blob(samples: dict[int, tuple], owned: list[tuple]) -> bytes:
         if b"\\u0000" in owners:
             raise ValueError("an owner with a NUL character")  # PostgreSQL text cannot hold one
         numeric += [dumps(owner_columns[0]), *map(dumps, owner_columns[2:])]
-        names += [OWNER_GPU_ID, *OWNER_COLUMNS[2:]]
+        names += [OWNER_GPU_ID, *OWNER_VALUE_COLUMNS]
     for column in numeric:
         if column[1:-1].translate(None, _NUMERIC_JSON):
             raise ValueError("a sample that is not a number")

@@ -12,6 +12,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import orjson
 import pytest
 
+from agents.gpu_agent import schema
 from telemetry import poller
 from tests import procs
 
@@ -128,8 +129,8 @@ def test_hanging_agent_does_not_delay_the_others(sim_agents, bad_server):
     ],
 )
 def test_snapshot_validation_rejects_wrong_shapes_and_types(snapshot):
-    with pytest.raises(poller.SnapshotError):
-        poller.validate_snapshot(snapshot)
+    with pytest.raises(schema.SnapshotError):
+        schema.check_snapshot(snapshot)
 
 
 class _KeepAliveHandler(BaseHTTPRequestHandler):

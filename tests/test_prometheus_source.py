@@ -16,8 +16,9 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from agents.choices import GpuHealth, NodeSource, NodeState
+from agents.gpu_agent import schema
 from agents.models import GPU, Node
-from telemetry import poller, prometheus_source, readings, services, tasks
+from telemetry import prometheus_source, readings, services, tasks
 from tests import anchors, procs
 from tests.factories import GPUFactory
 
@@ -117,7 +118,7 @@ def test_legacy_series_with_hostname_label_become_the_agents_snapshot_exactly():
             "gpus": [EXPECTED_GPU],
         }
     }
-    poller.validate_snapshot(snapshots["computeinstance-e00c1p6dpy98xytphp"])
+    schema.check_snapshot(snapshots["computeinstance-e00c1p6dpy98xytphp"])
 
 
 def test_49_names_with_lowercase_hostname_convert_ratios_bytes_hertz_and_joules_exactly():
