@@ -71,6 +71,7 @@ INSTALLED_APPS = [
     "axes",
     "csp",
     "portal",
+    "audit",
     "agents",
     "telemetry",
     "pools",

@@ -1,0 +1,29 @@
+"""Pools' public interface for the apps above it (quotas and requests, alerts, reports).
+
+Models and choices are public too (``pools.models``, ``pools.choices``): the apps above
+point at pools and leases. Everything else in pools is private.
+"""
+
+from __future__ import annotations
+
+from pools import placement
+from pools.models import Pool
+from pools.placement import Ask
+from pools.services import PlacementError, place_lease, pool_cards, release_lease, resize_lease
+from pools.signals import desired_state_changed
+
+__all__ = [
+    "Ask",
+    "PlacementError",
+    "could_ever_fit",
+    "desired_state_changed",
+    "place_lease",
+    "release_lease",
+    "resize_lease",
+]
+
+
+def could_ever_fit(pool: Pool, ask: Ask) -> bool:
+    """Whether some cards of the pool could hold the ask were they empty: a request that
+    never could is refused at once, one that could waits for capacity."""
+    return placement.could_ever_fit(pool_cards(pool), ask)

@@ -1,0 +1,328 @@
+"""GPU requests from asking to release: validate, approve, place under quota, release.
+
+Each function is one transaction, audited in it. Placement takes the tenant's quota row
+lock first (``SELECT ... FOR UPDATE``), so a tenant's racing requests in a pool are
+counted one after another and can never pass its limit together; the cards' capacity is
+then taken by the pools service in the same transaction.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import timedelta
+
+from django.core.exceptions import ValidationError
+from django.db import transaction
+from django.db.models import Count, Q, Sum
+from django.utils import timezone
+from django.utils.translation import gettext as _
+
+from audit.interface import record, snapshot
+from pools.choices import AllocationState
+from pools.interface import Ask, PlacementError, could_ever_fit, place_lease, release_lease
+from pools.models import Allocation, Pool
+from quotas.choices import OPEN_STATES, RequestState, Role
+from quotas.models import GpuRequest, Membership, Quota, Tenant
+
+ASK_FIELDS = (
+    "count", "whole_card", "compute_pct", "memory_mib", "gpu_model", "node_name",
+    "node_labels", "same_node", "duration_hours", "reason", "priority",
+)  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    vgpus: int = 0
+    compute_pct: int = 0
+    memory_mib: int = 0
+
+
+def ask_of(req: GpuRequest) -> Ask:
+    return Ask(
+        count=req.count, compute_pct=100 if req.whole_card else req.compute_pct,
+        memory_mib=0 if req.whole_card else req.memory_mib, whole_card=req.whole_card,
+        model=req.gpu_model, node=req.node_name, node_labels=req.node_labels or {},
+        same_node=req.same_node, policy=req.pool.policy,
+    )  # fmt: skip
+
+
+def allocated_usage(tenant_id: int, pool_id: int, *, user_id: int | None = None) -> Usage:
+    """What the tenant's live allocations hold in the pool (optionally one member's)."""
+    rows = Allocation.objects.filter(
+        pool_id=pool_id,
+        state__in=(AllocationState.ACTIVE, AllocationState.STRANDED),
+        lease__gpu_request__tenant_id=tenant_id,
+    )
+    if user_id is not None:
+        rows = rows.filter(lease__gpu_request__requester_id=user_id)
+    totals = rows.aggregate(n=Count("id"), c=Sum("compute_pct"), m=Sum("memory_mib"))
+    return Usage(totals["n"] or 0, totals["c"] or 0, totals["m"] or 0)
+
+
+def _claimed_usage(tenant_id: int, pool_id: int, *, user_id: int | None = None) -> Usage:
+    """Live allocations plus what pending and queued requests ask for: the part of the
+    quota already spoken for when a new request is checked."""
+    placed = allocated_usage(tenant_id, pool_id, user_id=user_id)
+    waiting = GpuRequest.objects.filter(
+        tenant_id=tenant_id,
+        pool_id=pool_id,
+        state__in=(RequestState.PENDING, RequestState.APPROVED),
+    )
+    if user_id is not None:
+        waiting = waiting.filter(requester_id=user_id)
+    vgpus = compute = memory = 0
+    for count, whole, c, m in waiting.values_list(
+        "count", "whole_card", "compute_pct", "memory_mib"
+    ):
+        vgpus += count
+        compute += count * (100 if whole else c)
+        memory += count * m
+    return Usage(placed.vgpus + vgpus, placed.compute_pct + compute, placed.memory_mib + memory)
+
+
+def _demand(req: GpuRequest) -> Usage:
+    compute = 100 if req.whole_card else req.compute_pct
+    return Usage(req.count, req.count * compute, req.count * req.memory_mib)
+
+
+def _over(quota: Quota, used: Usage, ask: Usage, *, per_user: bool = False) -> list[str]:
+    """Which limits ``used + ask`` passes, worded for the person asking."""
+    limits = (
+        (quota.user_limit_vgpus, quota.user_limit_compute_pct, quota.user_limit_memory_mib)
+        if per_user
+        else (quota.limit_vgpus, quota.limit_compute_pct, quota.limit_memory_mib)
+    )
+    problems = []
+    for name, limit, have, want in zip(
+        (_("vGPUs"), _("compute (%)"), _("memory (MiB)")),
+        limits,
+        (used.vgpus, used.compute_pct, used.memory_mib),
+        (ask.vgpus, ask.compute_pct, ask.memory_mib),
+        strict=True,
+    ):
+        if limit is not None and have + want > limit:
+            problems.append(
+                _(
+                    "%(name)s: %(have)s held or asked, %(want)s more passes the limit of %(limit)s"
+                )
+                % {"name": name, "have": have, "want": want, "limit": limit}
+            )
+    return problems
+
+
+def role_in(user, tenant_id: int) -> str | None:
+    if not user.is_authenticated:
+        return None
+    return (
+        Membership.objects.filter(user=user, tenant_id=tenant_id)
+        .values_list("role", flat=True)
+        .first()
+    )
+
+
+def create_request(
+    user, *, tenant: Tenant, pool: Pool, address: str | None = None, **ask
+) -> GpuRequest:
+    """Validate and record a request; approve it at once when the policy allows. Raises
+    ValidationError with field-level messages, and changes nothing, when it is invalid."""
+    req = GpuRequest(
+        tenant=tenant,
+        pool=pool,
+        requester=user,
+        **{k: v for k, v in ask.items() if k in ASK_FIELDS},
+    )
+    if req.whole_card:
+        req.compute_pct = 100
+        req.memory_mib = 0  # set to the card's memory when placed
+    errors: dict[str, list[str]] = {}
+    try:
+        req.full_clean(exclude=["lease", "memory_mib"] if req.whole_card else ["lease"])
+    except ValidationError as exc:
+        errors.update(exc.message_dict)
+    if role_in(user, tenant.pk) is None:
+        errors.setdefault("tenant", []).append(_("You are not a member of this tenant."))
+    quota = Quota.objects.filter(tenant=tenant, pool=pool).first()
+    if quota is None:
+        errors.setdefault("pool", []).append(_("This pool is not open to this tenant."))
+    if errors:
+        raise ValidationError(errors)
+    with transaction.atomic():
+        # The quota row serializes this tenant's checks in the pool.
+        quota = Quota.objects.select_for_update().get(pk=quota.pk)
+        if not could_ever_fit(pool, ask_of(req)):
+            errors["count" if req.count > 1 else "memory_mib"] = [
+                _("No card in this pool is large enough for this request (or enough of them).")
+            ]
+        demand = _demand(req)
+        if over := _over(quota, _claimed_usage(tenant.pk, pool.pk), demand):
+            errors.setdefault("count", []).extend([_("Over the tenant's quota."), *over])
+        if over := _over(
+            quota, _claimed_usage(tenant.pk, pool.pk, user_id=user.pk), demand, per_user=True
+        ):
+            errors.setdefault("count", []).extend([_("Over your own cap in this tenant."), *over])
+        if errors:
+            raise ValidationError(errors)
+        req.save()
+        record(
+            "request.create",
+            req,
+            actor=user,
+            address=address,
+            tenant_id=tenant.pk,
+            after=snapshot(req),
+        )
+        if _auto_approvable(quota, req):
+            _approve(req, None, _("Approved automatically: within the tenant's policy."), address)
+    if req.state == RequestState.APPROVED:
+        transaction.on_commit(lambda: place_queued(pool.pk))
+    return req
+
+
+def _auto_approvable(quota: Quota, req: GpuRequest) -> bool:
+    compute = 100 if req.whole_card else req.compute_pct
+    return (
+        req.count <= quota.auto_approve_vgpus
+        and compute <= quota.auto_approve_compute_pct
+        and req.duration_hours is not None
+        and req.duration_hours <= quota.auto_approve_hours
+    )
+
+
+def can_decide(user, req: GpuRequest) -> bool:
+    """Approvers and admins of the request's tenant, and platform admins; never the
+    requester alone (nobody approves their own request, unless a platform admin)."""
+    if user.is_superuser:
+        return True
+    role = role_in(user, req.tenant_id)
+    return role in (Role.APPROVER, Role.ADMIN) and user.pk != req.requester_id
+
+
+def _approve(req: GpuRequest, user, comment: str, address: str | None) -> None:
+    before = snapshot(req)
+    now = timezone.now()
+    req.state, req.decided_by, req.decided_at = RequestState.APPROVED, user, now
+    req.decision_comment, req.queued_at = comment, now
+    req.save()
+    record("request.approve", req, actor=user, address=address, tenant_id=req.tenant_id,
+           before=before, after=snapshot(req), message=comment)  # fmt: skip
+
+
+def decide(
+    req_id: int, user, *, approve: bool, comment: str = "", address: str | None = None
+) -> GpuRequest:
+    """Approve (into the pool's queue) or reject a pending request. Raises PermissionError
+    for someone who may not, ValidationError when it is no longer pending."""
+    with transaction.atomic():
+        req = GpuRequest.objects.select_for_update().get(pk=req_id)
+        if not can_decide(user, req):
+            raise PermissionError(_("You may not decide this request."))
+        if req.state != RequestState.PENDING:
+            raise ValidationError({"state": [_("This request is no longer pending.")]})
+        if approve:
+            _approve(req, user, comment, address)
+        else:
+            before = snapshot(req)
+            req.state, req.decided_by, req.decided_at = RequestState.REJECTED, user, timezone.now()
+            req.decision_comment, req.ended_at = comment, req.decided_at
+            req.save()
+            record("request.reject", req, actor=user, address=address, tenant_id=req.tenant_id,
+                   before=before, after=snapshot(req), message=comment)  # fmt: skip
+    if approve:
+        transaction.on_commit(lambda: place_queued(req.pool_id))
+    return req
+
+
+def place_request(req_id: int) -> bool:
+    """Place one approved request if its quota and the pool's cards allow; True when it
+    was placed. Otherwise it keeps its place in the queue."""
+    with transaction.atomic():
+        req = GpuRequest.objects.select_related("pool", "tenant", "requester").get(pk=req_id)
+        quota = (
+            Quota.objects.select_for_update()
+            .filter(tenant_id=req.tenant_id, pool_id=req.pool_id)
+            .first()
+        )
+        req = (
+            GpuRequest.objects.select_for_update()
+            .select_related("pool", "requester")
+            .get(pk=req_id)
+        )
+        if req.state != RequestState.APPROVED or quota is None:
+            return False
+        demand = _demand(req)
+        used = allocated_usage(req.tenant_id, req.pool_id)
+        if _over(quota, used, demand):
+            return False
+        try:
+            lease = place_lease(
+                req.pool, ask_of(req), holder=req.requester,
+                unix_user=req.requester.get_username()[:64],
+                label=f"{req.tenant.slug} #{req.pk}",
+            )  # fmt: skip
+        except PlacementError:
+            return False
+        before = snapshot(req)
+        now = timezone.now()
+        req.lease, req.state, req.placed_at = lease, RequestState.ALLOCATED, now
+        req.borrowed = any(
+            have + want > guarantee
+            for have, want, guarantee in zip(
+                (used.vgpus, used.compute_pct, used.memory_mib),
+                (demand.vgpus, demand.compute_pct, demand.memory_mib),
+                (quota.guaranteed_vgpus, quota.guaranteed_compute_pct, quota.guaranteed_memory_mib),
+                strict=True,
+            )
+        )
+        if req.duration_hours:
+            req.expires_at = now + timedelta(hours=req.duration_hours)
+        req.save()
+        record("request.place", req, tenant_id=req.tenant_id, before=before, after=snapshot(req))
+    return True
+
+
+def place_queued(pool_id: int) -> int:
+    """Place the pool's approved requests in queue order (priority, then age); a request
+    that does not fit yet keeps its place, smaller ones behind it may still be placed."""
+    placed = 0
+    queue = GpuRequest.objects.filter(pool_id=pool_id, state=RequestState.APPROVED).order_by(
+        "-priority", "queued_at", "pk"
+    )
+    for req_id in queue.values_list("pk", flat=True):
+        placed += place_request(req_id)
+    return placed
+
+
+def queue_position(req: GpuRequest) -> int | None:
+    """1 for the next request to be placed in its pool; None when not queued."""
+    if req.state != RequestState.APPROVED:
+        return None
+    ahead = GpuRequest.objects.filter(pool_id=req.pool_id, state=RequestState.APPROVED).filter(
+        Q(priority__gt=req.priority)
+        | Q(priority=req.priority, queued_at__lt=req.queued_at)
+        | Q(priority=req.priority, queued_at=req.queued_at, pk__lt=req.pk)
+    )
+    return ahead.count() + 1
+
+
+def end_request(
+    req_id: int, user=None, *, state: str = RequestState.RELEASED, address: str | None = None
+) -> GpuRequest:
+    """Release (or expire, or cancel) a request: its capacity and quota return at once."""
+    with transaction.atomic():
+        req = GpuRequest.objects.select_for_update().get(pk=req_id)
+        if req.state not in OPEN_STATES:
+            raise ValidationError({"state": [_("This request has already ended.")]})
+        before = snapshot(req)
+        if req.lease_id:
+            release_lease(req.lease_id)
+        if (
+            req.state in (RequestState.PENDING, RequestState.APPROVED)
+            and state == RequestState.RELEASED
+        ):
+            state = RequestState.CANCELLED
+        req.state, req.ended_at = state, timezone.now()
+        req.save()
+        record(f"request.{state}", req, actor=user, address=address, tenant_id=req.tenant_id,
+               before=before, after=snapshot(req))  # fmt: skip
+    transaction.on_commit(lambda: place_queued(req.pool_id))
+    return req
