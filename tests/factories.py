@@ -15,8 +15,12 @@ from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Permission
 from django.utils import timezone
 
-from agents.choices import GpuHealth
+from agents.choices import GpuHealth, NodeState
 from agents.models import GPU, Node
+from pools import services as pool_services
+from pools.models import Pool
+from quotas.choices import Role
+from quotas.models import Membership, Quota, Tenant
 from telemetry.models import GpuMinute, OwnerMinute
 
 
@@ -113,3 +117,68 @@ class OwnerMinuteFactory(factory.django.DjangoModelFactory):
     samples = 12
     memory_used_avg_mib = 1024.0
     memory_used_max_mib = 2048.0
+
+
+# --- pools and tenancy ---------------------------------------------------------------------
+
+
+class PoolFactory(factory.django.DjangoModelFactory):
+    """A binpack pool without oversubscription and with no matching rules: it holds only
+    the cards given (``PoolFactory(cards=[gpu, ...])``) or added later."""
+
+    class Meta:
+        model = Pool
+        skip_postgeneration_save = True
+
+    name = factory.Sequence(lambda n: f"pool-{n}")
+    slug = factory.LazyAttribute(lambda pool: pool.name)
+    match_by_rules = False
+
+    @factory.post_generation
+    def cards(pool, create: bool, extracted: Iterable[GPU] | None, **kwargs) -> None:
+        if create and extracted:
+            pool_services.add_cards(pool, [gpu.pk for gpu in extracted])
+
+
+def online_cards(count: int, *, node: Node | None = None, **gpu) -> list[GPU]:
+    """``count`` healthy 80 GiB cards on one online node (a new one unless given)."""
+    node = node or NodeFactory(state=NodeState.ONLINE)
+    gpu.setdefault("memory_total_mib", 81920)
+    gpu.setdefault("model", "NVIDIA H100 80GB HBM3")
+    return [GPUFactory(node=node, **gpu) for _ in range(count)]
+
+
+class TenantFactory(factory.django.DjangoModelFactory):
+    class Meta:
+        model = Tenant
+
+    name = factory.Sequence(lambda n: f"team-{n}")
+    slug = factory.LazyAttribute(lambda tenant: tenant.name)
+
+
+class MembershipFactory(factory.django.DjangoModelFactory):
+    class Meta:
+        model = Membership
+
+    user = factory.SubFactory(UserFactory)
+    tenant = factory.SubFactory(TenantFactory)
+    role = Role.MEMBER
+
+
+class QuotaFactory(factory.django.DjangoModelFactory):
+    """A quota that opens the pool to the tenant with room for 8 whole cards, half of it
+    guaranteed, and no auto-approval."""
+
+    class Meta:
+        model = Quota
+
+    tenant = factory.SubFactory(TenantFactory)
+    pool = factory.SubFactory(PoolFactory)
+    guaranteed_vgpus = 4
+    limit_vgpus = 8
+    guaranteed_compute_pct = 400
+    limit_compute_pct = 800
+    guaranteed_memory_mib = 4 * 81920
+    limit_memory_mib = 8 * 81920
+    guaranteed_gpu_hours = 0
+    limit_gpu_hours = 1000
