@@ -9,8 +9,8 @@ from agents.choices import GpuHealth, NodeState
 from agents.models import GPU, Node
 from agents.permissions import can_see_agent_details
 from telemetry import readings
-from telemetry.slices import may_see_owners, slices_report
 from telemetry.history import RANGES
+from telemetry.slices import may_see_owners, slices_report
 
 
 def _labels() -> dict:
