@@ -154,7 +154,8 @@ def _active(**filters) -> list[int]:
 
 def move_failed(node_ids: list[int] | None = None) -> FailoverResult:
     """Re-place the active slices whose card is lost, deleted or out of its pool, or whose
-    node is offline past the grace period (draining nodes: ``drain_node``)."""
+    node is draining (set by hand, or a drain cut short) or offline past the grace period.
+    With ``node_ids``, only slices on those nodes (deleted cards have no node)."""
     result = FailoverResult([], [])
     scope = {"gpu__node_id__in": node_ids} if node_ids is not None else {}
     grace = timezone.now() - timedelta(seconds=settings.POOLS_OFFLINE_GRACE_S)

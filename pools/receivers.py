@@ -12,7 +12,5 @@ def on_desired_state_changed(sender, node_ids: frozenset[int], **kwargs) -> None
 
 
 def on_poll_cycle_recorded(sender, cycle: PollCycle, **kwargs) -> None:
-    if cycle.answered:
-        tasks.after_poll_cycle.apply_async(
-            (list(cycle.answered), list(cycle.came_back)), ignore_result=True
-        )
+    # One Redis round trip per chunk; the task (queued at most once a second) reads them all.
+    tasks.note_cycle(cycle.answered, cycle.came_back)

@@ -97,14 +97,12 @@ def _agent_drift() -> list[Drift]:
         for agent_id in sorted(held_slices(reading) - active.get(node_id, set())):
             out.append(Drift("held_after_release", node_id=node_id, detail=agent_id))
     late = timezone.now() - CONFIRM_WITHIN
-    for pk, node_id, sync in (
-        Allocation.objects.filter(
-            state=AllocationState.ACTIVE, gpu__isnull=False, placed_at__lt=late
-        )
-        .exclude(agent_sync=AgentSync.CONFIRMED)
-        .values_list("pk", "gpu__node_id", "agent_sync")
-    ):
-        out.append(Drift("never_taken", node_id=node_id, allocation_id=pk, detail=sync))
+    # Failed ones are no longer drift: they are shown as failed, and sent with the rest.
+    for pk, node_id in Allocation.objects.filter(
+        state=AllocationState.ACTIVE, gpu__isnull=False, placed_at__lt=late,
+        agent_sync=AgentSync.PENDING,
+    ).values_list("pk", "gpu__node_id"):  # fmt: skip
+        out.append(Drift("never_taken", node_id=node_id, allocation_id=pk))
     return out
 
 

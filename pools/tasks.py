@@ -14,6 +14,7 @@ from celery import shared_task
 from django.core.cache import cache
 
 from pools import agent_reports, failover, reconcile, sync
+from portal import redis_client
 
 logger = logging.getLogger(__name__)
 
@@ -51,10 +52,57 @@ def sync_desired_state(node_id: int) -> dict:
     return asdict(outcome)
 
 
+# The nodes answered since the last after_poll_cycle ran, and those back from offline:
+# one Redis list entry per chunk ("ids|came-back ids"), so a cycle costs one round trip
+# per chunk (one joined string packs far cheaper than an argument per node).
+CYCLE_DELAY_S = 1.0
+NOTED_MAX = 10_000  # chunks kept when no worker reads them
+
+
+def _cycle_keys() -> tuple[str, str]:
+    return redis_client.key("pools", "answered"), redis_client.key("pools", "cycle-queued")
+
+
+def note_cycle(answered: Iterable[int], came_back: Iterable[int]) -> None:
+    answered = ",".join(map(str, answered))
+    if not answered:
+        return
+    noted_key, queued_key = _cycle_keys()
+    pipe = redis_client.client().pipeline(transaction=False)
+    pipe.rpush(noted_key, f"{answered}|{','.join(map(str, came_back))}")
+    pipe.ltrim(noted_key, -NOTED_MAX, -1)
+    pipe.set(queued_key, 1, nx=True, ex=60)
+    if pipe.execute()[-1]:
+        after_poll_cycle.apply_async(countdown=CYCLE_DELAY_S)
+
+
+def _ids(text: str) -> set[int]:
+    return {int(n) for n in text.split(",") if n.isdigit()}
+
+
+def _take_noted() -> tuple[list[int], list[int]]:
+    noted_key, queued_key = _cycle_keys()
+    pipe = redis_client.client().pipeline(transaction=True)
+    pipe.lrange(noted_key, 0, -1)
+    pipe.delete(noted_key, queued_key)
+    entries, _ = pipe.execute()
+    answered: set[int] = set()
+    came_back: set[int] = set()
+    for entry in entries:
+        ids, _, back = entry.decode().partition("|")
+        answered |= _ids(ids)
+        came_back |= _ids(back)
+    return sorted(answered), sorted(came_back)
+
+
 @shared_task(ignore_result=True)
-def after_poll_cycle(answered: list[int], came_back: list[int]) -> dict:
-    """Read the agents' reports of one cycle: confirm slices, re-send where they differ,
-    cordon faulty cards, re-place the slices of cards found lost."""
+def after_poll_cycle(answered: list[int] | None = None, came_back: list[int] | None = None) -> dict:
+    """Read the agents' reports (of the nodes noted since the last run, or those given):
+    confirm slices, re-send where they differ, cordon faulty cards, re-place the slices
+    of cards found lost."""
+    if answered is None:
+        answered, came_back = _take_noted()
+    came_back = came_back or []
     outcome = agent_reports.compare(answered, came_back)
     failover.apply_marks(outcome.marks)
     for card_id, reason in outcome.cordons:

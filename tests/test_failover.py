@@ -12,7 +12,7 @@ from django.utils import timezone
 from agents.choices import GpuHealth, NodeState
 from agents.models import Node
 from audit.interface import AuditEntry
-from pools import agent_reports, failover
+from pools import agent_reports, failover, tasks
 from pools.choices import AllocationState
 from pools.interface import (
     Ask,
@@ -253,3 +253,18 @@ def test_prometheus_nodes_cannot_be_drained(client, alice, db):
     node = NodeFactory(source="prometheus", agent_url="")
     client.force_login(alice)
     assert client.post(reverse("api:pool-node-drain", args=[node.pk])).status_code == 404
+
+
+def test_a_poll_cycle_notes_its_nodes_and_the_task_moves_slices_off_a_lost_card(
+    pool, two_nodes, django_capture_on_commit_callbacks
+):
+    allocation, (a, b) = placed_on(pool, two_nodes)
+    lost = {"uuid": a.uuid, "index": a.index, "health": "lost"}
+    answer = PollResult(a.node_id, {"hostname": a.node.name, "gpus": [lost]}, "", 0.01)
+    with django_capture_on_commit_callbacks(execute=True):  # the cycle's signal is sent
+        services.record_poll_results([answer])
+    done = tasks.after_poll_cycle.apply().get()  # the queued run, here in this process
+    assert done["moved"] == 1
+    allocation.refresh_from_db()
+    assert allocation.gpu_id == b.pk
+    assert tasks.after_poll_cycle.apply().get()["moved"] == 0  # nothing noted since
