@@ -204,19 +204,19 @@ def round_robin(ordered: Iterable[Card], count: int) -> tuple[int, ...] | None:
 
 
 def _one_node(ordered: list[Card], ask: Ask, key) -> tuple[int, ...] | None:
-    """All vGPUs on one node: each node offers its best ``count`` cards; binpack takes the
-    node that opens the fewest empty cards, then the fullest; spread the emptiest."""
+    """All vGPUs on one node: each node offers its best ``count`` cards. Binpack takes the
+    node that opens the fewest empty cards; then (spread: only) the node whose worst
+    offered card comes first in the policy's order."""
     per_node: dict[int, list[Card]] = defaultdict(list)
     for card in ordered:
         if len(per_node[card.node_id]) < ask.count:
             per_node[card.node_id].append(card)
     best: tuple | None = None
-    for node_id, cards in per_node.items():
+    for cards in per_node.values():
         if len(cards) < ask.count:
             continue
         keys = [key(card) for card in cards]
-        # Sums of the per-card keys: empty cards opened (or kept), then free shares.
-        node_key = (sum(k[0] for k in keys), sum(k[1] for k in keys), node_id)
+        node_key = (sum(k[0] for k in keys) if ask.policy != SPREAD else 0, keys[-1])
         if best is None or node_key < best[0]:
             best = (node_key, tuple(card.id for card in cards))
     return best[1] if best else None

@@ -90,20 +90,43 @@ class CardIndex:
         """What ``placement.place(self.cards.values(), ask)`` answers."""
         if not ask.valid:
             return None
-        if ask.node or ask.same_node:
-            # One node's cards, or whole nodes compared: read the candidates, then choose.
-            return choose(list(self._candidates(ask)), ask)
+        if ask.node:  # one node's cards: read them, then choose
+            ids = self._by_node.get(ask.node, ())
+            found = [c for i in ids if matches(c := self.cards[i], ask) and fits(c, ask)]
+            return choose(found, ask)
         ordered = self._ordered(ask)
+        if ask.same_node:
+            return self._one_node(ordered, ask)
         if ask.policy == SPREAD:
             return round_robin(ordered, ask.count)
         chosen = tuple(card.id for _, card in zip(range(ask.count), ordered, strict=False))
         return chosen if len(chosen) == ask.count else None
 
-    def _candidates(self, ask: Ask) -> Iterator[Card]:
-        ids = self._by_node.get(ask.node, ()) if ask.node else self.cards
-        if ask.node:
-            return (c for i in ids if matches(c := self.cards[i], ask) and fits(c, ask))
-        return self._ordered(ask)
+    def _one_node(self, ordered: Iterator[Card], ask: Ask) -> tuple[int, ...] | None:
+        """``placement``'s choice of one node, read lazily. In the policy's order the cards
+        of the preferred kind come first (partly used for binpack, empty for spread): the
+        first node to gather ``count`` of them wins. When none does, and no card of that
+        kind was seen, every node needs the other kind alike: again the first node to
+        gather ``count`` wins. Otherwise nodes must be compared whole: read them all.
+        Spread compares nodes by their worst card alone: the first to gather wins."""
+        per_node: dict[int, list[Card]] = defaultdict(list)
+        seen: list[Card] = []
+        first_kind = None  # the kind (empty or not) of the first card in the order
+        mixed = False
+        for card in ordered:
+            kind = card.slices == 0
+            if first_kind is None or ask.policy == SPREAD:
+                first_kind = kind
+            elif kind != first_kind and not mixed:
+                mixed = True
+            seen.append(card)
+            if mixed:
+                continue
+            cards = per_node[card.node_id]
+            cards.append(card)
+            if len(cards) == ask.count:
+                return tuple(c.id for c in cards)
+        return choose(seen, ask) if mixed else None
 
     def _shapes(self, ask: Ask) -> Iterator[Shape]:
         for shape in set(self._buckets) | set(self._empty):
