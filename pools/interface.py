@@ -6,10 +6,14 @@ point at pools and leases. Everything else in pools is private.
 
 from __future__ import annotations
 
-from pools import placement
-from pools.models import Pool
 from pools.placement import Ask
-from pools.services import PlacementError, place_lease, pool_cards, release_lease, resize_lease
+from pools.services import (
+    PlacementError,
+    could_ever_fit,
+    place_lease,
+    release_lease,
+    resize_lease,
+)
 from pools.signals import desired_state_changed
 
 __all__ = [
@@ -21,9 +25,3 @@ __all__ = [
     "release_lease",
     "resize_lease",
 ]
-
-
-def could_ever_fit(pool: Pool, ask: Ask) -> bool:
-    """Whether some cards of the pool could hold the ask were they empty: a request that
-    never could is refused at once, one that could waits for capacity."""
-    return placement.could_ever_fit(pool_cards(pool), ask)
