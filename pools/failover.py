@@ -103,7 +103,11 @@ def replace_allocation(allocation_id: int, reason: str, *, actor=None) -> Alloca
         )
         old_gpu, old_node = allocation.gpu_id, allocation.gpu.node_id if allocation.gpu else None
         taken = _choose(allocation, {g for g in siblings if g} | ({old_gpu} if old_gpu else set()))
-        _give_back(allocation)  # nothing when it was stranded already or its card is gone
+        if allocation.state == AllocationState.ACTIVE:  # a stranded one holds nothing
+            _give_back(
+                allocation.gpu_id, allocation.pool_id, allocation.compute_pct,
+                allocation.memory_mib, allocation.whole_card,
+            )  # fmt: skip
         now = timezone.now()
         if taken is not None:
             gpu_id, physical = taken

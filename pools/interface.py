@@ -6,13 +6,17 @@ point at pools and leases. Everything else in pools is private.
 
 from __future__ import annotations
 
-from pools import placement
 from pools.agent_reports import agent_report
 from pools.failover import clear_cordon, drain_node
-from pools.models import Pool
 from pools.placement import Ask
 from pools.reconcile import Drift, drift
-from pools.services import PlacementError, place_lease, pool_cards, release_lease, resize_lease
+from pools.services import (
+    PlacementError,
+    could_ever_fit,
+    place_lease,
+    release_lease,
+    resize_lease,
+)
 from pools.signals import (
     AllocationMove,
     CardCordon,
@@ -39,9 +43,3 @@ __all__ = [
     "release_lease",
     "resize_lease",
 ]
-
-
-def could_ever_fit(pool: Pool, ask: Ask) -> bool:
-    """Whether some cards of the pool could hold the ask were they empty: a request that
-    never could is refused at once, one that could waits for capacity."""
-    return placement.could_ever_fit(pool_cards(pool), ask)

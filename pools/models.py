@@ -15,7 +15,8 @@ from decimal import Decimal
 from django.conf import settings
 from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
-from django.db.models import Q
+from django.db.models import BooleanField, ExpressionWrapper, F, FloatField, Q, Value
+from django.db.models.functions import Cast, Coalesce, Least, NullIf
 from django.urls import reverse
 from django.utils.translation import gettext_lazy as _
 
@@ -72,6 +73,23 @@ class Pool(models.Model):
         return int(physical_mib * self.memory_ratio)
 
 
+def _free_share(capacity: str, allocated: str):
+    free = Cast(F(capacity) - F(allocated), FloatField())
+    return Coalesce(free / NullIf(Cast(F(capacity), FloatField()), Value(0.0)), Value(0.0))
+
+
+_COMPUTE_SHARE = _free_share("compute_capacity", "compute_allocated")
+_MEMORY_SHARE = _free_share("memory_capacity_mib", "memory_allocated_mib")
+# placement.binpack_key in SQL (empty cards last, smallest free share, both shares, id),
+# so that the allocation service reads the best few candidates through an index.
+BINPACK_ORDER = (
+    ExpressionWrapper(Q(slices=0), output_field=BooleanField()),
+    Least(_COMPUTE_SHARE, _MEMORY_SHARE),
+    _COMPUTE_SHARE + _MEMORY_SHARE,
+    F("gpu"),
+)
+
+
 class PoolCard(models.Model):
     """A card in a pool, with what is allocated on it (kept by the allocation service)."""
 
@@ -99,6 +117,14 @@ class PoolCard(models.Model):
         ordering = ["pool_id", "gpu_id"]
         verbose_name = _("pool card")
         verbose_name_plural = _("pool cards")
+        indexes = [
+            models.Index(
+                F("pool"),
+                *BINPACK_ORDER,
+                name="poolcard_binpack",
+                condition=Q(held_whole=False, cordoned_at=None),
+            ),
+        ]
         constraints = [
             models.CheckConstraint(
                 condition=Q(held_whole=False) | Q(slices__lte=1), name="whole_card_one_slice"
