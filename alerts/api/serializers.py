@@ -36,7 +36,10 @@ class ChannelSerializer(serializers.ModelSerializer):
     name = serializers.CharField(max_length=services.NAME_MAX_CHARS)
     kind = serializers.ChoiceField(choices=ChannelKind.choices)
     language = serializers.ChoiceField(
-        choices=[("", ""), *list(settings.LANGUAGES)], required=False, allow_blank=True
+        choices=list(settings.LANGUAGES),
+        required=False,
+        allow_blank=True,
+        help_text="The messages' language; empty: the site's default.",
     )
     settings = serializers.JSONField(
         help_text="The kind's settings (docs/alerts.md). Secret ones (robot URLs, signing "

@@ -32,7 +32,7 @@ class ChannelViewSet(viewsets.ModelViewSet):
     @extend_schema(request=None, responses={202: DeliverySerializer})
     @action(detail=True, methods=["post"])
     def test(self, request: Request, pk: str | None = None) -> Response:
-        """Queue a test message to the channel; follow it in ``deliveries``."""
+        """Queue a test message to the channel; its attempts are listed under deliveries."""
         channel = self.get_object()
         delivery_id = services.send_test(
             channel.pk, actor=request.user, address=request.META.get("REMOTE_ADDR")
