@@ -8,6 +8,7 @@ REDIS_URL and SECRET_KEY, and runs daphne, a Celery worker and Celery beat.
 
 from __future__ import annotations
 
+import ipaddress
 from datetime import timedelta
 from pathlib import Path
 
@@ -319,6 +320,41 @@ POOLS_RECONCILE_EVERY_S = env_int("POOLS_RECONCILE_EVERY_S", 60, minimum=5)
 _XIDS = ["48", "64", "74", "79", "92", "94", "95", "119", "120"]
 POOLS_CRITICAL_XIDS = frozenset(int(x) for x in env_list("POOLS_CRITICAL_XIDS", _XIDS))
 
+# --- Alerts (docs/alerts.md) ----------------------------------------------------
+# Mail for email channels, through Django's SMTP backend.
+EMAIL_HOST = env_str("EMAIL_HOST", "localhost")
+EMAIL_PORT = env_int("EMAIL_PORT", 25, minimum=1)
+EMAIL_HOST_USER = env_str("EMAIL_HOST_USER")
+EMAIL_HOST_PASSWORD = env_str("EMAIL_HOST_PASSWORD")
+EMAIL_USE_TLS = env_bool("EMAIL_USE_TLS")
+EMAIL_USE_SSL = env_bool("EMAIL_USE_SSL")
+DEFAULT_FROM_EMAIL = env_str("DEFAULT_FROM_EMAIL", "gpu-portal@localhost")
+# The portal's address as recipients reach it, for links in messages (empty: no links).
+PORTAL_BASE_URL = env_str("PORTAL_BASE_URL").rstrip("/")
+# Channel URLs must be https; plain http only to these hosts, which also skip the network
+# check below (an internal relay; loopback receivers in tests).
+ALERT_HTTP_ALLOWED_HOSTS = env_list("ALERT_HTTP_ALLOWED_HOSTS", [])
+# Networks channel URLs may not resolve into: loopback, link-local (cloud metadata), "this
+# network". Private ranges are allowed: many IM deployments and relays live there.
+ALERT_NETWORKS_DENY = [
+    ipaddress.ip_network(value, strict=False)
+    for value in env_networks(
+        "ALERT_NETWORKS_DENY",
+        ["127.0.0.0/8", "::1/128", "169.254.0.0/16", "fe80::/10", "0.0.0.0/8"],
+    )
+]
+ALERT_HTTP_TIMEOUT = env_float("ALERT_HTTP_TIMEOUT", 10.0, minimum=0.1)
+# Retries: the first after ALERT_RETRY_BASE seconds, doubling up to ALERT_RETRY_MAX, until
+# the delivery is ALERT_RETRY_HORIZON seconds old (at least 15 minutes: a channel down
+# for 10 minutes loses nothing).
+ALERT_RETRY_BASE = env_float("ALERT_RETRY_BASE", 10.0, minimum=0.01)
+ALERT_RETRY_MAX = env_float("ALERT_RETRY_MAX", 300.0, minimum=0.01)
+ALERT_RETRY_HORIZON = env_float("ALERT_RETRY_HORIZON", 6 * 3600.0, minimum=0.1)
+# A claim older than this was abandoned by a worker that died: the delivery is taken again.
+# Longer than any one attempt can last (the HTTP or SMTP timeout).
+ALERT_CLAIM_TIMEOUT = env_float("ALERT_CLAIM_TIMEOUT", 120.0, minimum=0.1)
+ALERT_REQUEUE_INTERVAL = env_float("ALERT_REQUEUE_INTERVAL", 60.0, minimum=0.1)
+
 CELERY_BROKER_URL = REDIS_URL or "memory://"
 CELERY_RESULT_BACKEND = REDIS_URL or None
 CELERY_TASK_ALWAYS_EAGER = not REDIS_URL
@@ -349,6 +385,13 @@ CELERY_BEAT_SCHEDULE = {
         "task": "pools.tasks.reconcile_pools",
         "schedule": timedelta(seconds=POOLS_RECONCILE_EVERY_S),
         "options": {"expires": POOLS_RECONCILE_EVERY_S},
+    },
+    # Deliveries whose Celery message was lost (a broker restart, a worker killed before
+    # its late acknowledgement is redelivered) are sent again from the outbox.
+    "requeue-alert-deliveries": {
+        "task": "alerts.tasks.requeue_deliveries",
+        "schedule": timedelta(seconds=ALERT_REQUEUE_INTERVAL),
+        "options": {"expires": ALERT_REQUEUE_INTERVAL},
     },
 }
 if PROMETHEUS_URL:

@@ -17,6 +17,8 @@ from django.utils import timezone
 
 from agents.choices import GpuHealth, NodeState
 from agents.models import GPU, Node
+from alerts.choices import ChannelKind, Severity
+from alerts.models import Channel, Event
 from pools import services as pool_services
 from pools.models import Pool
 from quotas.choices import Role
@@ -182,3 +184,43 @@ class QuotaFactory(factory.django.DjangoModelFactory):
     limit_memory_mib = 8 * 81920
     guaranteed_gpu_hours = 0
     limit_gpu_hours = 1000
+
+
+# --- alerts: channels, events, deliveries ---------------------------------------------------
+
+
+class ChannelFactory(factory.django.DjangoModelFactory):
+    """A user's webhook channel; ``ChannelFactory(secrets={"url": ...})`` stores secrets as
+    the services do (encrypted, with a hint)."""
+
+    class Meta:
+        model = Channel
+        skip_postgeneration_save = True
+
+    name = factory.Sequence(lambda n: f"channel-{n}")
+    kind = ChannelKind.WEBHOOK
+    owner = factory.SubFactory(UserFactory)
+    settings = factory.LazyFunction(dict)
+
+    @factory.post_generation
+    def secrets(channel: Channel, create: bool, extracted: dict | None, **kwargs) -> None:
+        values = extracted if extracted is not None else {"url": "https://hooks.example.com/x"}
+        channel.set_secrets(values)
+        channel.secret_hint = " ".join(f"…{v[-4:]}" for v in values.values())
+        if create:
+            channel.save()
+
+
+class EventFactory(factory.django.DjangoModelFactory):
+    class Meta:
+        model = Event
+
+    rule_key = "gpu.temperature"
+    rule_name = "GPU too hot"
+    severity = Severity.CRITICAL
+    scope = factory.Sequence(lambda n: f"node:gpu-{n:02d}")
+    fingerprint = factory.Sequence(lambda n: f"fp-{n}")
+    labels = factory.LazyFunction(lambda: {"gpu": "0"})
+    summary = "GPU 0 is at 91 °C"
+    started_at = factory.LazyFunction(timezone.now)
+    last_seen_at = factory.LazyFunction(timezone.now)

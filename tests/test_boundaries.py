@@ -32,7 +32,7 @@ PUBLIC = {
 WIRING = {
     "portal": {
         "telemetry.api.urls", "telemetry.urls", "telemetry.routing", "telemetry.tasks",
-        "pools.api.operation_urls",
+        "pools.api.operation_urls", "alerts.api.urls", "alerts.urls",
     },
 }
 
