@@ -116,7 +116,7 @@ def test_my_page_lists_my_requests_with_state_queue_and_allocations(
     lease_allocation = req.__class__.objects.get(pk=req.pk).lease.allocations.get()
     assert f"/pools/allocations/{lease_allocation.pk}/" in page
     assert Notice.objects.filter(recipient=team.dev, read_at=None).count() == 2
-    assert 'id="notice-badge"' in page
+    assert 'id="notice-badge" title="Unread notices">2<' in page
 
 
 def test_pages_answer_anonymous_visitors_with_the_login_page(team):

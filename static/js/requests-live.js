@@ -27,6 +27,13 @@ async function refresh() {
       headers: { "X-Requested-With": "fetch" } });
     if (response.redirected || !response.ok) return;
     part.innerHTML = await response.text();
+    // The sidebar's badge follows the notices the part now lists as unread.
+    const badge = document.getElementById("notice-badge");
+    const count = part.querySelector("#notice-count");
+    if (badge && part.querySelector("#notices")) {
+      badge.textContent = count ? count.textContent : "0";
+      badge.classList.toggle("d-none", !count);
+    }
     part.dataset.refreshed = String(Number(part.dataset.refreshed || 0) + 1);
   } finally {
     loading = false;
