@@ -30,8 +30,15 @@ PUBLIC = {
 }  # fmt: skip
 # The project package wires each app's URLs and websocket routes in; that is not use.
 WIRING = {
-    "portal": {"telemetry.api.urls", "telemetry.urls", "telemetry.routing", "telemetry.tasks",
-               "quotas.api.request_urls", "quotas.request_urls", "quotas.routing"},
+    "portal": {
+        "telemetry.api.urls",
+        "telemetry.urls",
+        "telemetry.routing",
+        "telemetry.tasks",
+        "quotas.api.request_urls",
+        "quotas.request_urls",
+        "quotas.routing",
+    },
 }
 
 
