@@ -12,7 +12,7 @@ from django.db import models
 
 from audit.models import AuditEntry
 
-__all__ = ["AuditEntry", "record", "snapshot"]
+__all__ = ["AuditEntry", "history_of", "record", "snapshot"]
 
 
 def snapshot(obj: models.Model, fields: tuple[str, ...] | None = None) -> dict[str, Any]:
@@ -62,3 +62,10 @@ def record(
         after=json.loads(json.dumps(after, cls=DjangoJSONEncoder)) if after is not None else None,
         message=message,
     )
+
+
+def history_of(target: models.Model) -> models.QuerySet[AuditEntry]:
+    """The entries about one object, oldest first (a request's page shows its history)."""
+    return AuditEntry.objects.filter(
+        target_type=target._meta.label_lower, target_id=str(target.pk)
+    ).order_by("at", "id")

@@ -275,6 +275,8 @@ SPECTACULAR_SETTINGS = {
 # Every GPU_POLL_INTERVAL seconds the poller reads all agents. Embedded mode
 # runs the same schedule inside the web process (portal.embedded).
 GPU_POLL_INTERVAL = env_float("GPU_POLL_INTERVAL", 5.0, minimum=0.5)
+# GPU requests: how long before a placed request ends its requester is warned (seconds).
+REQUEST_EXPIRY_WARNING = env_int("REQUEST_EXPIRY_WARNING", 3600, minimum=0)
 GPU_POLL_TIMEOUT = env_float("GPU_POLL_TIMEOUT", 3.0, minimum=0.1)
 GPU_POLL_CONCURRENCY = env_int("GPU_POLL_CONCURRENCY", 200, minimum=1)
 # Within a cycle, an agent that refused the connection, dropped it or answered 503 is

@@ -27,6 +27,7 @@ urlpatterns = [
     path("", include("telemetry.urls")),
     path("", include("agents.urls")),
     path("", include("alerts.urls")),
+    path("", include("quotas.request_urls")),
     path("accounts/login/", auth_views.LoginView.as_view(), name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("account/", views.account, name="account"),

@@ -8,6 +8,7 @@ Named actors (alice, bob, carol, dave) are fixtures in tests/conftest.py, built 
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 import factory
@@ -224,3 +225,43 @@ class EventFactory(factory.django.DjangoModelFactory):
     summary = "GPU 0 is at 91 °C"
     started_at = factory.LazyFunction(timezone.now)
     last_seen_at = factory.LazyFunction(timezone.now)
+# --- GPU requests (issue #10: requests, approvals, queueing) ------------------------------
+
+
+@dataclass
+class Team:
+    """A tenant with a pool of cards open to it and one member of each role."""
+
+    tenant: Tenant
+    pool: Pool
+    quota: Quota
+    cards: list[GPU]
+    admin: object
+    approver: object
+    dev: object
+
+    def ask(self, user=None, **ask) -> dict:
+        """Keyword arguments for ``services.create_request``: one 25 % / 8 GiB slice for
+        4 hours in this team's pool, unless told otherwise."""
+        defaults = {
+            "tenant": self.tenant, "pool": self.pool, "count": 1, "compute_pct": 25,
+            "memory_mib": 8192, "duration_hours": 4, "reason": "training run",
+        }  # fmt: skip
+        return {**defaults, **ask}
+
+
+def gpu_team(name: str = "", *, cards: int = 2, **quota) -> Team:
+    """``cards`` 80 GiB cards in a pool of their own, a tenant with a quota there (the
+    QuotaFactory's, overridden by ``quota``), and an admin, an approver and a developer."""
+    gpus = online_cards(cards)
+    tenant = TenantFactory(**({"name": name, "slug": name} if name else {}))
+    pool = PoolFactory(cards=gpus)
+    members = {
+        role: MembershipFactory(tenant=tenant, role=role).user
+        for role in (Role.ADMIN, Role.APPROVER, Role.MEMBER)
+    }
+    return Team(
+        tenant=tenant, pool=pool, quota=QuotaFactory(tenant=tenant, pool=pool, **quota),
+        cards=gpus, admin=members[Role.ADMIN], approver=members[Role.APPROVER],
+        dev=members[Role.MEMBER],
+    )  # fmt: skip

@@ -33,6 +33,7 @@ WIRING = {
     "portal": {
         "telemetry.api.urls", "telemetry.urls", "telemetry.routing", "telemetry.tasks",
         "pools.api.operation_urls", "alerts.api.urls", "alerts.urls",
+        "quotas.api.request_urls", "quotas.request_urls", "quotas.routing",
     },
 }
 
