@@ -12,6 +12,7 @@ from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from django.urls import re_path  # noqa: E402
 
+from pools.routing import websocket_urlpatterns as pools_websockets  # noqa: E402
 from portal.websocket import NotFoundConsumer, SameOriginValidator  # noqa: E402
 from telemetry.routing import websocket_urlpatterns  # noqa: E402
 
@@ -21,7 +22,13 @@ application = ProtocolTypeRouter(
         "websocket": SameOriginValidator(
             AuthMiddlewareStack(
                 # Unknown paths end at NotFoundConsumer: closed, instead of URLRouter's error.
-                URLRouter([*websocket_urlpatterns, re_path(r"", NotFoundConsumer.as_asgi())])
+                URLRouter(
+                    [
+                        *websocket_urlpatterns,
+                        *pools_websockets,
+                        re_path(r"", NotFoundConsumer.as_asgi()),
+                    ]
+                )
             )
         ),
     }

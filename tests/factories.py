@@ -18,7 +18,8 @@ from django.utils import timezone
 from agents.choices import GpuHealth, NodeState
 from agents.models import GPU, Node
 from pools import services as pool_services
-from pools.models import Pool
+from pools.models import Lease, Pool
+from pools.placement import Ask
 from quotas.choices import Role
 from quotas.models import Membership, Quota, Tenant
 from telemetry.models import GpuMinute, OwnerMinute
@@ -182,3 +183,13 @@ class QuotaFactory(factory.django.DjangoModelFactory):
     limit_memory_mib = 8 * 81920
     guaranteed_gpu_hours = 0
     limit_gpu_hours = 1000
+
+
+# --- pools pages and API ------------------------------------------------------------------
+
+
+def placed_lease(pool: Pool, holder, *, label: str = "", **ask) -> Lease:
+    """A lease placed through the allocation service (``ask``: placement.Ask's fields)."""
+    return pool_services.place_lease(
+        pool, Ask(**ask), holder=holder, unix_user=holder.get_username(), label=label
+    )

@@ -22,6 +22,7 @@ PUBLIC = {
     "agents": {
         "agents.models", "agents.choices", "agents.fanout", "agents.gpu_agent.schema",
         "agents.filtersets", "agents.permissions", "agents.api.urls", "agents.urls",
+        "agents.gpu_agent.desired",
     },
     "telemetry": {"telemetry.interface"},
     "audit": {"audit.interface"},
@@ -30,7 +31,8 @@ PUBLIC = {
 }  # fmt: skip
 # The project package wires each app's URLs and websocket routes in; that is not use.
 WIRING = {
-    "portal": {"telemetry.api.urls", "telemetry.urls", "telemetry.routing", "telemetry.tasks"},
+    "portal": {"telemetry.api.urls", "telemetry.urls", "telemetry.routing", "telemetry.tasks",
+               "pools.api.urls", "pools.urls", "pools.routing", "pools.demo"},
 }
 
 
