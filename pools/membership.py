@@ -90,7 +90,7 @@ def _ratio(raw: Any) -> Decimal:
     return value
 
 
-def _clean(values: Mapping[str, Any]) -> tuple[dict[str, Any], Errors]:
+def clean_values(values: Mapping[str, Any]) -> tuple[dict[str, Any], Errors]:
     """Shapes the model cannot check (lists, mappings, ratios); the model checks the rest."""
     cleaned: dict[str, Any] = {}
     errors: Errors = {}
@@ -143,7 +143,7 @@ def ratio_errors(pool: Pool, compute_ratio: Decimal, memory_ratio: Decimal) -> E
 
 def create_pool(values: Mapping[str, Any], *, actor=None, address: str | None = None) -> Pool:
     """Create a pool; rule pools take the matching cards that are in no pool yet."""
-    cleaned, errors = _clean(values)
+    cleaned, errors = clean_values(values)
     if errors:
         raise PoolError(errors)
     pool = Pool(**cleaned)
@@ -161,7 +161,7 @@ def update_pool(
 ) -> Pool:
     """Change a pool's fields. Refused, changing nothing, when new ratios are below what is
     allocated on a card or a field is wrong."""
-    cleaned, errors = _clean(values)
+    cleaned, errors = clean_values(values)
     if errors:
         raise PoolError(errors)
     with transaction.atomic():
