@@ -161,7 +161,7 @@ def usage(pool_id: int) -> dict[str, Any]:
     cards: dict[str, dict[str, Any]] = {}
     at_risk: list[int] = []
     utils: list[float] = []
-    memory_used = 0
+    memory_used, memory_reported = 0, 0
     for gpu_id, uuid, node_id, physical, slices, memory_allocated in rows:
         reading = latest.get(node_id)
         card = reading.cards.get(uuid) if reading else None
@@ -176,13 +176,14 @@ def usage(pool_id: int) -> dict[str, Any]:
         }
         if util is not None:
             utils.append(util)
-        memory_used += used or 0
+        if used is not None:
+            memory_used, memory_reported = memory_used + used, memory_reported + 1
         if risky:
             at_risk.append(gpu_id)
     return {
         "cards": cards,
         "utilization_avg_pct": round(sum(utils) / len(utils), 1) if utils else None,
-        "memory_used_mib": memory_used,
+        "memory_used_mib": memory_used if memory_reported else None,
         "reporting_cards": len(utils),
         "at_risk": at_risk,
         "risk_ratio": ratio,
