@@ -49,7 +49,7 @@ class PoolForm(forms.Form):
     compute_ratio = forms.DecimalField(
         label=_("Compute oversubscription"), min_value=Decimal(1), max_value=MAX_RATIO,
         max_digits=4, decimal_places=2, initial=Decimal(1),
-        help_text=_("1.0 = none; 2.0 places up to 200 % of a card's compute in slices."),
+        help_text=_("1.0 = none; 2.0 lets slices together take twice a card's compute."),
     )  # fmt: skip
     memory_ratio = forms.DecimalField(
         label=_("Memory oversubscription"), min_value=Decimal(1), max_value=MAX_RATIO,
