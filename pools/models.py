@@ -19,7 +19,7 @@ from django.db.models import Q
 from django.urls import reverse
 from django.utils.translation import gettext_lazy as _
 
-from agents.models import GPU
+from agents.models import GPU, Node
 from pools.choices import AgentSync, AllocationState, LeaseState, PlacementPolicy
 
 MAX_RATIO = Decimal("10")
@@ -91,6 +91,9 @@ class PoolCard(models.Model):
     # until an admin clears it.
     cordoned_at = models.DateTimeField(_("cordoned at"), null=True, blank=True)
     cordon_reason = models.CharField(_("cordon reason"), max_length=255, blank=True)
+    # The fault counters last read from the card's agent ({"xid": last XID, "ecc":
+    # uncorrectable ECC count}): a cordon follows a change, not a value that stays.
+    fault_marks = models.JSONField(_("fault counters last seen"), default=dict, blank=True)
 
     class Meta:
         ordering = ["pool_id", "gpu_id"]
@@ -175,6 +178,11 @@ class Allocation(models.Model):
     agent_sync = models.CharField(
         _("agent"), max_length=16, choices=AgentSync, default=AgentSync.PENDING
     )
+    # Why the agent did not take it (its refusal, or no answer): for admins only.
+    agent_error = models.CharField(_("agent error"), max_length=200, blank=True)
+    # Sends since it was placed that the agent did not confirm; FAILED after
+    # POOLS_SYNC_MAX_ATTEMPTS.
+    agent_attempts = models.PositiveSmallIntegerField(_("unconfirmed sends"), default=0)
     created = models.DateTimeField(auto_now_add=True)
     placed_at = models.DateTimeField(_("placed at"), null=True, blank=True)
     released_at = models.DateTimeField(_("released at"), null=True, blank=True)
@@ -195,3 +203,25 @@ class Allocation(models.Model):
     def agent_id(self) -> str:
         """The id the agent knows the slice by (its ``allocation_id``)."""
         return f"alloc-{self.pk}"
+
+
+class NodeSync(models.Model):
+    """What pools last sent a node's agent (its desired slices) and what it answered."""
+
+    node = models.OneToOneField(
+        Node, on_delete=models.CASCADE, primary_key=True, related_name="pool_sync"
+    )
+    # The agent's desired-state generation from its last 200; None before any.
+    generation = models.PositiveBigIntegerField(_("generation"), null=True, blank=True)
+    slices = models.PositiveIntegerField(_("slices sent"), default=0)
+    sent_at = models.DateTimeField(_("sent at"), null=True, blank=True)
+    confirmed_at = models.DateTimeField(_("confirmed at"), null=True, blank=True)
+    # The last send's failure, short; for admins only (agents' texts are not for members).
+    error = models.CharField(_("error"), max_length=200, blank=True)
+
+    class Meta:
+        verbose_name = _("agent sync")
+        verbose_name_plural = _("agent syncs")
+
+    def __str__(self) -> str:
+        return f"sync of node {self.node_id}"

@@ -307,6 +307,17 @@ PROMETHEUS_TIMEOUT = env_float("PROMETHEUS_TIMEOUT", 10.0, minimum=0.1)
 # The portal's own database and Redis are refused whatever these say.
 AGENT_NETWORKS_ALLOW = env_networks("AGENT_NETWORKS_ALLOW", [])
 AGENT_NETWORKS_DENY = env_networks("AGENT_NETWORKS_DENY", ["169.254.0.0/16", "fe80::/10"])
+# Pools (docs/pool-operations.md). Slices on a node offline longer than this are re-placed.
+POOLS_OFFLINE_GRACE_S = env_int("POOLS_OFFLINE_GRACE_S", 600, minimum=0)
+# An allocation the agent has not confirmed after this many sends is marked failed.
+POOLS_SYNC_MAX_ATTEMPTS = env_int("POOLS_SYNC_MAX_ATTEMPTS", 5, minimum=1)
+# Every node holding slices gets its whole desired state again at least this often.
+POOLS_SYNC_EVERY_S = env_int("POOLS_SYNC_EVERY_S", 300, minimum=10)
+# How often reconciliation, failure handling and stranded re-placement run.
+POOLS_RECONCILE_EVERY_S = env_int("POOLS_RECONCILE_EVERY_S", 60, minimum=5)
+# XIDs that cordon a card (NVIDIA's catalogue: ECC, NVLink, fallen off the bus, GSP).
+_XIDS = ["48", "64", "74", "79", "92", "94", "95", "119", "120"]
+POOLS_CRITICAL_XIDS = frozenset(int(x) for x in env_list("POOLS_CRITICAL_XIDS", _XIDS))
 
 CELERY_BROKER_URL = REDIS_URL or "memory://"
 CELERY_RESULT_BACKEND = REDIS_URL or None
@@ -333,6 +344,11 @@ CELERY_BEAT_SCHEDULE = {
     "prune-rollups": {
         "task": "telemetry.tasks.prune_rollups",
         "schedule": timedelta(hours=1),
+    },
+    "pools-reconcile": {
+        "task": "pools.tasks.reconcile_pools",
+        "schedule": timedelta(seconds=POOLS_RECONCILE_EVERY_S),
+        "options": {"expires": POOLS_RECONCILE_EVERY_S},
     },
 }
 if PROMETHEUS_URL:

@@ -31,9 +31,12 @@ PUBLIC = {
 }  # fmt: skip
 # The project package wires each app's URLs and websocket routes in; that is not use.
 WIRING = {
-    "portal": {"telemetry.api.urls", "telemetry.urls", "telemetry.routing", "telemetry.tasks",
-               "pools.api.urls", "pools.urls", "pools.routing", "pools.demo"},
-}
+    "portal": {
+        "telemetry.api.urls", "telemetry.urls", "telemetry.routing", "telemetry.tasks",
+        "pools.api.operation_urls", "pools.api.urls", "pools.urls", "pools.routing",
+        "pools.demo",
+    },
+}  # fmt: skip
 
 
 def _modules() -> list[tuple[str, Path]]:
