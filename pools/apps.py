@@ -3,6 +3,8 @@ from django.utils.translation import gettext_lazy as _
 
 
 class PoolsConfig(AppConfig):
+    """Pools of cards, vGPU slices and placement; used through ``pools.interface``."""
+
     name = "pools"
     verbose_name = _("Pools")
 
@@ -17,4 +19,9 @@ class PoolsConfig(AppConfig):
                                       dispatch_uid="pools.sync")  # fmt: skip
         poll_cycle_recorded.connect(receivers.on_poll_cycle_recorded, weak=False,
                                     dispatch_uid="pools.poll_cycle")  # fmt: skip
+        # The pool pages: new cards join rule pools, watched pages get readings and news.
+        poll_cycle_recorded.connect(receivers.on_poll_cycle_for_pools, weak=False,
+                                    dispatch_uid="pools.cards_and_live")  # fmt: skip
+        desired_state_changed.connect(receivers.on_slices_changed_for_pages, weak=False,
+                                      dispatch_uid="pools.live")  # fmt: skip
         register(PoolsCollector())

@@ -420,3 +420,7 @@ LOGGING = {
         "celery.app.trace": {"level": "WARNING" if EMBEDDED else "INFO"},
     },
 }
+
+# Pools (docs/pools.md): a card holding slices whose memory in use reaches this share of
+# its physical memory is listed as at risk on its pool's page.
+POOLS_MEMORY_RISK_RATIO = env_float("POOLS_MEMORY_RISK_RATIO", 0.9, minimum=0.1)

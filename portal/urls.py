@@ -26,6 +26,7 @@ redoc_view = csp_update({"style-src": [UNSAFE_INLINE], "worker-src": ["blob:"]})
 urlpatterns = [
     path("", include("telemetry.urls")),
     path("", include("agents.urls")),
+    path("", include("pools.urls")),
     path("", include("alerts.urls")),
     path("", include("quotas.request_urls")),
     path("accounts/login/", auth_views.LoginView.as_view(), name="login"),

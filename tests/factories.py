@@ -21,7 +21,8 @@ from agents.models import GPU, Node
 from alerts.choices import ChannelKind, Severity
 from alerts.models import Channel, Event
 from pools import services as pool_services
-from pools.models import Pool
+from pools.models import Lease, Pool
+from pools.placement import Ask
 from quotas.choices import Role
 from quotas.models import Membership, Quota, Tenant
 from telemetry.models import GpuMinute, OwnerMinute
@@ -265,3 +266,11 @@ def gpu_team(name: str = "", *, cards: int = 2, **quota) -> Team:
         cards=gpus, admin=members[Role.ADMIN], approver=members[Role.APPROVER],
         dev=members[Role.MEMBER],
     )  # fmt: skip
+# --- pools pages and API ------------------------------------------------------------------
+
+
+def placed_lease(pool: Pool, holder, *, label: str = "", **ask) -> Lease:
+    """A lease placed through the allocation service (``ask``: placement.Ask's fields)."""
+    return pool_services.place_lease(
+        pool, Ask(**ask), holder=holder, unix_user=holder.get_username(), label=label
+    )
