@@ -26,6 +26,8 @@ from quotas.choices import Role
 from quotas.models import Membership, Quota, Tenant
 
 TENANT_FIELDS = ("name", "slug", "description")
+# Slugs the tenant pages' own paths use (/tenants/add/).
+RESERVED_SLUGS = frozenset({"add"})
 # guarantee, limit and the label of each dimension a quota bounds
 DIMENSIONS = (
     ("guaranteed_vgpus", "limit_vgpus"),
@@ -70,10 +72,16 @@ def _clean(obj, errors: dict[str, list[str]] | None = None, **kwargs) -> None:
 # --- tenants -----------------------------------------------------------------------------
 
 
+def _slug_errors(tenant: Tenant) -> dict[str, list[str]]:
+    if tenant.slug in RESERVED_SLUGS:
+        return {"slug": [_("This slug is reserved; choose another.")]}
+    return {}
+
+
 def create_tenant(actor, *, address: str | None = None, **fields: Any) -> Tenant:
     _refuse_unless(permissions.can_manage_tenant(actor))
     tenant = Tenant(**{k: v for k, v in fields.items() if k in TENANT_FIELDS})
-    _clean(tenant)
+    _clean(tenant, _slug_errors(tenant))
     with transaction.atomic():
         tenant.save()
         record("tenant.create", tenant, actor=actor, address=address, tenant_id=tenant.pk,
@@ -89,7 +97,7 @@ def update_tenant(tenant_id: int, actor, *, address: str | None = None, **fields
         for key, value in fields.items():
             if key in TENANT_FIELDS:
                 setattr(tenant, key, value)
-        _clean(tenant)
+        _clean(tenant, _slug_errors(tenant))
         tenant.save()
         record("tenant.update", tenant, actor=actor, address=address, tenant_id=tenant.pk,
                before=before, after=snapshot(tenant))  # fmt: skip

@@ -30,7 +30,14 @@ PUBLIC = {
 }  # fmt: skip
 # The project package wires each app's URLs and websocket routes in; that is not use.
 WIRING = {
-    "portal": {"telemetry.api.urls", "telemetry.urls", "telemetry.routing", "telemetry.tasks"},
+    "portal": {
+        "telemetry.api.urls",
+        "telemetry.urls",
+        "telemetry.routing",
+        "telemetry.tasks",
+        "quotas.api.urls",
+        "quotas.urls",
+    },
 }
 
 
