@@ -102,7 +102,9 @@ def _over(quota: Quota, used: Usage, ask: Usage, *, per_user: bool = False) -> l
     ):
         if limit is not None and have + want > limit:
             problems.append(
-                _("%(name)s: %(have)s held or asked, %(want)s more passes the limit of %(limit)s")
+                _(
+                    "%(name)s: %(have)s held or asked, %(want)s more passes the limit of %(limit)s"
+                )
                 % {"name": name, "have": have, "want": want, "limit": limit}
             )
     return problems
