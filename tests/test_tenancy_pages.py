@@ -266,3 +266,18 @@ def test_adding_an_unknown_user_is_a_field_error_that_changes_nothing(teams):
     )
     assert response.status_code == 200 and "username" in response.context["form"].errors
     assert memberships_of(teams.acme) == before
+
+
+def test_the_admin_lists_and_edits_tenants_with_their_members_and_quotas(teams):
+    client = _client(teams, "alice")
+    urls = [
+        "/admin/quotas/tenant/",
+        f"/admin/quotas/tenant/{teams.acme.pk}/change/",
+        "/admin/quotas/quota/",
+        f"/admin/quotas/quota/{teams.acme_quota.pk}/change/",
+    ]
+    for url in urls:
+        response = client.get(url)
+        assert response.status_code == 200, url
+    body = client.get(f"/admin/quotas/tenant/{teams.acme.pk}/change/").content.decode()
+    assert "erin" in body and "shared-pool" in body
