@@ -5,9 +5,10 @@ from alerts.api.urls import urlpatterns as alerts_urls
 from pools.api.operation_urls import urlpatterns as pool_operation_urls
 from pools.api.urls import urlpatterns as pools_urls
 from quotas.api.request_urls import urlpatterns as requests_urls
+from quotas.api.urls import urlpatterns as quotas_urls
 from telemetry.api.urls import urlpatterns as telemetry_urls
 
 urlpatterns = [
-    *agents_urls, *telemetry_urls, *pools_urls, *pool_operation_urls, *requests_urls,
-    *alerts_urls,
+    *agents_urls, *telemetry_urls, *pools_urls, *pool_operation_urls, *quotas_urls,
+    *requests_urls, *alerts_urls,
 ]  # fmt: skip

@@ -1,10 +1,19 @@
 """Quotas' public interface for the apps above it (alerts, reports).
 
-Models and choices are public too (``quotas.models``, ``quotas.choices``).
+Models and choices are public too (``quotas.models``, ``quotas.choices``), and the
+capability rules (``quotas.permissions``). Everything else in quotas is private.
 """
 
 from __future__ import annotations
 
 from quotas.signals import request_event
+from quotas.usage import QuotaUsage, Usage, gpu_hours_left, gpu_hours_used, quota_usage
 
-__all__ = ["request_event"]
+__all__ = [
+    "QuotaUsage",
+    "Usage",
+    "gpu_hours_left",
+    "gpu_hours_used",
+    "quota_usage",
+    "request_event",
+]

@@ -16,6 +16,7 @@ from typing import Any
 
 from agents.gpu_agent.schema import GPU_FIELDS, HISTORY_GPU_FIELDS, HISTORY_PROCESS_FIELDS
 from telemetry import history, readings
+from telemetry.permissions import OwnerGrant, grant_owners
 from telemetry.signals import PollCycle, poll_cycle_recorded
 
 __all__ = [
@@ -25,9 +26,11 @@ __all__ = [
     "CardReading",
     "CardUsage",
     "NodeReading",
+    "OwnerGrant",
     "OwnerUsage",
     "PollCycle",
     "card_usage",
+    "grant_owners",
     "latest",
     "owner_usage",
     "poll_cycle_recorded",

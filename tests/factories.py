@@ -274,3 +274,44 @@ def placed_lease(pool: Pool, holder, *, label: str = "", **ask) -> Lease:
     return pool_services.place_lease(
         pool, Ask(**ask), holder=holder, unix_user=holder.get_username(), label=label
     )
+# --- tenancy: usage histories -------------------------------------------------------------
+
+
+def held_allocation(
+    tenant: Tenant,
+    pool: Pool,
+    requester,
+    placed_at: datetime,
+    released_at: datetime | None = None,
+    *,
+    compute_pct: int = 100,
+    memory_mib: int = 1024,
+    whole_card: bool = False,
+    gpu: GPU | None = None,
+):
+    """One vGPU the tenant held in the pool over ``[placed_at, released_at)`` (still held
+    when None), through a request and its lease, without placing it on a card: a usage
+    history is built from these. Returns the Allocation."""
+    from pools.choices import AllocationState, LeaseState
+    from pools.models import Allocation, Lease
+    from quotas.choices import RequestState
+    from quotas.models import GpuRequest
+
+    live = released_at is None
+    lease = Lease.objects.create(
+        pool=pool, holder=requester, unix_user=requester.get_username(),
+        state=LeaseState.ACTIVE if live else LeaseState.RELEASED, count=1,
+        compute_pct=compute_pct, memory_mib=memory_mib, whole_card=whole_card,
+        released_at=released_at,
+    )  # fmt: skip
+    GpuRequest.objects.create(
+        tenant=tenant, pool=pool, requester=requester, reason="test", lease=lease,
+        compute_pct=compute_pct, memory_mib=memory_mib, whole_card=whole_card,
+        state=RequestState.ALLOCATED if live else RequestState.RELEASED,
+        placed_at=placed_at, ended_at=released_at,
+    )  # fmt: skip
+    return Allocation.objects.create(
+        lease=lease, pool=pool, gpu=gpu, compute_pct=compute_pct, memory_mib=memory_mib,
+        whole_card=whole_card, placed_at=placed_at, released_at=released_at,
+        state=AllocationState.ACTIVE if live else AllocationState.RELEASED,
+    )  # fmt: skip

@@ -34,7 +34,7 @@ WIRING = {
     "portal": {
         "telemetry.api.urls", "telemetry.urls", "telemetry.routing", "telemetry.tasks",
         "pools.api.operation_urls", "pools.api.urls", "pools.urls", "pools.routing",
-        "pools.demo", "alerts.api.urls", "alerts.urls",
+        "pools.demo", "alerts.api.urls", "alerts.urls", "quotas.api.urls", "quotas.urls",
         "quotas.api.request_urls", "quotas.request_urls", "quotas.routing",
     },
 }  # fmt: skip

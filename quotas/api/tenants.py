@@ -1,0 +1,104 @@
+"""/api/v1/tenants/, /api/v1/memberships/, /api/v1/quotas/ and a tenant's usage.
+
+Thin views: what each caller may read is the queryset (``quotas.permissions``: others'
+tenants are 404), who may write is ``TenantPermissions`` and the services again.
+"""
+
+from __future__ import annotations
+
+from django.contrib.auth import get_user_model
+from drf_spectacular.utils import extend_schema
+from rest_framework import viewsets
+from rest_framework.decorators import action
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from quotas import permissions, tenancy
+from quotas.api.serializers import (
+    MembershipSerializer,
+    QuotaSerializer,
+    QuotaUsageSerializer,
+    TenantSerializer,
+    call_service,
+)
+from quotas.filtersets import MembershipFilterSet, QuotaFilterSet, TenantFilterSet
+from quotas.models import Membership, Quota
+from quotas.usage import quota_usage
+
+
+def _address(request: Request) -> str | None:
+    return request.META.get("REMOTE_ADDR")
+
+
+class TenantViewSet(viewsets.ModelViewSet):
+    serializer_class = TenantSerializer
+    filterset_class = TenantFilterSet
+    permission_classes = [permissions.TenantPermissions]
+
+    def get_queryset(self):
+        return permissions.visible_tenants(self.request.user).order_by("name")
+
+    def get_serializer_context(self) -> dict:
+        context = super().get_serializer_context()
+        # The caller's roles, read once per page rather than once per tenant.
+        context["roles"] = dict(
+            Membership.objects.filter(user_id=self.request.user.pk).values_list("tenant_id", "role")
+        )
+        return context
+
+    def perform_destroy(self, instance) -> None:
+        call_service(
+            tenancy.delete_tenant, instance.pk, self.request.user, address=_address(self.request)
+        )
+
+    @extend_schema(responses=QuotaUsageSerializer(many=True))
+    @action(detail=True, methods=["get"])
+    def usage(self, request: Request, pk: str | None = None) -> Response:
+        """Per pool: what the tenant holds now and its GPU-hours this budget period, against
+        its guarantee and limit, and each member's share. GPU-hours: a whole card counts 1
+        per hour, a slice compute_pct/100 per hour."""
+        tenant = self.get_object()
+        usages = quota_usage([tenant.pk], members=True)
+        ids = {uid for usage in usages for uid in usage.members}
+        names = dict(get_user_model().objects.filter(pk__in=ids).values_list("pk", "username"))
+        serializer = QuotaUsageSerializer(usages, many=True, context={"usernames": names})
+        return Response(serializer.data)
+
+
+class MembershipViewSet(viewsets.ModelViewSet):
+    serializer_class = MembershipSerializer
+    filterset_class = MembershipFilterSet
+    permission_classes = [permissions.TenantPermissions]
+    members_may_write = True  # tenant admins: checked per tenant by the serializer and services
+
+    def get_queryset(self):
+        tenants = permissions.visible_tenants(self.request.user).values("pk")
+        return (
+            Membership.objects.filter(tenant_id__in=tenants)
+            .select_related("user", "tenant")
+            .order_by("tenant__name", "user__username")
+        )
+
+    def perform_destroy(self, instance: Membership) -> None:
+        call_service(
+            tenancy.remove_member, instance.pk, self.request.user, address=_address(self.request)
+        )
+
+
+class QuotaViewSet(viewsets.ModelViewSet):
+    serializer_class = QuotaSerializer
+    filterset_class = QuotaFilterSet
+    permission_classes = [permissions.TenantPermissions]
+
+    def get_queryset(self):
+        tenants = permissions.visible_tenants(self.request.user).values("pk")
+        return (
+            Quota.objects.filter(tenant_id__in=tenants)
+            .select_related("tenant", "pool")
+            .order_by("tenant__name", "pool__name")
+        )
+
+    def perform_destroy(self, instance: Quota) -> None:
+        call_service(
+            tenancy.delete_quota, instance.pk, self.request.user, address=_address(self.request)
+        )

@@ -1,0 +1,10 @@
+from rest_framework.routers import SimpleRouter
+
+from quotas.api.tenants import MembershipViewSet, QuotaViewSet, TenantViewSet
+
+router = SimpleRouter()
+router.register("tenants", TenantViewSet, basename="tenant")
+router.register("memberships", MembershipViewSet, basename="membership")
+router.register("quotas", QuotaViewSet, basename="quota")
+
+urlpatterns = router.urls

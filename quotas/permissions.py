@@ -1,0 +1,174 @@
+"""Who may see and change what in tenancy: one set of rules for the pages, the API and the
+websocket consumers.
+
+Roles, from the widest:
+
+- **platform admin**: a superuser, or a user granted ``quotas.change_tenant`` (the Django
+  permission the admin checks). Creates tenants, sets quotas, sees every tenant.
+- **tenant admin** (``Role.ADMIN``): manages the tenant's members and their roles, approves.
+- **approver** (``Role.APPROVER``): approves the tenant's GPU requests.
+- **member** (``Role.MEMBER``): asks for GPUs, sees the tenant's members, quotas and usage.
+
+A user can belong to several tenants, with a role in each. Everything a user may not see
+is answered as absent (404), never as forbidden, so tenant names do not leak.
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Sequence
+from datetime import timedelta
+from functools import reduce
+
+from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
+from django.db.models import Q, QuerySet
+from django.utils import timezone
+from rest_framework import permissions
+from rest_framework.request import Request
+
+from pools.models import Allocation
+from quotas.choices import Role
+from quotas.models import GpuRequest, Membership, Tenant
+
+CHANGE_TENANT = "quotas.change_tenant"
+APPROVING_ROLES = (Role.ADMIN, Role.APPROVER)
+
+User = AbstractBaseUser | AnonymousUser
+
+
+def is_platform_admin(user: User) -> bool:
+    return bool(user.is_authenticated and user.has_perm(CHANGE_TENANT))
+
+
+def role_in(user: User, tenant: Tenant | int) -> str | None:
+    """The user's role in the tenant, or None when not a member."""
+    if not user.is_authenticated:
+        return None
+    tenant_id = tenant if isinstance(tenant, int) else tenant.pk
+    return (
+        Membership.objects.filter(user_id=user.pk, tenant_id=tenant_id)
+        .values_list("role", flat=True)
+        .first()
+    )
+
+
+def tenant_ids_of(user: User, roles: tuple[str, ...] | None = None) -> QuerySet:
+    """The ids of the tenants the user belongs to (with one of ``roles``), as a subquery."""
+    rows = Membership.objects.filter(user_id=user.pk if user.is_authenticated else None)
+    if roles is not None:
+        rows = rows.filter(role__in=roles)
+    return rows.values("tenant_id")
+
+
+def tenants_of(user: User) -> QuerySet[Tenant]:
+    """The tenants the user is a member of, whatever the role (none for anonymous)."""
+    return Tenant.objects.filter(pk__in=tenant_ids_of(user))
+
+
+def visible_tenants(user: User) -> QuerySet[Tenant]:
+    """Every tenant for a platform admin; the user's own tenants for anyone else."""
+    if is_platform_admin(user):
+        return Tenant.objects.all()
+    return tenants_of(user)
+
+
+def can_view_tenant(user: User, tenant: Tenant) -> bool:
+    return is_platform_admin(user) or role_in(user, tenant) is not None
+
+
+def can_manage_tenant(user: User, tenant: Tenant | None = None) -> bool:
+    """Create, rename and delete tenants and set their quotas: platform admins only.
+    (A tenant admin manages the members, not the tenant's limits.)"""
+    return is_platform_admin(user)
+
+
+def can_manage_members(user: User, tenant: Tenant | int) -> bool:
+    """Add and remove members and change their roles: the tenant's admins, platform admins."""
+    return is_platform_admin(user) or role_in(user, tenant) == Role.ADMIN
+
+
+def can_approve(user: User, tenant: Tenant | int) -> bool:
+    """Decide the tenant's GPU requests: its approvers and admins, platform admins.
+    (``quotas.services.can_decide`` adds that nobody decides their own request.)"""
+    return is_platform_admin(user) or role_in(user, tenant) in APPROVING_ROLES
+
+
+def visible_requests(user: User) -> QuerySet[GpuRequest]:
+    """The GPU requests the user may read: all for platform admins; for anyone else those
+    of their tenants (members see their team's requests) and their own."""
+    if is_platform_admin(user):
+        return GpuRequest.objects.all()
+    if not user.is_authenticated:
+        return GpuRequest.objects.none()
+    return GpuRequest.objects.filter(Q(tenant_id__in=tenant_ids_of(user)) | Q(requester=user))
+
+
+def approvable_requests(user: User) -> QuerySet[GpuRequest]:
+    """The requests the user may decide (pending or not), own ones left out."""
+    if is_platform_admin(user):
+        return GpuRequest.objects.all()
+    if not user.is_authenticated:
+        return GpuRequest.objects.none()
+    return GpuRequest.objects.filter(tenant_id__in=tenant_ids_of(user, APPROVING_ROLES)).exclude(
+        requester=user
+    )
+
+
+def leases_visible_to(user: User) -> Q:
+    """A filter over ``pools.Lease``: the leases held for the user's tenants' requests, and
+    the user's own (registered with the pools app in ``QuotasConfig.ready``)."""
+    if not user.is_authenticated:
+        return Q(pk__in=[])
+    return Q(gpu_request__tenant_id__in=tenant_ids_of(user)) | Q(holder_id=user.pk)
+
+
+# How far back a member's grant to see process owners reaches: further than any history
+# range the pages offer (7 days), short enough to keep the filter small.
+OWNER_GRANT_REACH = timedelta(days=31)
+
+
+def owners_visible_to(user: User, gpu_ids: Sequence[int]) -> Q | None:
+    """A filter over telemetry's owner rollups (``gpu``, ``owner``, ``bucket``): on each
+    card, the buckets inside the life of an allocation of one of the user's tenants
+    (registered with ``telemetry.interface.grant_owners`` in ``QuotasConfig.ready``).
+    A bucket counts from the minute the allocation was placed until it was released."""
+    if not user.is_authenticated or not gpu_ids:
+        return None
+    since = timezone.now() - OWNER_GRANT_REACH
+    lives = (
+        Allocation.objects.filter(
+            gpu_id__in=list(gpu_ids),
+            placed_at__isnull=False,
+            lease__gpu_request__tenant_id__in=tenant_ids_of(user),
+        )
+        .filter(Q(released_at__isnull=True) | Q(released_at__gte=since))
+        .values_list("gpu_id", "placed_at", "released_at")
+    )
+    granted = []
+    for gpu_id, placed_at, released_at in lives:
+        q = Q(gpu_id=gpu_id, bucket__gte=placed_at.replace(second=0, microsecond=0))
+        if released_at is not None:
+            q &= Q(bucket__lt=released_at)
+        granted.append(q)
+    return reduce(operator.or_, granted) if granted else None
+
+
+class TenantPermissions(permissions.BasePermission):
+    """Signed in to read (the querysets narrow what each user sees: others' tenants are
+    404); writes to tenants and quotas by platform admins; memberships by the tenant's
+    admins, checked on the object and again in the services."""
+
+    def has_permission(self, request: Request, view) -> bool:
+        user = request.user
+        if not (user and user.is_authenticated):
+            return False
+        if request.method in permissions.SAFE_METHODS:
+            return True
+        return bool(getattr(view, "members_may_write", False)) or is_platform_admin(user)
+
+    def has_object_permission(self, request: Request, view, obj) -> bool:
+        if request.method in permissions.SAFE_METHODS:
+            return True
+        if isinstance(obj, Membership):
+            return can_manage_members(request.user, obj.tenant_id)
+        return is_platform_admin(request.user)
