@@ -24,6 +24,7 @@ from django.views.decorators.http import require_POST
 from agents.choices import GpuHealth, NodeState
 from agents.models import GPU
 from pools import capacity, launch, membership, permissions
+from pools.agent_reports import agent_report
 from pools.choices import AgentSync, AllocationState
 from pools.forms import PoolCardsForm, PoolForm
 from pools.models import Pool
@@ -216,5 +217,12 @@ def allocation_detail(request: HttpRequest, pk: int) -> HttpResponse:
         "env": env,
         "export_block": launch.export_block(env),
         "kubernetes": launch.kubernetes_snippet(allocation) if env else "",
+        # Other people's processes on the card (violations) are named only for those who
+        # may see every owner; the allocation's own processes are its reader's business.
+        "agent_report": agent_report(
+            allocation, owners=request.user.has_perm("telemetry.view_process_owners")
+        )
+        if allocation.state == AllocationState.ACTIVE
+        else None,
     }
     return render(request, "pools/allocation_detail.html", context)

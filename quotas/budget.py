@@ -1,49 +1,25 @@
-"""The GPU-hour budget: what a tenant's allocations in a pool used in the budget period.
+"""The GPU-hour budget check for requests, over the one accounting in ``quotas.usage``.
 
-A slice counts ``compute_pct / 100`` GPU-hours per hour held (a whole card 1). One small
-function so that the tenancy side's report (quotas.usage) and this check can be one.
+A slice counts ``compute_pct / 100`` GPU-hours per hour held (a whole card 1). A quota
+whose ``limit_gpu_hours`` is 0 sets no GPU-hour budget: its vGPU, compute and memory
+limits still hold.
 """
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import datetime
 
-from django.db.models import Q
-from django.utils import timezone
-
-from pools.models import Allocation
-from quotas.choices import BudgetPeriod
 from quotas.models import Quota
-
-
-def period_start(period: str, now: datetime) -> datetime:
-    if period == BudgetPeriod.ROLLING_30:
-        return now - timedelta(days=30)
-    local = timezone.localtime(now)
-    return local.replace(day=1, hour=0, minute=0, second=0, microsecond=0)
+from quotas.usage import gpu_hours_used
 
 
 def gpu_hours_left(quota: Quota, now: datetime | None = None) -> float | None:
-    """GPU-hours left of the quota's budget in the current period; None when the quota
-    sets no budget (``limit_gpu_hours`` 0)."""
+    """GPU-hours left of the quota's budget in its current period; None when the quota
+    sets no budget. The caller holds the quota row's lock."""
     if not quota.limit_gpu_hours:
         return None
-    now = now or timezone.now()
-    start = period_start(quota.budget_period, now)
-    rows = (
-        Allocation.objects.filter(
-            pool_id=quota.pool_id,
-            lease__gpu_request__tenant_id=quota.tenant_id,
-            placed_at__lt=now,
-        )
-        .filter(Q(released_at=None) | Q(released_at__gt=start))
-        .values_list("placed_at", "released_at", "compute_pct")
-    )
-    used = 0.0
-    for placed, released, compute in rows:
-        held = min(released or now, now) - max(placed, start)
-        used += max(held.total_seconds(), 0) / 3600 * compute / 100
-    return quota.limit_gpu_hours - used
+    used = gpu_hours_used(quota.tenant_id, quota.pool_id, now=now)
+    return float(quota.limit_gpu_hours - used)
 
 
 def ask_hours(count: int, compute_pct: int, hours: int) -> float:

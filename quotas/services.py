@@ -258,6 +258,15 @@ def decide(
     return req
 
 
+class _OverQuota(Exception):
+    """Placed cards turned out larger than the quota allows (whole cards)."""
+
+
+def _held_by(lease) -> Usage:
+    totals = lease.allocations.aggregate(n=Count("id"), c=Sum("compute_pct"), m=Sum("memory_mib"))
+    return Usage(totals["n"] or 0, totals["c"] or 0, totals["m"] or 0)
+
+
 def place_request(req_id: int) -> bool:
     """Place one approved request if its quota and the pool's cards allow; True when it
     was placed. Otherwise it keeps its place in the queue."""
@@ -280,12 +289,19 @@ def place_request(req_id: int) -> bool:
         if _over(quota, used, demand):
             return False
         try:
-            lease = place_lease(
-                req.pool, ask_of(req), holder=req.requester,
-                unix_user=req.requester.get_username()[:64],
-                label=f"{req.tenant.slug} #{req.pk}",
-            )  # fmt: skip
-        except PlacementError:
+            with transaction.atomic():
+                lease = place_lease(
+                    req.pool, ask_of(req), holder=req.requester,
+                    unix_user=req.requester.get_username()[:64],
+                    label=f"{req.tenant.slug} #{req.pk}",
+                )  # fmt: skip
+                if req.whole_card:
+                    # A whole card's memory is known once the card is: check it now, and
+                    # undo the placement (this savepoint) when it passes the limit.
+                    demand = _held_by(lease)
+                    if _over(quota, used, demand):
+                        raise _OverQuota
+        except (PlacementError, _OverQuota):
             return False
         before = snapshot(req)
         now = timezone.now()

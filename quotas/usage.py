@@ -209,12 +209,13 @@ def gpu_hours_used(tenant_id: int, pool_id: int, *, now: datetime | None = None)
 
 def gpu_hours_left(tenant, pool, now: datetime | None = None) -> Decimal | None:
     """GPU-hours the tenant may still use in the pool this budget period: the quota's
-    ``limit_gpu_hours`` less what it used (never below 0; a limit of 0 allows none).
-    None when the tenant has no quota in the pool. Takes models or primary keys."""
+    ``limit_gpu_hours`` less what it used (never below 0). None when the tenant has no
+    quota in the pool, or its quota sets no GPU-hour budget (a limit of 0: the request
+    check in ``quotas.budget`` reads it the same way). Takes models or primary keys."""
     tenant_id = getattr(tenant, "pk", tenant)
     pool_id = getattr(pool, "pk", pool)
     quota = Quota.objects.filter(tenant_id=tenant_id, pool_id=pool_id).first()
-    if quota is None:
+    if quota is None or not quota.limit_gpu_hours:
         return None
     used = gpu_hours_used(tenant_id, pool_id, now=now)
     return max(Decimal(quota.limit_gpu_hours) - used, Decimal(0))

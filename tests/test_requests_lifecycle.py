@@ -364,3 +364,19 @@ def test_the_sweep_task_runs_every_timed_step(team, run_commits):
 
 def test_place_queued_on_a_pool_without_a_queue_places_nothing(team):
     assert place_queued(team.pool.pk) == 0
+
+
+def test_whole_cards_larger_than_the_memory_quota_stay_queued_and_hold_nothing(run_commits):
+    # Two 80 GiB cards, but the quota allows 100 GiB of memory: a whole card's memory is
+    # known only once placed, so the placement is undone and the request keeps waiting.
+    team = gpu_team(limit_memory_mib=100 * 1024, guaranteed_memory_mib=0)
+    req = run_commits(
+        lambda: create_request(
+            team.dev, **team.ask(count=2, whole_card=True, compute_pct=100, memory_mib=1)
+        )
+    )
+    run_commits(lambda: decide(req.pk, team.approver, approve=True))
+    req.refresh_from_db()
+    assert req.state == RequestState.APPROVED and req.lease_id is None
+    assert not Allocation.objects.exists()
+    assert set(PoolCard.objects.values_list("slices", "compute_allocated")) == {(0, 0)}

@@ -116,3 +116,10 @@ def test_many_tenants_cost_the_same_few_queries():
     assert len(usages) == 12 and all(u.used.vgpus == 1 for u in usages)
     assert all(u.used.gpu_hours == Decimal("3.6") for u in usages)  # 36 h x 0.1
     assert len(queries) <= 5
+
+
+def test_a_quota_without_a_gpu_hour_limit_sets_no_budget(history):
+    tenant, _other, pool, quota, _frank, _grace = history
+    quota.limit_gpu_hours = quota.guaranteed_gpu_hours = 0
+    quota.save()
+    assert gpu_hours_left(tenant, pool, NOW) is None
