@@ -26,6 +26,7 @@ redoc_view = csp_update({"style-src": [UNSAFE_INLINE], "worker-src": ["blob:"]})
 urlpatterns = [
     path("", include("telemetry.urls")),
     path("", include("agents.urls")),
+    path("", include("audit.urls")),
     path("accounts/login/", auth_views.LoginView.as_view(), name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("account/", views.account, name="account"),
