@@ -31,12 +31,9 @@ def _user_id(username: str) -> str:
 
 
 def _refused_before_password(request: HttpRequest) -> bool:
-    # django-axes marks a request its backend refused as locked out before any password
-    # is read; a failure it counted carries its count (None until then) and, when it is
-    # the one that starts the lockout, the mark as well.
-    return bool(getattr(request, "axes_locked_out", False)) and (
-        getattr(request, "axes_failures_since_start", None) is None
-    )
+    # Marked by the lockout backend (portal.security.LoginLockoutBackend) when it refused
+    # the attempt before any password check ran.
+    return bool(getattr(request, "refused_by_lockout", False))
 
 
 def logged_in(sender: Any, request: HttpRequest | None, user, **kwargs: Any) -> None:
@@ -81,5 +78,8 @@ def locked_out(
         target_id=_user_id(username),
         target_repr=username,
         address=request_address(request),
-        after={"username": username, "failures": request.axes_failures_since_start},
+        after={
+            "username": username,
+            "failures": getattr(request, "axes_failures_since_start", None),
+        },
     )
