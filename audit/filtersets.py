@@ -39,7 +39,7 @@ class AuditEntryFilterSet(django_filters.FilterSet):
     target_type = django_filters.CharFilter(
         max_length=64,
         label=_("Object type"),
-        help_text=_("Only entries about this kind of object (agents.node, auth.user)."),
+        help_text=_("Only entries about this kind of object (auth.user, quotas.quota)."),
     )
     target_id = django_filters.CharFilter(
         max_length=64,

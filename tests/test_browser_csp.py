@@ -77,6 +77,7 @@ def test_every_page_works_under_the_policy(site, browser):
         visit("/nodes/", "table, .empty")
         visit("/nodes/add/", "#test-connection")
         visit("/account/", "#content form")
+        visit("/audit/", ".audit-entries")
         visit("/api/docs/", ".opblock")
         visit("/api/redoc/", "[role=search], .menu-content")
         visit("/admin/", "#content")

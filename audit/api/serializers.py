@@ -4,8 +4,8 @@ from audit.models import AuditEntry
 
 
 class AuditEntrySerializer(serializers.ModelSerializer):
-    """One entry of the audit log: who (``actor`` id and ``actor_name`` as it was), when,
-    from where, what (``action`` on ``target_type``/``target_id``), before and after."""
+    """One entry of the audit log: who (the user's id, and their name as it was then), when,
+    from which address, what (an action on an object), and the object before and after."""
 
     class Meta:
         model = AuditEntry
