@@ -283,3 +283,14 @@ def test_the_diff_of_a_creation_a_deletion_and_a_value_that_is_no_mapping():
     assert diff_rows(None, None) == []
     long = diff_rows(None, {"a": "x" * 2000})[0].after
     assert len(long) == 500 and long.endswith("…")
+
+
+def test_an_entry_reads_the_same_after_its_user_is_deleted(alice, carol, entries):
+    carol_id = carol.pk
+    carol.delete()
+    entry = AuditEntry.objects.get(pk=entries["login"].pk)
+    assert (entry.actor_id, entry.actor_name) == (carol_id, "carol")
+    assert "carol" in _client(alice).get(PAGE, {"actor": "carol"}).content.decode()
+    data = _api(alice).get(f"{API}{entry.pk}/").json()
+    assert (data["actor"], data["actor_name"]) == (carol_id, "carol")
+    assert _client(alice).get(f"/admin/audit/auditentry/{entry.pk}/change/").status_code == 200
