@@ -75,7 +75,7 @@ class AuditEntryFilterSet(django_filters.FilterSet):
     before = django_filters.IsoDateTimeFilter(
         field_name="at",
         lookup_expr="lt",
-        label=_("Before"),
+        label=_("Earlier than"),
         help_text=_("Only entries before this moment (ISO 8601)."),
     )
     ordering = django_filters.OrderingFilter(

@@ -17,7 +17,8 @@ from audit.choices import AuditAction
 from audit.models import AuditEntry
 
 __all__ = [
-    "AuditAction", "AuditEntry", "entry", "record", "record_all", "request_address", "snapshot",
+    "AuditAction", "AuditEntry", "entry", "history_of", "record", "record_all",
+    "request_address", "snapshot",
 ]  # fmt: skip
 
 
@@ -105,3 +106,10 @@ def record(action: str, target: models.Model | None = None, **kwargs: Any) -> Au
 def record_all(entries: Iterable[AuditEntry]) -> list[AuditEntry]:
     """Append many entries made with ``entry`` at once (an import of thousands of nodes)."""
     return AuditEntry.objects.bulk_create(list(entries), batch_size=1000)
+
+
+def history_of(target: models.Model) -> models.QuerySet[AuditEntry]:
+    """The entries about one object, oldest first (a request's page shows its history)."""
+    return AuditEntry.objects.filter(
+        target_type=target._meta.label_lower, target_id=str(target.pk)
+    ).order_by("at", "id")

@@ -3,6 +3,25 @@ from django.utils.translation import gettext_lazy as _
 
 
 class PoolsConfig(AppConfig):
-    # Pools, vGPU slices and placement arrive with the pooling issue.
+    """Pools of cards, vGPU slices and placement; used through ``pools.interface``."""
+
     name = "pools"
     verbose_name = _("Pools")
+
+    def ready(self) -> None:
+        from pools import receivers
+        from pools.metrics import PoolsCollector
+        from pools.signals import desired_state_changed
+        from portal.metrics import register
+        from telemetry.interface import poll_cycle_recorded
+
+        desired_state_changed.connect(receivers.on_desired_state_changed, weak=False,
+                                      dispatch_uid="pools.sync")  # fmt: skip
+        poll_cycle_recorded.connect(receivers.on_poll_cycle_recorded, weak=False,
+                                    dispatch_uid="pools.poll_cycle")  # fmt: skip
+        # The pool pages: new cards join rule pools, watched pages get readings and news.
+        poll_cycle_recorded.connect(receivers.on_poll_cycle_for_pools, weak=False,
+                                    dispatch_uid="pools.cards_and_live")  # fmt: skip
+        desired_state_changed.connect(receivers.on_slices_changed_for_pages, weak=False,
+                                      dispatch_uid="pools.live")  # fmt: skip
+        register(PoolsCollector())

@@ -6,24 +6,40 @@ point at pools and leases. Everything else in pools is private.
 
 from __future__ import annotations
 
-from pools import placement
-from pools.models import Pool
+from pools.agent_reports import agent_report
+from pools.failover import clear_cordon, drain_node
 from pools.placement import Ask
-from pools.services import PlacementError, place_lease, pool_cards, release_lease, resize_lease
-from pools.signals import desired_state_changed
+from pools.reconcile import Drift, drift
+from pools.services import (
+    PlacementError,
+    could_ever_fit,
+    place_lease,
+    release_lease,
+    resize_lease,
+)
+from pools.signals import (
+    AllocationMove,
+    CardCordon,
+    allocations_moved,
+    card_cordoned,
+    desired_state_changed,
+)
 
 __all__ = [
+    "AllocationMove",
     "Ask",
+    "CardCordon",
+    "Drift",
     "PlacementError",
+    "agent_report",
+    "allocations_moved",
+    "card_cordoned",
+    "clear_cordon",
     "could_ever_fit",
     "desired_state_changed",
+    "drain_node",
+    "drift",
     "place_lease",
     "release_lease",
     "resize_lease",
 ]
-
-
-def could_ever_fit(pool: Pool, ask: Ask) -> bool:
-    """Whether some cards of the pool could hold the ask were they empty: a request that
-    never could is refused at once, one that could waits for capacity."""
-    return placement.could_ever_fit(pool_cards(pool), ask)

@@ -15,11 +15,12 @@ from decimal import Decimal
 from django.conf import settings
 from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
-from django.db.models import Q
+from django.db.models import BooleanField, ExpressionWrapper, F, FloatField, Q, Value
+from django.db.models.functions import Cast, Coalesce, Least, NullIf
 from django.urls import reverse
 from django.utils.translation import gettext_lazy as _
 
-from agents.models import GPU
+from agents.models import GPU, Node
 from pools.choices import AgentSync, AllocationState, LeaseState, PlacementPolicy
 
 MAX_RATIO = Decimal("10")
@@ -72,6 +73,23 @@ class Pool(models.Model):
         return int(physical_mib * self.memory_ratio)
 
 
+def _free_share(capacity: str, allocated: str):
+    free = Cast(F(capacity) - F(allocated), FloatField())
+    return Coalesce(free / NullIf(Cast(F(capacity), FloatField()), Value(0.0)), Value(0.0))
+
+
+_COMPUTE_SHARE = _free_share("compute_capacity", "compute_allocated")
+_MEMORY_SHARE = _free_share("memory_capacity_mib", "memory_allocated_mib")
+# placement.binpack_key in SQL (empty cards last, smallest free share, both shares, id),
+# so that the allocation service reads the best few candidates through an index.
+BINPACK_ORDER = (
+    ExpressionWrapper(Q(slices=0), output_field=BooleanField()),
+    Least(_COMPUTE_SHARE, _MEMORY_SHARE),
+    _COMPUTE_SHARE + _MEMORY_SHARE,
+    F("gpu"),
+)
+
+
 class PoolCard(models.Model):
     """A card in a pool, with what is allocated on it (kept by the allocation service)."""
 
@@ -91,11 +109,22 @@ class PoolCard(models.Model):
     # until an admin clears it.
     cordoned_at = models.DateTimeField(_("cordoned at"), null=True, blank=True)
     cordon_reason = models.CharField(_("cordon reason"), max_length=255, blank=True)
+    # The fault counters last read from the card's agent ({"xid": last XID, "ecc":
+    # uncorrectable ECC count}): a cordon follows a change, not a value that stays.
+    fault_marks = models.JSONField(_("fault counters last seen"), default=dict, blank=True)
 
     class Meta:
         ordering = ["pool_id", "gpu_id"]
         verbose_name = _("pool card")
         verbose_name_plural = _("pool cards")
+        indexes = [
+            models.Index(
+                F("pool"),
+                *BINPACK_ORDER,
+                name="poolcard_binpack",
+                condition=Q(held_whole=False, cordoned_at=None),
+            ),
+        ]
         constraints = [
             models.CheckConstraint(
                 condition=Q(held_whole=False) | Q(slices__lte=1), name="whole_card_one_slice"
@@ -175,6 +204,11 @@ class Allocation(models.Model):
     agent_sync = models.CharField(
         _("agent"), max_length=16, choices=AgentSync, default=AgentSync.PENDING
     )
+    # Why the agent did not take it (its refusal, or no answer): for admins only.
+    agent_error = models.CharField(_("agent error"), max_length=200, blank=True)
+    # Sends since it was placed that the agent did not confirm; FAILED after
+    # POOLS_SYNC_MAX_ATTEMPTS.
+    agent_attempts = models.PositiveSmallIntegerField(_("unconfirmed sends"), default=0)
     created = models.DateTimeField(auto_now_add=True)
     placed_at = models.DateTimeField(_("placed at"), null=True, blank=True)
     released_at = models.DateTimeField(_("released at"), null=True, blank=True)
@@ -195,3 +229,25 @@ class Allocation(models.Model):
     def agent_id(self) -> str:
         """The id the agent knows the slice by (its ``allocation_id``)."""
         return f"alloc-{self.pk}"
+
+
+class NodeSync(models.Model):
+    """What pools last sent a node's agent (its desired slices) and what it answered."""
+
+    node = models.OneToOneField(
+        Node, on_delete=models.CASCADE, primary_key=True, related_name="pool_sync"
+    )
+    # The agent's desired-state generation from its last 200; None before any.
+    generation = models.PositiveBigIntegerField(_("generation"), null=True, blank=True)
+    slices = models.PositiveIntegerField(_("slices sent"), default=0)
+    sent_at = models.DateTimeField(_("sent at"), null=True, blank=True)
+    confirmed_at = models.DateTimeField(_("confirmed at"), null=True, blank=True)
+    # The last send's failure, short; for admins only (agents' texts are not for members).
+    error = models.CharField(_("error"), max_length=200, blank=True)
+
+    class Meta:
+        verbose_name = _("agent sync")
+        verbose_name_plural = _("agent syncs")
+
+    def __str__(self) -> str:
+        return f"sync of node {self.node_id}"

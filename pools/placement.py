@@ -2,22 +2,32 @@
 
 No ORM and no Django here (DESIGN.md decision 7), so hypothesis can test it and
 bench/placement can time it at 10,000 cards. The allocation service (``pools.services``)
-reads the cards, calls ``place`` and then takes the capacity with conditional UPDATEs.
+reads the candidate cards, calls ``place`` and then takes the capacity with conditional
+UPDATEs. ``pools.placement_index.CardIndex`` gives the same answers as ``place`` without
+reading every card, for callers that keep the cards in memory.
 
 Units: compute in percent points of one card (a card has ``100 x compute ratio``),
 memory in MiB (``physical x memory ratio``). Each vGPU of a request goes to a different
 card; a slice is never larger than one physical card (100 %, its physical memory).
+
+Order. A card's *free share* is the smaller of its free compute and free memory, each as
+a share of its capacity: the largest slice "of the card's own shape" still free on it.
+Binpack takes the card with the smallest free share that fits (ties: the smaller sum of
+both shares, then the lower id); empty cards come last, so a partly used card that fits is
+always filled before an empty one is opened, and the card with the largest free share is
+only touched when nothing else fits: the largest slice that fits stays large. Spread takes
+the opposite order (empty cards first) and, across nodes, one card per node per round.
 """
 
 from __future__ import annotations
 
-import heapq
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 BINPACK = "binpack"
 SPREAD = "spread"
+MAX_COMPUTE_PCT = 100  # one physical card
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,6 +73,14 @@ class Ask:
             return card.compute_capacity, card.memory_capacity_mib
         return self.compute_pct, self.memory_mib
 
+    @property
+    def valid(self) -> bool:
+        if self.count < 1:
+            return False
+        return self.whole_card or (
+            1 <= self.compute_pct <= MAX_COMPUTE_PCT and self.memory_mib >= 0
+        )
+
 
 def matches(card: Card, ask: Ask) -> bool:
     """The ask's constraints, capacity aside."""
@@ -79,7 +97,7 @@ def fits(card: Card, ask: Ask) -> bool:
         return False
     if ask.whole_card:
         return card.slices == 0
-    return ask.compute_pct <= min(100, card.compute_free) and ask.memory_mib <= min(
+    return ask.compute_pct <= min(MAX_COMPUTE_PCT, card.compute_free) and ask.memory_mib <= min(
         card.memory_physical_mib, card.memory_free_mib
     )
 
@@ -88,14 +106,16 @@ def fits_empty(card: Card, ask: Ask) -> bool:
     """Whether one vGPU of ``ask`` would fit on ``card`` were it empty (and healthy)."""
     if ask.whole_card:
         return True
-    return ask.compute_pct <= min(100, card.compute_capacity) and ask.memory_mib <= min(
-        card.memory_physical_mib, card.memory_capacity_mib
+    return ask.compute_pct <= min(MAX_COMPUTE_PCT, card.compute_capacity) and (
+        ask.memory_mib <= min(card.memory_physical_mib, card.memory_capacity_mib)
     )
 
 
 def could_ever_fit(cards: Iterable[Card], ask: Ask) -> bool:
     """Whether the pool could hold the ask were it empty: a request that never could is
     refused at once ("larger than any card"), one that could waits in the queue."""
+    if not ask.valid:
+        return False
     eligible = [c for c in cards if matches(c, ask) and fits_empty(c, ask)]
     if ask.same_node:
         per_node: dict[int, int] = defaultdict(int)
@@ -105,66 +125,98 @@ def could_ever_fit(cards: Iterable[Card], ask: Ask) -> bool:
     return len(eligible) >= ask.count
 
 
-def _leftover(card: Card, ask: Ask) -> float:
-    """How much of the card stays free after one vGPU, as a share of its capacity
-    (compute and memory together): binpack takes the least, spread the most."""
-    compute, memory = ask.take(card)
-    free_compute = (card.compute_free - compute) / card.compute_capacity
-    free_memory = (card.memory_free_mib - memory) / max(card.memory_capacity_mib, 1)
-    return free_compute + free_memory
+def _share(free: int, capacity: int) -> float:
+    return free / capacity if capacity > 0 else 0.0
+
+
+def free_share(card: Card) -> float:
+    """The card's free share: the smaller of its free compute and memory shares (0..1)."""
+    return min(
+        _share(card.compute_free, card.compute_capacity),
+        _share(card.memory_free_mib, card.memory_capacity_mib),
+    )
+
+
+def binpack_key(card: Card) -> tuple[bool, float, float, int]:
+    """Binpack's order, best first: partly used cards before empty ones, the smallest free
+    share first, then the smaller sum of both free shares, then the lower id."""
+    compute = _share(card.compute_free, card.compute_capacity)
+    memory = _share(card.memory_free_mib, card.memory_capacity_mib)
+    return (card.slices == 0, min(compute, memory), compute + memory, card.id)
+
+
+def spread_key(card: Card) -> tuple[bool, float, float, int]:
+    """Spread's order, best first: binpack's reversed (ties: the higher id first)."""
+    empty, share, total, card_id = binpack_key(card)
+    return (not empty, -share, -total, -card_id)
+
+
+def key_of(policy: str):
+    return spread_key if policy == SPREAD else binpack_key
 
 
 def place(cards: Sequence[Card], ask: Ask) -> tuple[int, ...] | None:
     """The ids of ``ask.count`` distinct cards that take the ask, or None when it does not
-    fit now. All or nothing; deterministic for the same input.
-
-    Binpack chooses the best fit (the card left fullest), so the largest free slices stay
-    large; spread chooses the emptiest cards and, across nodes, one node after another.
-    """
-    if ask.count < 1:
+    fit now. All or nothing; deterministic for the same input (whatever its order)."""
+    if not ask.valid:
         return None
-    candidates = [c for c in cards if matches(c, ask) and fits(c, ask)]
+    return choose([c for c in cards if matches(c, ask) and fits(c, ask)], ask)
+
+
+def choose(candidates: Sequence[Card], ask: Ask) -> tuple[int, ...] | None:
+    """``place`` once the candidates (cards that match and fit) are known."""
     if len(candidates) < ask.count:
         return None
-    spread = ask.policy == SPREAD
-    # Sort key: binpack ascending leftover, spread descending; card id breaks ties.
-    scored = [((-s if spread else s), c.id, c) for c in candidates if (s := _leftover(c, ask)) >= 0]
+    key = key_of(ask.policy)
+    ordered = sorted(candidates, key=key)
     if ask.same_node:
-        return _one_node(scored, ask.count, spread)
-    if spread:
-        return _across_nodes(scored, ask.count)
-    return tuple(card.id for _, _, card in heapq.nsmallest(ask.count, scored))
+        return _one_node(ordered, ask, key)
+    if ask.policy == SPREAD:
+        return round_robin(ordered, ask.count)
+    return tuple(card.id for card in ordered[: ask.count])
 
 
-def _one_node(scored: list, count: int, spread: bool) -> tuple[int, ...] | None:
-    per_node: dict[int, list] = defaultdict(list)
-    for item in scored:
-        per_node[item[2].node_id].append(item)
-    best: tuple[float, int, tuple[int, ...]] | None = None
-    for node_id, items in per_node.items():
-        if len(items) < count:
-            continue
-        chosen = heapq.nsmallest(count, items)
-        total = sum(score for score, _, _ in chosen)
-        key = (total, node_id, tuple(card.id for _, _, card in chosen))
-        if best is None or key < best:
-            best = key
-    return best[2] if best else None
-
-
-def _across_nodes(scored: list, count: int) -> tuple[int, ...]:
-    """Spread over nodes: each round takes the best card of each node, emptiest nodes first."""
-    per_node: dict[int, list] = defaultdict(list)
-    for item in sorted(scored):
-        per_node[item[2].node_id].append(item)
-    queues = sorted(per_node.values(), key=lambda items: items[0][:2])
+def round_robin(ordered: Iterable[Card], count: int) -> tuple[int, ...] | None:
+    """Spread over nodes: in order, each round takes at most one card of each node; cards
+    of a node already used this round wait for the next."""
     chosen: list[int] = []
-    depth = 0
-    while len(chosen) < count:
-        for items in queues:
-            if depth < len(items):
-                chosen.append(items[depth][2].id)
-                if len(chosen) == count:
-                    break
-        depth += 1
-    return tuple(chosen)
+    waiting: list[Card] = []
+    used: set[int] = set()
+    for card in ordered:
+        if card.node_id in used:
+            waiting.append(card)
+            continue
+        used.add(card.node_id)
+        chosen.append(card.id)
+        if len(chosen) == count:
+            return tuple(chosen)
+    while waiting:
+        rest, waiting, used = waiting, [], set()
+        for card in rest:
+            if card.node_id in used:
+                waiting.append(card)
+                continue
+            used.add(card.node_id)
+            chosen.append(card.id)
+            if len(chosen) == count:
+                return tuple(chosen)
+    return None
+
+
+def _one_node(ordered: list[Card], ask: Ask, key) -> tuple[int, ...] | None:
+    """All vGPUs on one node: each node offers its best ``count`` cards. Binpack takes the
+    node that opens the fewest empty cards; then (spread: only) the node whose worst
+    offered card comes first in the policy's order."""
+    per_node: dict[int, list[Card]] = defaultdict(list)
+    for card in ordered:
+        if len(per_node[card.node_id]) < ask.count:
+            per_node[card.node_id].append(card)
+    best: tuple | None = None
+    for cards in per_node.values():
+        if len(cards) < ask.count:
+            continue
+        keys = [key(card) for card in cards]
+        node_key = (sum(k[0] for k in keys) if ask.policy != SPREAD else 0, keys[-1])
+        if best is None or node_key < best[0]:
+            best = (node_key, tuple(card.id for card in cards))
+    return best[1] if best else None

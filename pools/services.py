@@ -11,21 +11,24 @@ the last line of defence.
 
 from __future__ import annotations
 
+import contextlib
+import json
 from collections.abc import Iterable
 from dataclasses import replace
 
-from django.db import transaction
-from django.db.models import F
+from django.db import connection, transaction
+from django.db.models import Count, F
 from django.utils import timezone
 
 from agents.choices import GpuHealth, NodeState
-from agents.models import GPU
+from agents.models import GPU, Node
 from pools import placement
 from pools.choices import AllocationState, LeaseState
 from pools.models import Allocation, Lease, Pool, PoolCard
 from pools.signals import notify_nodes
 
 PLACE_ATTEMPTS = 8
+CANDIDATE_SLACK = 8
 
 
 class PlacementError(Exception):
@@ -36,52 +39,110 @@ class PlacementError(Exception):
         self.never = never
 
 
+_FIELDS = (
+    "gpu_id", "gpu__node_id", "gpu__node__name", "gpu__model", "compute_capacity",
+    "memory_capacity_mib", "gpu__memory_total_mib", "compute_allocated",
+    "memory_allocated_mib", "slices", "held_whole", "cordoned_at", "gpu__health",
+    "gpu__node__state", "gpu__node__labels",
+)  # fmt: skip
+
+
+def _card(row: tuple) -> placement.Card:
+    (gpu, node, node_name, model, c_cap, m_cap, physical, c_used, m_used, slices, whole,
+     cordoned, health, state, labels) = row  # fmt: skip
+    return placement.Card(
+        id=gpu, node_id=node, node_name=node_name, model=model, compute_capacity=c_cap,
+        memory_capacity_mib=m_cap, memory_physical_mib=physical, compute_used=c_used,
+        memory_used_mib=m_used, slices=slices, held_whole=whole,
+        schedulable=(cordoned is None and health == GpuHealth.OK and state == NodeState.ONLINE),
+        node_labels=labels if isinstance(labels, dict) else {},
+    )  # fmt: skip
+
+
+def _schedulable(rows):
+    return rows.filter(
+        cordoned_at=None, held_whole=False, gpu__health=GpuHealth.OK,
+        gpu__node__state=NodeState.ONLINE,
+    )  # fmt: skip
+
+
+def _matching(rows, ask: placement.Ask):
+    """The ask's constraints in SQL (a SELECT may filter on joined tables; an UPDATE not)."""
+    if ask.model:
+        rows = rows.filter(gpu__model=ask.model)
+    if ask.node:
+        rows = rows.filter(gpu__node__name=ask.node)
+    if ask.node_labels:
+        rows = rows.filter(gpu__node__labels__contains=dict(ask.node_labels))
+    return rows
+
+
 def pool_cards(pool: Pool, *, schedulable_only: bool = False) -> list[placement.Card]:
     """The pool's cards as placement's plain data."""
-    rows = PoolCard.objects.filter(pool=pool).values_list(
-        "gpu_id", "gpu__node_id", "gpu__node__name", "gpu__model", "compute_capacity",
-        "memory_capacity_mib", "gpu__memory_total_mib", "compute_allocated",
-        "memory_allocated_mib", "slices", "held_whole", "cordoned_at", "gpu__health",
-        "gpu__node__state", "gpu__node__labels",
-    )  # fmt: skip
+    rows = PoolCard.objects.filter(pool=pool)
     if schedulable_only:
-        rows = rows.filter(
-            cordoned_at=None, gpu__health=GpuHealth.OK, gpu__node__state=NodeState.ONLINE
-        )
-    return [
-        placement.Card(
-            id=gpu,
-            node_id=node,
-            node_name=node_name,
-            model=model,
-            compute_capacity=c_cap,
-            memory_capacity_mib=m_cap,
-            memory_physical_mib=physical,
-            compute_used=c_used,
-            memory_used_mib=m_used,
-            slices=slices,
-            held_whole=whole,
-            schedulable=(cordoned is None and health == GpuHealth.OK and state == NodeState.ONLINE),
-            node_labels=labels if isinstance(labels, dict) else {},
-        )
-        for (
-            gpu,
-            node,
-            node_name,
-            model,
-            c_cap,
-            m_cap,
-            physical,
-            c_used,
-            m_used,
-            slices,
-            whole,
-            cordoned,
-            health,
-            state,
-            labels,
-        ) in rows
-    ]
+        rows = _schedulable(rows)
+    return [_card(row) for row in rows.values_list(*_FIELDS)]
+
+
+def _share_sql(capacity: str, allocated: str) -> str:
+    return (f"COALESCE((pc.{capacity} - pc.{allocated})::double precision"
+            f" / NULLIF(pc.{capacity}::double precision, 0.0), 0.0)")  # fmt: skip
+
+
+_C, _M = (
+    _share_sql("compute_capacity", "compute_allocated"),
+    _share_sql("memory_capacity_mib", "memory_allocated_mib"),
+)
+# models.BINPACK_ORDER written out, so the partial index poolcard_binpack serves it.
+_BINPACK_ORDER_SQL = f"(pc.slices = 0), LEAST({_C}, {_M}), ({_C} + {_M}), pc.gpu_id"
+_CANDIDATES_SQL = f"""
+    SELECT pc.gpu_id, g.node_id, n.name, g.model, pc.compute_capacity, pc.memory_capacity_mib,
+           g.memory_total_mib, pc.compute_allocated, pc.memory_allocated_mib, pc.slices,
+           pc.held_whole, pc.cordoned_at, g.health, n.state, n.labels
+      FROM {PoolCard._meta.db_table} pc
+      JOIN {GPU._meta.db_table} g ON g.id = pc.gpu_id
+      JOIN {Node._meta.db_table} n ON n.id = g.node_id
+     WHERE pc.pool_id = %s AND pc.cordoned_at IS NULL AND NOT pc.held_whole
+       AND g.health = %s AND n.state = %s"""  # noqa: S608 (names from the models)
+
+
+def candidate_cards(
+    pool: Pool, ask: placement.Ask, exclude: Iterable[int] = (), *, skip_locked: bool = False
+) -> list[placement.Card]:
+    """The pool's cards that match and fit the ask now, with the conditions in SQL. For
+    binpack across cards only the best few in binpack's order are read (the partial index
+    ``poolcard_binpack`` walks them in that order): placement's own order decides among
+    them, and a slack covers cards a racing transaction fills meanwhile. ``skip_locked``
+    (binpack only) reads exactly the best ``count`` cards that no other transaction has
+    locked, and locks them: PostgreSQL checks the conditions again on each row it locks,
+    so they still fit when taken. Written in SQL because compiling the same query with the
+    ORM cost more than running it."""
+    sql, params = [_CANDIDATES_SQL], [pool.pk, GpuHealth.OK, NodeState.ONLINE]
+    if ask.whole_card:
+        sql.append("AND pc.slices = 0")
+    else:
+        sql.append("AND pc.compute_allocated <= pc.compute_capacity - %s"
+                   " AND pc.memory_allocated_mib <= pc.memory_capacity_mib - %s"
+                   " AND g.memory_total_mib >= %s")  # fmt: skip
+        params += [ask.compute_pct, ask.memory_mib, ask.memory_mib]
+    for clause, value in (
+        ("AND g.model = %s", ask.model),
+        ("AND n.name = %s", ask.node),
+        ("AND n.labels @> %s::jsonb", json.dumps(dict(ask.node_labels)) if ask.node_labels else ""),
+        ("AND NOT (pc.gpu_id = ANY(%s))", list(exclude)),
+    ):
+        if value:
+            sql.append(clause)
+            params.append(value)
+    if ask.policy != placement.SPREAD and not ask.same_node:
+        sql.append(f"ORDER BY {_BINPACK_ORDER_SQL} LIMIT %s")
+        params.append(ask.count + (0 if skip_locked else CANDIDATE_SLACK))
+        if skip_locked:
+            sql.append("FOR UPDATE OF pc SKIP LOCKED")
+    with connection.cursor() as cursor:
+        cursor.execute(" ".join(sql), params)  # only fixed clauses; values as parameters
+        return [_card(row) for row in cursor.fetchall()]
 
 
 def _take(pool_card_filter: dict, card: placement.Card, ask: placement.Ask) -> bool:
@@ -112,16 +173,27 @@ class _Lost(Exception):
     """A racing transaction took a chosen card's capacity first."""
 
 
-def _place_on(pool: Pool, ask: placement.Ask, lease: Lease, exclude: set[int]) -> list[Allocation]:
-    """Place the ask's vGPUs in ``pool`` and record them on ``lease``; raises PlacementError."""
-    for _attempt in range(PLACE_ATTEMPTS):
-        cards = [c for c in pool_cards(pool, schedulable_only=True) if c.id not in exclude]
+def _place_on(
+    pool: Pool, ask: placement.Ask, lease: Lease, exclude: set[int]
+) -> tuple[list[Allocation], set[int]]:
+    """Place the ask's vGPUs in ``pool`` and record them on ``lease``; the allocations and
+    their nodes' ids. Raises PlacementError."""
+    # One card only: a request that locked some of its cards must not then wait for more.
+    ordered = ask.policy != placement.SPREAD and not ask.same_node and ask.count == 1
+    for attempt in range(PLACE_ATTEMPTS):
+        # Binpack first takes the best cards no racing transaction holds, locked as read:
+        # racing requests then fill the next best cards instead of queueing on one.
+        skip_locked = ordered and attempt == 0
+        cards = candidate_cards(pool, ask, exclude, skip_locked=skip_locked)
         chosen = placement.place(cards, ask)
         if chosen is None:
+            if skip_locked:
+                continue  # perhaps only held by others for a moment: read again, waiting
             break
         by_id = {c.id: c for c in cards}
         try:
-            with transaction.atomic():
+            # One card needs no savepoint: when its UPDATE finds no room, nothing changed.
+            with transaction.atomic() if len(chosen) > 1 else contextlib.nullcontext():
                 made = []
                 # Lock order by card id, so that two multi-card requests cannot deadlock.
                 for gpu_id in sorted(chosen):
@@ -141,13 +213,31 @@ def _place_on(pool: Pool, ask: placement.Ask, lease: Lease, exclude: set[int]) -
                             placed_at=timezone.now(),
                         )
                     )
-                return Allocation.objects.bulk_create(made)
+                nodes = {by_id[gpu_id].node_id for gpu_id in chosen}
+                return Allocation.objects.bulk_create(made), nodes
         except _Lost:
             continue
-    all_cards = pool_cards(pool)
-    if not placement.could_ever_fit(all_cards, ask):
+    if not could_ever_fit(pool, ask):
         raise PlacementError("no card in this pool could ever hold this request", never=True)
     raise PlacementError("not enough free capacity in this pool now")
+
+
+def could_ever_fit(pool: Pool, ask: placement.Ask) -> bool:
+    """Whether some cards of the pool could hold the ask were they empty (and healthy): a
+    request that never could is refused at once, one that could waits for capacity."""
+    if not ask.valid:
+        return False
+    rows = _matching(PoolCard.objects.filter(pool=pool), ask)
+    if not ask.whole_card:
+        rows = rows.filter(
+            compute_capacity__gte=ask.compute_pct,
+            memory_capacity_mib__gte=ask.memory_mib,
+            gpu__memory_total_mib__gte=ask.memory_mib,
+        )
+    if ask.same_node:
+        per_node = rows.values("gpu__node_id").annotate(n=Count("pk")).filter(n__gte=ask.count)
+        return per_node.exists()
+    return rows[: ask.count].count() >= ask.count
 
 
 def ask_of(lease: Lease, pool: Pool) -> placement.Ask:
@@ -179,8 +269,8 @@ def place_lease(
             node_labels=dict(ask.node_labels),
             same_node=ask.same_node,
         )
-        allocations = _place_on(pool, ask, lease, exclude=set())
-        notify_nodes(_nodes_of(allocations))
+        _allocations, nodes = _place_on(pool, ask, lease, exclude=set())
+        notify_nodes(nodes)
     return lease
 
 
@@ -189,39 +279,44 @@ def _nodes_of(allocations: Iterable[Allocation]) -> set[int]:
     return set(GPU.objects.filter(pk__in=gpu_ids).values_list("node_id", flat=True))
 
 
-def _give_back(allocation: Allocation) -> None:
+def _give_back(gpu_id: int | None, pool_id: int, compute: int, memory: int, whole: bool) -> None:
     """Return an active allocation's capacity to its card (caller holds the transaction)."""
-    if allocation.state != AllocationState.ACTIVE or allocation.gpu_id is None:
+    if gpu_id is None:
         return
-    rows = PoolCard.objects.filter(gpu_id=allocation.gpu_id, pool_id=allocation.pool_id)
-    if allocation.whole_card:
+    rows = PoolCard.objects.filter(gpu_id=gpu_id, pool_id=pool_id)
+    if whole:
         rows.update(held_whole=False, slices=0, compute_allocated=0, memory_allocated_mib=0)
     else:
         rows.update(
             slices=F("slices") - 1,
-            compute_allocated=F("compute_allocated") - allocation.compute_pct,
-            memory_allocated_mib=F("memory_allocated_mib") - allocation.memory_mib,
+            compute_allocated=F("compute_allocated") - compute,
+            memory_allocated_mib=F("memory_allocated_mib") - memory,
         )
 
 
 def release_lease(lease_id: int) -> bool:
     """Release a lease and all its allocations; capacity returns at once. Idempotent:
-    False when it was already released."""
+    False when it was already released. Stranded allocations hold no capacity (their
+    card's was given back when they were stranded): they are only marked released."""
     with transaction.atomic():
-        lease = Lease.objects.select_for_update().get(pk=lease_id)
-        if lease.state == LeaseState.RELEASED:
-            return False
         now = timezone.now()
-        allocations = list(lease.allocations.exclude(state=AllocationState.RELEASED))
-        for allocation in allocations:
-            _give_back(allocation)
-        nodes = _nodes_of(allocations)
-        lease.allocations.exclude(state=AllocationState.RELEASED).update(
-            state=AllocationState.RELEASED, released_at=now
-        )
-        lease.state, lease.released_at = LeaseState.RELEASED, now
-        lease.save(update_fields=["state", "released_at"])
-        notify_nodes(nodes)
+        # Claimed by a conditional UPDATE: of two racing releases exactly one goes on.
+        if not Lease.objects.filter(pk=lease_id, state=LeaseState.ACTIVE).update(
+            state=LeaseState.RELEASED, released_at=now
+        ):
+            return False
+        live = Allocation.objects.filter(lease_id=lease_id).exclude(state=AllocationState.RELEASED)
+        rows = list(live.values_list(
+            "gpu_id", "pool_id", "compute_pct", "memory_mib", "whole_card", "state",
+            "gpu__node_id",
+        ))  # fmt: skip
+        for gpu_id, pool_id, compute, memory, whole, state, _node in sorted(
+            rows, key=lambda row: row[0] or 0
+        ):
+            if state == AllocationState.ACTIVE:
+                _give_back(gpu_id, pool_id, compute, memory, whole)
+        live.update(state=AllocationState.RELEASED, released_at=now)
+        notify_nodes(row[-1] for row in rows if row[-1] is not None)
     return True
 
 

@@ -12,7 +12,9 @@ from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from django.urls import re_path  # noqa: E402
 
+from pools.routing import websocket_urlpatterns as pools_websockets  # noqa: E402
 from portal.websocket import NotFoundConsumer, SameOriginValidator  # noqa: E402
+from quotas.routing import websocket_urlpatterns as requests_ws  # noqa: E402
 from telemetry.routing import websocket_urlpatterns  # noqa: E402
 
 application = ProtocolTypeRouter(
@@ -21,7 +23,14 @@ application = ProtocolTypeRouter(
         "websocket": SameOriginValidator(
             AuthMiddlewareStack(
                 # Unknown paths end at NotFoundConsumer: closed, instead of URLRouter's error.
-                URLRouter([*websocket_urlpatterns, re_path(r"", NotFoundConsumer.as_asgi())])
+                URLRouter(
+                    [
+                        *websocket_urlpatterns,
+                        *pools_websockets,
+                        *requests_ws,
+                        re_path(r"", NotFoundConsumer.as_asgi()),
+                    ]
+                )
             )
         ),
     }

@@ -8,6 +8,7 @@ REDIS_URL and SECRET_KEY, and runs daphne, a Celery worker and Celery beat.
 
 from __future__ import annotations
 
+import ipaddress
 from datetime import timedelta
 from pathlib import Path
 
@@ -275,6 +276,8 @@ SPECTACULAR_SETTINGS = {
 # Every GPU_POLL_INTERVAL seconds the poller reads all agents. Embedded mode
 # runs the same schedule inside the web process (portal.embedded).
 GPU_POLL_INTERVAL = env_float("GPU_POLL_INTERVAL", 5.0, minimum=0.5)
+# GPU requests: how long before a placed request ends its requester is warned (seconds).
+REQUEST_EXPIRY_WARNING = env_int("REQUEST_EXPIRY_WARNING", 3600, minimum=0)
 GPU_POLL_TIMEOUT = env_float("GPU_POLL_TIMEOUT", 3.0, minimum=0.1)
 GPU_POLL_CONCURRENCY = env_int("GPU_POLL_CONCURRENCY", 200, minimum=1)
 # Within a cycle, an agent that refused the connection, dropped it or answered 503 is
@@ -308,6 +311,52 @@ PROMETHEUS_TIMEOUT = env_float("PROMETHEUS_TIMEOUT", 10.0, minimum=0.1)
 # The portal's own database and Redis are refused whatever these say.
 AGENT_NETWORKS_ALLOW = env_networks("AGENT_NETWORKS_ALLOW", [])
 AGENT_NETWORKS_DENY = env_networks("AGENT_NETWORKS_DENY", ["169.254.0.0/16", "fe80::/10"])
+# Pools (docs/pool-operations.md). Slices on a node offline longer than this are re-placed.
+POOLS_OFFLINE_GRACE_S = env_int("POOLS_OFFLINE_GRACE_S", 600, minimum=0)
+# An allocation the agent has not confirmed after this many sends is marked failed.
+POOLS_SYNC_MAX_ATTEMPTS = env_int("POOLS_SYNC_MAX_ATTEMPTS", 5, minimum=1)
+# Every node holding slices gets its whole desired state again at least this often.
+POOLS_SYNC_EVERY_S = env_int("POOLS_SYNC_EVERY_S", 300, minimum=10)
+# How often reconciliation, failure handling and stranded re-placement run.
+POOLS_RECONCILE_EVERY_S = env_int("POOLS_RECONCILE_EVERY_S", 60, minimum=5)
+# XIDs that cordon a card (NVIDIA's catalogue: ECC, NVLink, fallen off the bus, GSP).
+_XIDS = ["48", "64", "74", "79", "92", "94", "95", "119", "120"]
+POOLS_CRITICAL_XIDS = frozenset(int(x) for x in env_list("POOLS_CRITICAL_XIDS", _XIDS))
+
+# --- Alerts (docs/alerts.md) ----------------------------------------------------
+# Mail for email channels, through Django's SMTP backend.
+EMAIL_HOST = env_str("EMAIL_HOST", "localhost")
+EMAIL_PORT = env_int("EMAIL_PORT", 25, minimum=1)
+EMAIL_HOST_USER = env_str("EMAIL_HOST_USER")
+EMAIL_HOST_PASSWORD = env_str("EMAIL_HOST_PASSWORD")
+EMAIL_USE_TLS = env_bool("EMAIL_USE_TLS")
+EMAIL_USE_SSL = env_bool("EMAIL_USE_SSL")
+DEFAULT_FROM_EMAIL = env_str("DEFAULT_FROM_EMAIL", "gpu-portal@localhost")
+# The portal's address as recipients reach it, for links in messages (empty: no links).
+PORTAL_BASE_URL = env_str("PORTAL_BASE_URL").rstrip("/")
+# Channel URLs must be https; plain http only to these hosts, which also skip the network
+# check below (an internal relay; loopback receivers in tests).
+ALERT_HTTP_ALLOWED_HOSTS = env_list("ALERT_HTTP_ALLOWED_HOSTS", [])
+# Networks channel URLs may not resolve into: loopback, link-local (cloud metadata), "this
+# network". Private ranges are allowed: many IM deployments and relays live there.
+ALERT_NETWORKS_DENY = [
+    ipaddress.ip_network(value, strict=False)
+    for value in env_networks(
+        "ALERT_NETWORKS_DENY",
+        ["127.0.0.0/8", "::1/128", "169.254.0.0/16", "fe80::/10", "0.0.0.0/8"],
+    )
+]
+ALERT_HTTP_TIMEOUT = env_float("ALERT_HTTP_TIMEOUT", 10.0, minimum=0.1)
+# Retries: the first after ALERT_RETRY_BASE seconds, doubling up to ALERT_RETRY_MAX, until
+# the delivery is ALERT_RETRY_HORIZON seconds old (at least 15 minutes: a channel down
+# for 10 minutes loses nothing).
+ALERT_RETRY_BASE = env_float("ALERT_RETRY_BASE", 10.0, minimum=0.01)
+ALERT_RETRY_MAX = env_float("ALERT_RETRY_MAX", 300.0, minimum=0.01)
+ALERT_RETRY_HORIZON = env_float("ALERT_RETRY_HORIZON", 6 * 3600.0, minimum=0.1)
+# A claim older than this was abandoned by a worker that died: the delivery is taken again.
+# Longer than any one attempt can last (the HTTP or SMTP timeout).
+ALERT_CLAIM_TIMEOUT = env_float("ALERT_CLAIM_TIMEOUT", 120.0, minimum=0.1)
+ALERT_REQUEUE_INTERVAL = env_float("ALERT_REQUEUE_INTERVAL", 60.0, minimum=0.1)
 
 CELERY_BROKER_URL = REDIS_URL or "memory://"
 CELERY_RESULT_BACKEND = REDIS_URL or None
@@ -335,6 +384,18 @@ CELERY_BEAT_SCHEDULE = {
         "task": "telemetry.tasks.prune_rollups",
         "schedule": timedelta(hours=1),
     },
+    "pools-reconcile": {
+        "task": "pools.tasks.reconcile_pools",
+        "schedule": timedelta(seconds=POOLS_RECONCILE_EVERY_S),
+        "options": {"expires": POOLS_RECONCILE_EVERY_S},
+    },
+    # Deliveries whose Celery message was lost (a broker restart, a worker killed before
+    # its late acknowledgement is redelivered) are sent again from the outbox.
+    "requeue-alert-deliveries": {
+        "task": "alerts.tasks.requeue_deliveries",
+        "schedule": timedelta(seconds=ALERT_REQUEUE_INTERVAL),
+        "options": {"expires": ALERT_REQUEUE_INTERVAL},
+    },
 }
 if PROMETHEUS_URL:
     CELERY_BEAT_SCHEDULE["poll-prometheus"] = {
@@ -360,3 +421,7 @@ LOGGING = {
         "celery.app.trace": {"level": "WARNING" if EMBEDDED else "INFO"},
     },
 }
+
+# Pools (docs/pools.md): a card holding slices whose memory in use reaches this share of
+# its physical memory is listed as at risk on its pool's page.
+POOLS_MEMORY_RISK_RATIO = env_float("POOLS_MEMORY_RISK_RATIO", 0.9, minimum=0.1)

@@ -26,6 +26,9 @@ redoc_view = csp_update({"style-src": [UNSAFE_INLINE], "worker-src": ["blob:"]})
 urlpatterns = [
     path("", include("telemetry.urls")),
     path("", include("agents.urls")),
+    path("", include("pools.urls")),
+    path("", include("alerts.urls")),
+    path("", include("quotas.request_urls")),
     path("", include("audit.urls")),
     path("accounts/login/", auth_views.LoginView.as_view(), name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),

@@ -25,3 +25,23 @@ class RequestState(models.TextChoices):
 
 
 OPEN_STATES = frozenset({RequestState.PENDING, RequestState.APPROVED, RequestState.ALLOCATED})
+
+
+class NoticeKind(models.TextChoices):
+    """A step of a request someone is told about (quotas.notices words each one)."""
+
+    CREATED = "created", _("Request submitted")
+    APPROVED = "approved", _("Approved")
+    AUTO_APPROVED = "auto_approved", _("Approved automatically")
+    REJECTED = "rejected", _("Rejected")
+    PLACED = "placed", _("GPUs placed")
+    ESCALATED = "escalated", _("Waiting too long for approval")
+    PENDING_EXPIRED = "pending_expired", _("Expired without a decision")
+    EXPIRING = "expiring", _("Expires soon")
+    EXPIRED = "expired", _("Expired")
+    RELEASED = "released", _("Released")
+    CANCELLED = "cancelled", _("Cancelled")
+    EXTENDED = "extended", _("Extended")
+    EXTENSION_ASKED = "extension_asked", _("Extension waiting for approval")
+    EXTENSION_REJECTED = "extension_rejected", _("Extension rejected")
+    RESIZED = "resized", _("Resized")

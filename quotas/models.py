@@ -14,7 +14,7 @@ from django.urls import reverse
 from django.utils.translation import gettext_lazy as _
 
 from pools.models import Lease, Pool
-from quotas.choices import BudgetPeriod, RequestState, Role
+from quotas.choices import BudgetPeriod, NoticeKind, RequestState, Role
 
 
 class Tenant(models.Model):
@@ -173,6 +173,12 @@ class GpuRequest(models.Model):
     expires_at = models.DateTimeField(_("expires at"), null=True, blank=True)
     expiry_warned_at = models.DateTimeField(_("expiry warning sent at"), null=True, blank=True)
     ended_at = models.DateTimeField(_("ended at"), null=True, blank=True)
+    # An extension beyond the policy, waiting for an approver (None: none asked).
+    extension_hours = models.PositiveIntegerField(
+        _("extension asked (hours)"), null=True, blank=True,
+        validators=[MinValueValidator(1), MaxValueValidator(24 * 366)],
+    )  # fmt: skip
+    extension_asked_at = models.DateTimeField(_("extension asked at"), null=True, blank=True)
     created = models.DateTimeField(auto_now_add=True)
     updated = models.DateTimeField(auto_now=True)
 
@@ -189,4 +195,27 @@ class GpuRequest(models.Model):
         return _("Request %(id)s") % {"id": self.pk}
 
     def get_absolute_url(self) -> str:
-        return reverse("quotas:request_detail", args=[self.pk])
+        return reverse("requests:request_detail", args=[self.pk])
+
+
+class Notice(models.Model):
+    """One step of a request told to one person in the portal (the list on their page and
+    the badge); worded when read, in the reader's language, from ``kind``."""
+
+    recipient = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="request_notices"
+    )
+    gpu_request = models.ForeignKey(GpuRequest, on_delete=models.CASCADE, related_name="notices")
+    kind = models.CharField(_("kind"), max_length=32, choices=NoticeKind)
+    comment = models.TextField(_("comment"), blank=True, max_length=2000)
+    created = models.DateTimeField(auto_now_add=True, db_index=True)
+    read_at = models.DateTimeField(_("read at"), null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created", "-id"]
+        verbose_name = _("notice")
+        verbose_name_plural = _("notices")
+        indexes = [models.Index(fields=["recipient", "read_at"])]
+
+    def __str__(self) -> str:
+        return f"{self.get_kind_display()} · {self.gpu_request_id}"

@@ -21,8 +21,10 @@ from audit.interface import record, snapshot
 from pools.choices import AllocationState
 from pools.interface import Ask, PlacementError, could_ever_fit, place_lease, release_lease
 from pools.models import Allocation, Pool
-from quotas.choices import OPEN_STATES, RequestState, Role
+from quotas.budget import ask_hours, gpu_hours_left
+from quotas.choices import OPEN_STATES, NoticeKind, RequestState, Role
 from quotas.models import GpuRequest, Membership, Quota, Tenant
+from quotas.notices import announce, publish
 
 ASK_FIELDS = (
     "count", "whole_card", "compute_pct", "memory_mib", "gpu_model", "node_name",
@@ -102,9 +104,7 @@ def _over(quota: Quota, used: Usage, ask: Usage, *, per_user: bool = False) -> l
     ):
         if limit is not None and have + want > limit:
             problems.append(
-                _(
-                    "%(name)s: %(have)s held or asked, %(want)s more passes the limit of %(limit)s"
-                )
+                _("%(name)s: %(have)s held or asked, %(want)s more passes the limit of %(limit)s")
                 % {"name": name, "have": have, "want": want, "limit": limit}
             )
     return problems
@@ -160,6 +160,9 @@ def create_request(
             quota, _claimed_usage(tenant.pk, pool.pk, user_id=user.pk), demand, per_user=True
         ):
             errors.setdefault("count", []).extend([_("Over your own cap in this tenant."), *over])
+        if problem := budget_problem(quota, req.count, demand.compute_pct // req.count,
+                                     req.duration_hours):  # fmt: skip
+            errors.setdefault("duration_hours", []).append(problem)
         if errors:
             raise ValidationError(errors)
         req.save()
@@ -173,19 +176,40 @@ def create_request(
         )
         if _auto_approvable(quota, req):
             _approve(req, None, _("Approved automatically: within the tenant's policy."), address)
+        else:
+            announce(req, NoticeKind.CREATED, recipients=())
     if req.state == RequestState.APPROVED:
         transaction.on_commit(lambda: place_queued(pool.pk))
     return req
 
 
+def budget_problem(quota: Quota, count: int, compute_pct: int, hours: int | None) -> str:
+    """Why ``count`` slices for ``hours`` do not fit what is left of the GPU-hour budget
+    ("" when they do; an open-ended ask needs some budget left)."""
+    left = gpu_hours_left(quota)
+    if left is None:
+        return ""
+    want = ask_hours(count, compute_pct, hours or 0)
+    if (hours is None and left <= 0) or (hours is not None and want > left):
+        return _(
+            "Over the tenant's GPU-hour budget: %(want)s GPU-hours asked, %(left)s left now."
+        ) % {"want": f"{want:.1f}", "left": f"{max(left, 0):.1f}"}
+    return ""
+
+
+def within_policy(quota: Quota, count: int, compute_pct: int, hours: int | None) -> bool:
+    """Whether an ask is small and short enough to be approved without an approver."""
+    return (
+        count <= quota.auto_approve_vgpus
+        and compute_pct <= quota.auto_approve_compute_pct
+        and hours is not None
+        and hours <= quota.auto_approve_hours
+    )
+
+
 def _auto_approvable(quota: Quota, req: GpuRequest) -> bool:
     compute = 100 if req.whole_card else req.compute_pct
-    return (
-        req.count <= quota.auto_approve_vgpus
-        and compute <= quota.auto_approve_compute_pct
-        and req.duration_hours is not None
-        and req.duration_hours <= quota.auto_approve_hours
-    )
+    return within_policy(quota, req.count, compute, req.duration_hours)
 
 
 def can_decide(user, req: GpuRequest) -> bool:
@@ -205,6 +229,7 @@ def _approve(req: GpuRequest, user, comment: str, address: str | None) -> None:
     req.save()
     record("request.approve", req, actor=user, address=address, tenant_id=req.tenant_id,
            before=before, after=snapshot(req), message=comment)  # fmt: skip
+    announce(req, NoticeKind.APPROVED if user else NoticeKind.AUTO_APPROVED, comment=comment)
 
 
 def decide(
@@ -227,6 +252,7 @@ def decide(
             req.save()
             record("request.reject", req, actor=user, address=address, tenant_id=req.tenant_id,
                    before=before, after=snapshot(req), message=comment)  # fmt: skip
+            announce(req, NoticeKind.REJECTED, comment=comment)
     if approve:
         transaction.on_commit(lambda: place_queued(req.pool_id))
     return req
@@ -277,6 +303,7 @@ def place_request(req_id: int) -> bool:
             req.expires_at = now + timedelta(hours=req.duration_hours)
         req.save()
         record("request.place", req, tenant_id=req.tenant_id, before=before, after=snapshot(req))
+        announce(req, NoticeKind.PLACED)
     return True
 
 
@@ -289,6 +316,11 @@ def place_queued(pool_id: int) -> int:
     )
     for req_id in queue.values_list("pk", flat=True):
         placed += place_request(req_id)
+    if placed:
+        # Those still waiting moved up the queue: their pages show the new position.
+        waiting = set(queue.values_list("requester_id", flat=True))
+        if waiting:
+            publish(None, waiting, {"pool": pool_id, "kind": "queue"})
     return placed
 
 
@@ -313,6 +345,7 @@ def end_request(
         if req.state not in OPEN_STATES:
             raise ValidationError({"state": [_("This request has already ended.")]})
         before = snapshot(req)
+        was_placed = req.state == RequestState.ALLOCATED
         if req.lease_id:
             release_lease(req.lease_id)
         if (
@@ -324,5 +357,12 @@ def end_request(
         req.save()
         record(f"request.{state}", req, actor=user, address=address, tenant_id=req.tenant_id,
                before=before, after=snapshot(req))  # fmt: skip
+        kind = {
+            RequestState.CANCELLED: NoticeKind.CANCELLED,
+            RequestState.EXPIRED: NoticeKind.EXPIRED if was_placed else NoticeKind.PENDING_EXPIRED,
+        }.get(state, NoticeKind.RELEASED)
+        # Whoever ended it knows; the requester is told when someone else (or time) did.
+        told = () if user is not None and user.pk == req.requester_id else (req.requester_id,)
+        announce(req, kind, recipients=told)
     transaction.on_commit(lambda: place_queued(req.pool_id))
     return req

@@ -47,6 +47,11 @@ class NodeReading:
     seen_at: datetime  # when the portal last heard from the node's agent
     collected_at: float | None  # the agent's own clock, seconds since the epoch
     cards: dict[str, CardReading]  # by UUID
+    # The agent's slices report (the reading schema's ALLOCATION_FIELDS and VIOLATION_FIELDS,
+    # checked): empty until the portal sent the node a desired state.
+    allocations: tuple[dict[str, Any], ...] = ()
+    violations: tuple[dict[str, Any], ...] = ()
+    desired_generation: int | None = None  # the generation the report was built from
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,6 +86,9 @@ def latest(node_ids: Iterable[int]) -> dict[int, NodeReading]:
             seen_at=datetime.fromtimestamp(stored["stored_at"], tz=UTC),
             collected_at=stored.get("collected_at"),
             cards=cards,
+            allocations=tuple(stored.get("allocations") or ()),
+            violations=tuple(stored.get("violations") or ()),
+            desired_generation=stored.get("desired_generation"),
         )
     return out
 

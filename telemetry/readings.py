@@ -52,8 +52,24 @@ def _portal_view(gpu: dict[str, Any]) -> dict[str, Any]:
     return kept
 
 
+def _report(snapshot: dict[str, Any], kept: dict[str, Any]) -> None:
+    """The agent's slices report, checked by the reading schema (bounded lists of typed
+    entries), kept with its declared fields only: a node's report is small, and pages
+    read it as it is stored."""
+    allocations = snapshot.get(schema.ALLOCATIONS)
+    violations = snapshot.get(schema.VIOLATIONS)
+    if allocations is None and violations is None:
+        return
+    names = schema.ALLOCATION_FIELD_NAMES
+    kept[schema.ALLOCATIONS] = [{f: a[f] for f in names if f in a} for a in allocations or ()]
+    names = schema.VIOLATION_FIELD_NAMES
+    kept[schema.VIOLATIONS] = [{f: v[f] for f in names if f in v} for v in violations or ()]
+    kept["desired_generation"] = snapshot.get("desired_generation")
+
+
 def reduce_snapshot(snapshot: dict[str, Any]) -> dict[str, Any]:
-    """What the live views need of a snapshot: its cards by UUID, each as the portal view.
+    """What the live views need of a snapshot: its cards by UUID, each as the portal view,
+    and the agent's slices report when it sent one.
 
     A snapshot in the portal view is kept as it came (the poller validated it): at
     8,000 cards a cycle, copying fields that are already the right ones costs more
@@ -62,7 +78,9 @@ def reduce_snapshot(snapshot: dict[str, Any]) -> dict[str, Any]:
     gpus = snapshot["gpus"]
     if snapshot.get("view") != "portal":
         gpus = [_portal_view(gpu) for gpu in gpus]
-    return {"collected_at": snapshot.get("collected_at"), "gpus": {g["uuid"]: g for g in gpus}}
+    kept = {"collected_at": snapshot.get("collected_at"), "gpus": {g["uuid"]: g for g in gpus}}
+    _report(snapshot, kept)
+    return kept
 
 
 def seen_at(

@@ -176,7 +176,8 @@ NODE_LAST_SEEN_RESOLUTION = timedelta(seconds=30)
 
 def _record_answers(
     answered: dict[int, dict], known: dict[int, dict], now: datetime, conflicts: dict[int, str]
-) -> None:
+) -> list[int]:
+    """Record the answering nodes; returns those that were offline (they came back)."""
     stale = now - NODE_LAST_SEEN_RESOLUTION
     touch, wake = [], []
     for pk, snapshot in answered.items():
@@ -205,6 +206,7 @@ def _record_answers(
         )
     if wake:
         Node.objects.filter(pk__any=wake, state=NodeState.OFFLINE).update(state=NodeState.ONLINE)
+    return wake
 
 
 def _record_failures(failed: dict[int, str], known: dict[int, dict], now: datetime) -> list[str]:
@@ -402,7 +404,7 @@ def record_poll_results(
         answered = {r.node_id: r.snapshot for r in results if r.ok and r.node_id in known}
         failed = {r.node_id: r.error for r in results if not r.ok and r.node_id in known}
         cards = _record_gpus(answered, now)
-        _record_answers(answered, known, now, cards.conflicts)
+        came_back = _record_answers(answered, known, now, cards.conflicts)
         summary.went_offline = _record_failures(failed, known, now)
         gpu_ids, summary.gpus_created = cards.ids, cards.created
         summary.answered, summary.failed, summary.gpus_seen = len(answered), failed, len(gpu_ids)
@@ -419,7 +421,7 @@ def record_poll_results(
         transaction.on_commit(lambda: live.publish_nodes(list(known), latest, tiles))
         cycle = signals.PollCycle(
             at=now, answered=tuple(answered), failed=dict(failed),
-            went_offline=tuple(summary.went_offline),
+            went_offline=tuple(summary.went_offline), came_back=tuple(came_back),
         )  # fmt: skip
         transaction.on_commit(
             lambda: signals.poll_cycle_recorded.send_robust(sender=PollCycle, cycle=cycle)

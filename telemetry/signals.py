@@ -16,6 +16,7 @@ class PollCycle:
     answered: tuple[int, ...]  # node ids whose agents answered
     failed: dict[int, str] = field(default_factory=dict)  # node id -> error
     went_offline: tuple[str, ...] = ()  # node names
+    came_back: tuple[int, ...] = ()  # node ids that answered after being offline
 
 
 # Sent with ``cycle=PollCycle`` after the cycle's transaction commits (never for one

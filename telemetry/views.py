@@ -10,6 +10,7 @@ from agents.models import GPU, Node
 from agents.permissions import can_see_agent_details
 from telemetry import readings
 from telemetry.history import RANGES
+from telemetry.slices import may_see_owners, slices_report
 
 
 def _labels() -> dict:
@@ -65,13 +66,16 @@ def dashboard(request: HttpRequest) -> HttpResponse:
 def node_detail(request: HttpRequest, pk: int) -> HttpResponse:
     node = get_object_or_404(Node, pk=pk)
     errors = {str(node.pk): node.last_error} if node.last_error else {}
+    latest = readings.latest_for([node.pk]).get(node.pk)
+    gpu_ids = list(node.gpus.values_list("pk", flat=True))
     return render(
         request,
         "telemetry/node_detail.html",
         {
             "node": node,
             "agent_errors": errors if can_see_agent_details(request.user) else None,
-            "detail": readings.node_detail(node),
+            "detail": readings.node_detail(node, latest),
+            "report": slices_report(latest, owners=may_see_owners(request.user, gpu_ids)),
             "ranges": RANGES,
             "labels": _labels(),
         },
@@ -89,6 +93,9 @@ def gpu_detail(request: HttpRequest, pk: int) -> HttpResponse:
         {
             "gpu": gpu,
             "reading": readings.card_reading(reading),
+            "report": slices_report(
+                latest, owners=may_see_owners(request.user, [gpu.pk]), uuids={gpu.uuid}
+            ),
             "last_seen": readings.seen_at(gpu.last_seen, latest, gpu.uuid),
             "ranges": RANGES,
             "labels": _labels(),

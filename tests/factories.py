@@ -8,6 +8,7 @@ Named actors (alice, bob, carol, dave) are fixtures in tests/conftest.py, built 
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 import factory
@@ -17,8 +18,11 @@ from django.utils import timezone
 
 from agents.choices import GpuHealth, NodeState
 from agents.models import GPU, Node
+from alerts.choices import ChannelKind, Severity
+from alerts.models import Channel, Event
 from pools import services as pool_services
-from pools.models import Pool
+from pools.models import Lease, Pool
+from pools.placement import Ask
 from quotas.choices import Role
 from quotas.models import Membership, Quota, Tenant
 from telemetry.models import GpuMinute, OwnerMinute
@@ -182,3 +186,91 @@ class QuotaFactory(factory.django.DjangoModelFactory):
     limit_memory_mib = 8 * 81920
     guaranteed_gpu_hours = 0
     limit_gpu_hours = 1000
+
+
+# --- alerts: channels, events, deliveries ---------------------------------------------------
+
+
+class ChannelFactory(factory.django.DjangoModelFactory):
+    """A user's webhook channel; ``ChannelFactory(secrets={"url": ...})`` stores secrets as
+    the services do (encrypted, with a hint)."""
+
+    class Meta:
+        model = Channel
+        skip_postgeneration_save = True
+
+    name = factory.Sequence(lambda n: f"channel-{n}")
+    kind = ChannelKind.WEBHOOK
+    owner = factory.SubFactory(UserFactory)
+    settings = factory.LazyFunction(dict)
+
+    @factory.post_generation
+    def secrets(channel: Channel, create: bool, extracted: dict | None, **kwargs) -> None:
+        values = extracted if extracted is not None else {"url": "https://hooks.example.com/x"}
+        channel.set_secrets(values)
+        channel.secret_hint = " ".join(f"…{v[-4:]}" for v in values.values())
+        if create:
+            channel.save()
+
+
+class EventFactory(factory.django.DjangoModelFactory):
+    class Meta:
+        model = Event
+
+    rule_key = "gpu.temperature"
+    rule_name = "GPU too hot"
+    severity = Severity.CRITICAL
+    scope = factory.Sequence(lambda n: f"node:gpu-{n:02d}")
+    fingerprint = factory.Sequence(lambda n: f"fp-{n}")
+    labels = factory.LazyFunction(lambda: {"gpu": "0"})
+    summary = "GPU 0 is at 91 °C"
+    started_at = factory.LazyFunction(timezone.now)
+    last_seen_at = factory.LazyFunction(timezone.now)
+# --- GPU requests (issue #10: requests, approvals, queueing) ------------------------------
+
+
+@dataclass
+class Team:
+    """A tenant with a pool of cards open to it and one member of each role."""
+
+    tenant: Tenant
+    pool: Pool
+    quota: Quota
+    cards: list[GPU]
+    admin: object
+    approver: object
+    dev: object
+
+    def ask(self, user=None, **ask) -> dict:
+        """Keyword arguments for ``services.create_request``: one 25 % / 8 GiB slice for
+        4 hours in this team's pool, unless told otherwise."""
+        defaults = {
+            "tenant": self.tenant, "pool": self.pool, "count": 1, "compute_pct": 25,
+            "memory_mib": 8192, "duration_hours": 4, "reason": "training run",
+        }  # fmt: skip
+        return {**defaults, **ask}
+
+
+def gpu_team(name: str = "", *, cards: int = 2, **quota) -> Team:
+    """``cards`` 80 GiB cards in a pool of their own, a tenant with a quota there (the
+    QuotaFactory's, overridden by ``quota``), and an admin, an approver and a developer."""
+    gpus = online_cards(cards)
+    tenant = TenantFactory(**({"name": name, "slug": name} if name else {}))
+    pool = PoolFactory(cards=gpus)
+    members = {
+        role: MembershipFactory(tenant=tenant, role=role).user
+        for role in (Role.ADMIN, Role.APPROVER, Role.MEMBER)
+    }
+    return Team(
+        tenant=tenant, pool=pool, quota=QuotaFactory(tenant=tenant, pool=pool, **quota),
+        cards=gpus, admin=members[Role.ADMIN], approver=members[Role.APPROVER],
+        dev=members[Role.MEMBER],
+    )  # fmt: skip
+# --- pools pages and API ------------------------------------------------------------------
+
+
+def placed_lease(pool: Pool, holder, *, label: str = "", **ask) -> Lease:
+    """A lease placed through the allocation service (``ask``: placement.Ask's fields)."""
+    return pool_services.place_lease(
+        pool, Ask(**ask), holder=holder, unix_user=holder.get_username(), label=label
+    )

@@ -22,6 +22,7 @@ PUBLIC = {
     "agents": {
         "agents.models", "agents.choices", "agents.fanout", "agents.gpu_agent.schema",
         "agents.filtersets", "agents.permissions", "agents.api.urls", "agents.urls",
+        "agents.gpu_agent.desired",
     },
     "telemetry": {"telemetry.interface"},
     "audit": {"audit.interface"},
@@ -30,8 +31,13 @@ PUBLIC = {
 }  # fmt: skip
 # The project package wires each app's URLs and websocket routes in; that is not use.
 WIRING = {
-    "portal": {"telemetry.api.urls", "telemetry.urls", "telemetry.routing", "telemetry.tasks"},
-}
+    "portal": {
+        "telemetry.api.urls", "telemetry.urls", "telemetry.routing", "telemetry.tasks",
+        "pools.api.operation_urls", "pools.api.urls", "pools.urls", "pools.routing",
+        "pools.demo", "alerts.api.urls", "alerts.urls",
+        "quotas.api.request_urls", "quotas.request_urls", "quotas.routing",
+    },
+}  # fmt: skip
 
 
 def _modules() -> list[tuple[str, Path]]:

@@ -16,7 +16,7 @@ from playwright.sync_api import Page, expect
 
 from agents.models import GPU
 from tests import procs
-from tests.factories import NodeFactory
+from tests.factories import NodeFactory, PoolFactory, online_cards, placed_lease
 from tests.test_browser import ARTIFACTS
 
 pytestmark = [pytest.mark.browser, pytest.mark.stack]
@@ -30,13 +30,16 @@ document.addEventListener('securitypolicyviolation', (e) =>
 
 
 @pytest.fixture
-def site(transactional_db, child_env_for_test_db) -> Iterator[tuple[str, int, int]]:
-    """daphne alone on the test database: one node with one card, and an admin, frank."""
+def site(transactional_db, child_env_for_test_db) -> Iterator[tuple[str, int, int, int]]:
+    """daphne alone on the test database: one node with one card, and an admin, frank,
+    holding a slice of a pool's card."""
     node = NodeFactory(name="csp-01")
     gpu = GPU.objects.create(node=node, index=0, uuid="GPU-csp-0", model="NVIDIA A100")
-    get_user_model().objects.create_superuser("frank", password="frank-pw-1")
+    frank = get_user_model().objects.create_superuser("frank", password="frank-pw-1")
+    pool = PoolFactory(slug="csp", cards=online_cards(1))
+    lease = placed_lease(pool, frank, compute_pct=20, memory_mib=4096)
     with procs.daphne(child_env_for_test_db) as (url, _):
-        yield url, node.pk, gpu.pk
+        yield url, node.pk, gpu.pk, lease.allocations.get().pk
 
 
 # ReDoc's "API docs by Redocly" badge is an image on Redocly's CDN: the policy keeps the
@@ -49,7 +52,7 @@ def _violations(page: Page) -> list[str]:
 
 
 def test_every_page_works_under_the_policy(site, browser):
-    base, node_id, gpu_id = site
+    base, node_id, gpu_id, allocation_id = site
     page = browser.new_page()
     console: list[str] = []
     page.on("console", lambda m: m.type == "error" and console.append(f"{page.url}: {m.text}"))
@@ -77,6 +80,11 @@ def test_every_page_works_under_the_policy(site, browser):
         visit("/nodes/", "table, .empty")
         visit("/nodes/add/", "#test-connection")
         visit("/account/", "#content form")
+        visit("/pools/", "table.pools")
+        visit("/pools/csp/", ".pool-card .slice")
+        expect(page.locator("#live-status")).to_have_attribute("data-state", "live")
+        visit("/pools/add/", "#pool-form")
+        visit(f"/allocations/{allocation_id}/", "#export-block")
         visit("/audit/", ".audit-entries")
         visit("/api/docs/", ".opblock")
         visit("/api/redoc/", "[role=search], .menu-content")

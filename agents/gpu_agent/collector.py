@@ -60,9 +60,10 @@ def collect_snapshot(
     snapshot = backend.collect()
     if pods is not None:
         pods.label(snapshot.gpus)
-    slices = desired.slices
+    slices, generation = desired.slices, desired.generation
     if slices is not None:
         snapshot.allocations, snapshot.violations = attribute(snapshot.gpus, slices)
+        snapshot.desired_generation = generation
     duration = time.perf_counter() - started
     return replace(snapshot, collect_duration_s=round(duration, 6), agent=agent)
 

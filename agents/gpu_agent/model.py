@@ -246,6 +246,8 @@ class NodeSnapshot:
     # Filled in by the collector from the desired slices; None when none were sent.
     allocations: list[AllocationUsage] | None = None
     violations: list[Violation] | None = None
+    # The desired state's generation attributed above; None when none was sent.
+    desired_generation: int | None = None
 
     def _node_keys(self, out: dict[str, Any]) -> dict[str, Any]:
         """The node's own keys, shared by both views, added to ``out``."""
@@ -258,19 +260,26 @@ class NodeSnapshot:
             out["cuda_version"] = self.cuda_version
         out["collected_at"] = self.collected_at
         out["collect_duration_s"] = self.collect_duration_s
+        if self.desired_generation is not None:
+            out["desired_generation"] = self.desired_generation
         return out
 
-    def to_dict(self) -> dict[str, Any]:
-        out = self._node_keys({})
-        out["gpus"] = [gpu.to_dict() for gpu in self.gpus]
+    def _report(self, out: dict[str, Any]) -> dict[str, Any]:
+        """The slices report (both views): what each allocation uses, and violations."""
         if self.allocations is not None:
             out["allocations"] = [a.to_dict() for a in self.allocations]
         if self.violations is not None:
             out["violations"] = [v.to_dict() for v in self.violations]
         return out
 
+    def to_dict(self) -> dict[str, Any]:
+        out = self._node_keys({})
+        out["gpus"] = [gpu.to_dict() for gpu in self.gpus]
+        return self._report(out)
+
     def to_portal_dict(self) -> dict[str, Any]:
-        """The portal view: node keys as ``to_dict``, cards reduced, no slices or violations."""
+        """The portal view: node keys as ``to_dict``, cards reduced, the slices report
+        (the pools confirm and show it)."""
         out = self._node_keys({"view": "portal"})
         out["gpus"] = [gpu.to_portal_dict() for gpu in self.gpus]
-        return out
+        return self._report(out)

@@ -139,6 +139,10 @@ GPU_FIELDS: tuple[Field, ...] = (
         dcgm=(Dcgm("DCGM_FI_DEV_SM_CLOCK_HERTZ", 1e-6), Dcgm("DCGM_FI_DEV_SM_CLOCK")),
     ),
     Field("health", "text", max_length=16),
+    # Faults the pools cordon a card for: the last XID code (0: none since the agent
+    # started) and the volatile uncorrectable ECC count; not shown live, not in history.
+    Field("xid_last", "int", minimum=0, maximum=INT32_MAX),
+    Field("ecc_uncorrected_total", "int", minimum=0, maximum=2**53),
 )  # fmt: skip
 
 # Per process: who runs it and what it holds, for the per-owner history.
@@ -159,6 +163,8 @@ NODE_FIELDS: tuple[Field, ...] = (
     Field("cuda_version", "text", max_length=32),
     Field("collected_at", "number", "s", 0, 1e11),
     Field("collect_duration_s", "number", "s", 0, 86400),
+    # The desired state's generation the agent holds; absent when the portal never sent one.
+    Field("desired_generation", "int", minimum=0, maximum=2**53),
 )  # fmt: skip
 # Under the node's ``agent`` object: which agent answered.
 AGENT = "agent"
@@ -166,6 +172,34 @@ AGENT_FIELDS: tuple[Field, ...] = (
     Field("version", "text", max_length=64),
     Field("backend", "text", max_length=32),
 )  # fmt: skip
+
+# The agent's report on the portal's slices (gpu_agent/attribution.py): what each
+# allocation's processes use, and the processes outside the rules. Both lists are absent
+# until the portal sends a desired state; in the portal view since the pools issue.
+ALLOCATIONS = "allocations"
+VIOLATIONS = "violations"
+MAX_ALLOCATIONS = 4096  # the agent's own cap on slices (desired.MAX_SLICES)
+MAX_VIOLATIONS = 1024
+ALLOCATION_FIELDS: tuple[Field, ...] = (
+    Field("allocation_id", "text", max_length=128, required=True),
+    Field("gpu_uuid", "text", max_length=96, required=True),
+    Field("memory_limit_mib", "int", "MiB", 0, 16 * MIB, required=True),
+    Field("compute_pct", "int", "%", 0, 100),
+    Field("process_count", "int", minimum=0, maximum=INT32_MAX),
+    Field("memory_used_mib", "int", "MiB", 0, 2**40),
+)  # fmt: skip
+VIOLATION_KINDS = frozenset({"unallocated", "over_memory", "wrong_gpu"})
+VIOLATION_PIDS = "pids"
+VIOLATION_FIELDS: tuple[Field, ...] = (
+    Field("kind", "text", max_length=16, required=True),
+    Field("gpu_uuid", "text", max_length=96),
+    Field("user", "text", max_length=64),
+    Field("allocation_id", "text", max_length=128),
+    Field("memory_used_mib", "int", "MiB", 0, 2**40),
+    Field("memory_limit_mib", "int", "MiB", 0, 16 * MIB),
+)  # fmt: skip
+ALLOCATION_FIELD_NAMES = tuple(f.name for f in ALLOCATION_FIELDS)
+VIOLATION_FIELD_NAMES = (*(f.name for f in VIOLATION_FIELDS), VIOLATION_PIDS)
 
 GPU_FIELD_NAMES = tuple(f.name for f in GPU_FIELDS)
 PROCESS_FIELD_NAMES = tuple(f.name for f in PROCESS_FIELDS)
@@ -213,6 +247,8 @@ _GPU_PLAN = _plan(GPU_FIELDS)
 _PROCESS_PLAN = _plan(PROCESS_FIELDS)
 _NODE_PLAN = _plan(NODE_FIELDS)
 _AGENT_PLAN = _plan(AGENT_FIELDS)
+_ALLOCATION_PLAN = _plan(ALLOCATION_FIELDS)
+_VIOLATION_PLAN = _plan(VIOLATION_FIELDS)
 _uuid_of = itemgetter("uuid")
 # At most this many processes a card: a real card runs tens, not thousands.
 MAX_PROCESSES = 1024
@@ -289,4 +325,42 @@ def check_snapshot(data: Any, max_gpus: int | None = None) -> dict[str, Any]:
     # A UUID is a card's identity: listed twice, one of the two readings would be lost.
     if len(set(map(_uuid_of, gpus))) != len(gpus):
         raise SnapshotError("snapshot lists a GPU UUID more than once")
+    if data.get(ALLOCATIONS) is not None or data.get(VIOLATIONS) is not None:
+        _check_report(data)
     return data
+
+
+def _check_items(data: dict, key: str, plan: _Plan, most: int) -> list:
+    items = data.get(key)
+    if items is None:
+        return []
+    if type(items) is not list or len(items) > most:
+        raise SnapshotError(f"node '{key}' is not a list of at most {most} entries")
+    for position, item in enumerate(items):
+        if type(item) is not dict:
+            raise SnapshotError(f"{key}[{position}] is not an object")
+        if (problem := _first_problem(item, plan)) is not None:
+            raise SnapshotError(f"{key}[{position}]: '{problem[0]}' {problem[1]}")
+    return items
+
+
+def _check_report(data: dict) -> None:
+    """The agent's slices report: bounded lists of declared, typed entries, each
+    allocation once, violations of known kinds naming at most MAX_PROCESSES pids."""
+    allocations = _check_items(data, ALLOCATIONS, _ALLOCATION_PLAN, MAX_ALLOCATIONS)
+    if len({a["allocation_id"] for a in allocations}) != len(allocations):
+        raise SnapshotError(f"node '{ALLOCATIONS}' lists an allocation more than once")
+    violations = _check_items(data, VIOLATIONS, _VIOLATION_PLAN, MAX_VIOLATIONS)
+    for position, item in enumerate(violations):
+        if item["kind"] not in VIOLATION_KINDS:
+            raise SnapshotError(f"{VIOLATIONS}[{position}]: 'kind' is not a known kind")
+        pids = item.get(VIOLATION_PIDS)
+        if pids is not None and (
+            type(pids) is not list
+            or len(pids) > MAX_PROCESSES
+            or any(type(p) is not int or not 0 <= p <= INT32_MAX for p in pids)
+        ):
+            raise SnapshotError(
+                f"{VIOLATIONS}[{position}]: '{VIOLATION_PIDS}' is not a list of at most "
+                f"{MAX_PROCESSES} process ids"
+            )

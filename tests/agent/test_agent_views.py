@@ -29,7 +29,7 @@ from tests.agent.conftest import REPO_ROOT
 MODEL = "NVIDIA A100-SXM4-80GB"
 NODE_KEYS = {
     "view", "agent", "hostname", "driver_version", "cuda_version", "collected_at",
-    "collect_duration_s", "gpus",
+    "collect_duration_s", "desired_generation", "gpus", "allocations", "violations",
 }  # fmt: skip
 BAD_VIEWS = ["view=compact", "view=", "view=PORTAL", "view=portal&view=full"]
 
@@ -84,7 +84,7 @@ def assert_portal_view_of(portal: dict[str, Any], full: dict[str, Any]) -> None:
     """``portal`` holds exactly the documented keys, with ``full``'s values."""
     assert portal["view"] == "portal"
     assert set(portal) == {k for k in NODE_KEYS if k in full or k == "view"}
-    for key in NODE_KEYS - {"view", "gpus"}:
+    for key in NODE_KEYS - {"view", "gpus", "allocations", "violations"}:
         assert portal.get(key) == full.get(key), key
     assert len(portal["gpus"]) == len(full["gpus"])
     for small, whole in zip(portal["gpus"], full["gpus"], strict=True):
@@ -104,7 +104,7 @@ def test_the_field_lists_are_the_documented_ones_and_exist_on_the_readings() -> 
     assert set(PORTAL_PROCESS_FIELDS) <= set(vars(ProcessReading(pid=1)))
 
 
-def test_the_portal_view_keeps_gaps_reduces_processes_and_drops_slices(
+def test_the_portal_view_keeps_gaps_reduces_processes_and_carries_the_slices_report(
     serve: Callable[..., str], get: Callable[..., Any]
 ) -> None:
     collector = Collector(HandMadeBackend(), 1.0)  # type: ignore[arg-type]
@@ -119,7 +119,9 @@ def test_the_portal_view_keeps_gaps_reduces_processes_and_drops_slices(
     assert result.headers["Content-Type"] == "application/json"
     assert result.headers["Cache-Control"] == "no-store"
     portal = result.json()
-    assert "allocations" in full and "allocations" not in portal and "violations" not in portal
+    assert portal["allocations"] == full["allocations"]
+    assert portal["violations"] == full["violations"]
+    assert portal["desired_generation"] == full["desired_generation"] == 1
     busy, idle, lost = portal["gpus"]
     assert "power_w" not in busy  # absent stays absent
     assert busy["processes"] == [{"user": "alice", "memory_used_mib": 1024}, {}]

@@ -27,6 +27,7 @@ from django.db import transaction
 
 from agents.choices import NodeSource
 from agents.models import Node
+from pools import demo as pools_demo
 from portal import celery_app, embedded
 from portal.files import private_secret
 
@@ -68,6 +69,10 @@ class Command(BaseCommand):
         password = self._seed_admin(options["username"])
         token = _var_secret("demo-agent-token")
         self._seed_nodes(options, token)
+        # A pool over the simulated cards, with slices once their first readings arrive.
+        admin = get_user_model().objects.get(username=options["username"])
+        pool = pools_demo.seed(admin, {"demo": "true"})
+        pools_demo.place_slices_when_cards_arrive(pool.pk)
         agent = self._start_agents(options, token)
         try:
             self._serve(options, password)

@@ -1,0 +1,183 @@
+"""Alert channels, events and their deliveries.
+
+A channel is where a user's or a tenant's alerts go (an address, a robot, a webhook). Its
+settings are checked by its kind's transport (``alerts.transports``); the secret parts
+(robot URLs that carry their token, signing secrets) are kept encrypted, apart, and only
+their hint is ever shown. A delivery is one message to one channel: an outbox row that
+workers claim atomically, with one attempt row per try.
+"""
+
+from __future__ import annotations
+
+import json
+
+from django.conf import settings
+from django.db import models
+from django.db.models import Q
+from django.urls import reverse
+from django.utils.translation import gettext_lazy as _
+
+from alerts.choices import (
+    OPEN_EVENT_STATES,
+    ChannelKind,
+    DeliveryStatus,
+    EventState,
+    Severity,
+)
+from portal import crypto
+from quotas.models import Tenant
+
+ERROR_MAX_CHARS = 2000
+
+
+class Channel(models.Model):
+    name = models.CharField(_("name"), max_length=100)
+    kind = models.CharField(_("kind"), max_length=16, choices=ChannelKind)
+    # Exactly one owner: a user's own channel, or a tenant's (managed by its admins).
+    owner = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, null=True, blank=True,
+        related_name="alert_channels", verbose_name=_("owner"),
+    )  # fmt: skip
+    tenant = models.ForeignKey(
+        Tenant, on_delete=models.CASCADE, null=True, blank=True,
+        related_name="alert_channels", verbose_name=_("tenant"),
+    )  # fmt: skip
+    enabled = models.BooleanField(_("enabled"), default=True)
+    # Why the portal turned it off (a permanent error such as a revoked robot key).
+    disabled_reason = models.TextField(_("disabled because"), blank=True)
+    # The language its messages are written in; empty: the site's default.
+    language = models.CharField(
+        _("language"), max_length=16, blank=True, choices=settings.LANGUAGES
+    )
+    # The kind's non-secret settings, as its transport validated them.
+    settings = models.JSONField(_("settings"), default=dict, blank=True)
+    secrets_encrypted = models.TextField(_("secrets (encrypted)"), blank=True)
+    secret_hint = models.CharField(_("secret hint"), max_length=80, blank=True)
+    created = models.DateTimeField(auto_now_add=True)
+    updated = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["name", "pk"]
+        verbose_name = _("alert channel")
+        verbose_name_plural = _("alert channels")
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(owner__isnull=False, tenant__isnull=True)
+                | Q(owner__isnull=True, tenant__isnull=False),
+                name="alert_channel_has_one_owner",
+            )
+        ]
+
+    def __str__(self) -> str:
+        return self.name
+
+    def get_absolute_url(self) -> str:
+        return reverse("alerts:channel_detail", args=[self.pk])
+
+    @property
+    def secrets(self) -> dict[str, str]:
+        if not self.secrets_encrypted:
+            return {}
+        return json.loads(crypto.decrypt(self.secrets_encrypted))
+
+    def set_secrets(self, values: dict[str, str]) -> None:
+        kept = {key: value for key, value in values.items() if value}
+        self.secrets_encrypted = crypto.encrypt(json.dumps(kept)) if kept else ""
+
+
+class Event(models.Model):
+    """Something that fired. Open events are unique per fingerprint: firing again while
+    open updates the one event instead of making another (de-duplication)."""
+
+    rule_key = models.CharField(_("rule"), max_length=100)
+    rule_name = models.CharField(_("rule name"), max_length=200)
+    severity = models.CharField(
+        _("severity"), max_length=16, choices=Severity, default=Severity.WARNING
+    )
+    # What it is about, e.g. "node:gpu-01" or "tenant:ml-team".
+    scope = models.CharField(_("scope"), max_length=255, blank=True)
+    fingerprint = models.CharField(_("fingerprint"), max_length=64)
+    state = models.CharField(
+        _("state"), max_length=16, choices=EventState, default=EventState.FIRING
+    )
+    tenant = models.ForeignKey(
+        Tenant, on_delete=models.SET_NULL, null=True, blank=True, related_name="alert_events"
+    )
+    labels = models.JSONField(_("labels"), default=dict, blank=True)
+    summary = models.TextField(_("summary"), max_length=2000, blank=True)
+    started_at = models.DateTimeField(_("started"))
+    last_seen_at = models.DateTimeField(_("last seen"))
+    acknowledged_at = models.DateTimeField(_("acknowledged"), null=True, blank=True)
+    acknowledged_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True,
+        related_name="+",
+    )  # fmt: skip
+    resolved_at = models.DateTimeField(_("resolved"), null=True, blank=True)
+    last_notified_at = models.DateTimeField(_("last notified"), null=True, blank=True)
+
+    class Meta:
+        ordering = ["-started_at"]
+        verbose_name = _("alert event")
+        verbose_name_plural = _("alert events")
+        constraints = [
+            models.UniqueConstraint(
+                fields=["fingerprint"],
+                condition=Q(state__in=OPEN_EVENT_STATES),
+                name="one_open_event_per_fingerprint",
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.rule_name} ({self.scope})" if self.scope else self.rule_name
+
+
+class Delivery(models.Model):
+    """One message to one channel. Workers claim it with a conditional update on
+    ``claimed_at``; a claim older than ALERT_CLAIM_TIMEOUT was abandoned (the worker died)
+    and may be taken again, so a killed worker loses nothing."""
+
+    event = models.ForeignKey(
+        Event, on_delete=models.CASCADE, null=True, blank=True, related_name="deliveries"
+    )
+    channel = models.ForeignKey(Channel, on_delete=models.CASCADE, related_name="deliveries")
+    # A "send test" message (no event).
+    test = models.BooleanField(_("test"), default=False)
+    status = models.CharField(
+        _("status"), max_length=16, choices=DeliveryStatus, default=DeliveryStatus.PENDING
+    )
+    attempts = models.PositiveIntegerField(_("attempts"), default=0)
+    next_attempt_at = models.DateTimeField(_("next attempt"))
+    claimed_at = models.DateTimeField(null=True, blank=True)
+    last_error = models.TextField(_("last error"), blank=True)
+    created = models.DateTimeField(_("created"), auto_now_add=True)
+    finished_at = models.DateTimeField(_("finished"), null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created", "-pk"]
+        verbose_name = _("delivery")
+        verbose_name_plural = _("deliveries")
+        indexes = [models.Index(fields=["status", "next_attempt_at"])]
+
+    def __str__(self) -> str:
+        return f"{self.channel} #{self.pk}"
+
+
+class DeliveryAttempt(models.Model):
+    delivery = models.ForeignKey(Delivery, on_delete=models.CASCADE, related_name="attempt_log")
+    number = models.PositiveIntegerField(_("attempt"))
+    started_at = models.DateTimeField(_("time"))
+    duration_ms = models.PositiveIntegerField(_("duration (ms)"))
+    ok = models.BooleanField(_("delivered"))
+    permanent = models.BooleanField(_("permanent error"), default=False)
+    error = models.TextField(_("error"), blank=True)
+
+    class Meta:
+        ordering = ["-started_at", "-pk"]
+        verbose_name = _("delivery attempt")
+        verbose_name_plural = _("delivery attempts")
+        constraints = [
+            models.UniqueConstraint(fields=["delivery", "number"], name="one_attempt_per_number")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.delivery} · {self.number}"

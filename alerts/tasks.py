@@ -1,0 +1,18 @@
+"""Delivery tasks. ``deliver`` acknowledges late and is requeued if its worker dies, so a
+message is never lost with a worker; the outbox row's claim makes a second run harmless."""
+
+from __future__ import annotations
+
+from celery import shared_task
+
+from alerts import outbox
+
+
+@shared_task(acks_late=True, reject_on_worker_lost=True, ignore_result=True)
+def deliver(delivery_id: int) -> str:
+    return outbox.deliver(delivery_id)
+
+
+@shared_task(ignore_result=True)
+def requeue_deliveries() -> int:
+    return len(outbox.requeue_due())

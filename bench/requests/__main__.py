@@ -1,0 +1,5 @@
+import sys
+
+from bench.requests.run import main
+
+sys.exit(main())

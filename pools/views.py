@@ -1,0 +1,220 @@
+"""Pool pages: list, capacity view, add, edit, delete, cards; an allocation's detail.
+
+Reading pools takes a signed-in member; changing them the pool permissions
+(pools.permissions), the same the API and the admin check. Anonymous visitors go to the
+login page; signed-in users without the permission get 403. An allocation is shown to
+those who may see its lease (``visible_allocations``), a 404 to anyone else, so its
+existence is not told either.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from functools import wraps
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.core.exceptions import PermissionDenied
+from django.db.models import Count, Sum
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.utils.translation import gettext as _
+from django.views.decorators.http import require_POST
+
+from agents.choices import GpuHealth, NodeState
+from agents.models import GPU
+from pools import capacity, launch, membership, permissions
+from pools.choices import AgentSync, AllocationState
+from pools.forms import PoolCardsForm, PoolForm
+from pools.models import Pool
+from portal.security import client_ip
+
+View = Callable[..., HttpResponse]
+MAX_CARD_CHOICES = 2000
+
+
+def allowed_if(check: Callable[..., bool]) -> Callable[[View], View]:
+    """Signed in, and ``check(user)`` true; otherwise the login page or 403."""
+
+    def decorate(view: View) -> View:
+        @wraps(view)
+        @login_required
+        def wrapped(request: HttpRequest, *args, **kwargs) -> HttpResponse:
+            if not check(request.user):
+                raise PermissionDenied
+            return view(request, *args, **kwargs)
+
+        return wrapped
+
+    return decorate
+
+
+def _who(request: HttpRequest) -> dict:
+    return {"actor": request.user, "address": client_ip(request)}
+
+
+def _labels() -> dict:
+    """Translated words the page script needs, handed over as JSON."""
+    return {
+        "states": {v: str(label) for v, label in NodeState.choices},
+        "health": {v: str(label) for v, label in GpuHealth.choices},
+        "allocation_states": {v: str(label) for v, label in AllocationState.choices},
+        "agent_sync": {v: str(label) for v, label in AgentSync.choices},
+        "ui": {
+            "live": _("Live"),
+            "reconnecting": _("Reconnecting…"),
+            "hidden_owner": _("another user's vGPU"),
+            "whole_card": _("whole card"),
+            "free": _("free"),
+            "cordoned": _("cordoned"),
+            "unschedulable": _("takes no new slices"),
+            "no_reading": _("no reading"),
+            "at_risk": _("memory at risk"),
+            "remove": _("Remove"),
+        },
+    }
+
+
+@login_required
+def pool_list(request: HttpRequest) -> HttpResponse:
+    pools = Pool.objects.annotate(
+        card_count=Count("cards"),
+        compute_capacity=Sum("cards__compute_capacity"),
+        compute_allocated=Sum("cards__compute_allocated"),
+        memory_capacity=Sum("cards__memory_capacity_mib"),
+        memory_allocated=Sum("cards__memory_allocated_mib"),
+        slice_count=Sum("cards__slices"),
+    ).order_by("name")
+    return render(request, "pools/pool_list.html", {"pools": pools})
+
+
+@allowed_if(permissions.can_add_pools)
+def pool_add(request: HttpRequest) -> HttpResponse:
+    form = PoolForm(request.POST or None)
+    if request.method == "POST" and form.is_valid():
+        try:
+            pool = membership.create_pool(form.values(), **_who(request))
+        except membership.PoolError as exc:
+            form.add_service_errors(exc.errors)
+        else:
+            messages.success(request, _("Pool %(name)s created.") % {"name": pool.name})
+            return redirect(pool)
+    return _form_page(request, form, None)
+
+
+@allowed_if(permissions.can_change_pools)
+def pool_edit(request: HttpRequest, slug: str) -> HttpResponse:
+    pool = get_object_or_404(Pool, slug=slug)
+    form = PoolForm(request.POST or None, pool=pool)
+    if request.method == "POST" and form.is_valid():
+        try:
+            pool = membership.update_pool(pool.pk, form.values(), **_who(request))
+        except membership.PoolError as exc:
+            form.add_service_errors(exc.errors)
+        else:
+            messages.success(request, _("Pool %(name)s saved.") % {"name": pool.name})
+            return redirect(pool)
+    return _form_page(request, form, pool)
+
+
+def _form_page(request: HttpRequest, form: PoolForm, pool: Pool | None) -> HttpResponse:
+    # A refused post is a 400, as the API answers it; the form shows why.
+    status = 400 if request.method == "POST" else 200
+    return render(request, "pools/pool_form.html", {"form": form, "pool": pool}, status=status)
+
+
+@allowed_if(permissions.can_delete_pools)
+def pool_delete(request: HttpRequest, slug: str) -> HttpResponse:
+    pool = get_object_or_404(Pool, slug=slug)
+    error = ""
+    if request.method == "POST":
+        try:
+            membership.delete_pool(pool.pk, **_who(request))
+        except membership.PoolError as exc:
+            error = " ".join(m for ms in exc.errors.values() for m in ms)
+        else:
+            messages.success(request, _("Pool %(name)s deleted.") % {"name": pool.name})
+            return redirect("pools:pool_list")
+    status = 409 if error else 200
+    return render(request, "pools/pool_delete.html", {"pool": pool, "error": error},
+                  status=status)  # fmt: skip
+
+
+def _card_choices() -> list[tuple[int, str]]:
+    gpus = GPU.objects.filter(pool_card__isnull=True).select_related("node")
+    return [
+        (g.pk, f"{g.node.name} #{g.index} · {g.model}")
+        for g in gpus.order_by("node__name", "index")[:MAX_CARD_CHOICES]
+    ]
+
+
+@login_required
+def pool_detail(request: HttpRequest, slug: str) -> HttpResponse:
+    pool = get_object_or_404(Pool, slug=slug)
+    return _detail(request, pool)
+
+
+def _detail(request: HttpRequest, pool: Pool, cards_form: PoolCardsForm | None = None,
+            status: int = 200) -> HttpResponse:  # fmt: skip
+    can_change = permissions.can_change_pools(request.user)
+    if can_change and cards_form is None:
+        cards_form = PoolCardsForm(choices=_card_choices())
+    context = {
+        "pool": pool,
+        "picture": capacity.picture(pool, request.user),
+        "usage": capacity.usage(pool.pk),
+        "labels": _labels(),
+        "can_change": can_change,
+        "can_delete": permissions.can_delete_pools(request.user),
+        "cards_form": cards_form if can_change else None,
+    }
+    return render(request, "pools/pool_detail.html", context, status=status)
+
+
+@require_POST
+@allowed_if(permissions.can_change_pools)
+def pool_cards_add(request: HttpRequest, slug: str) -> HttpResponse:
+    pool = get_object_or_404(Pool, slug=slug)
+    form = PoolCardsForm(request.POST, choices=_card_choices())
+    if form.is_valid():
+        try:
+            joined = membership.add_pool_cards(pool.pk, form.cleaned_data["gpus"], **_who(request))
+        except membership.PoolError as exc:
+            form.add_service_errors(exc.errors)
+        else:
+            messages.success(request, _("%(count)s card(s) added.") % {"count": joined})
+            return redirect(pool)
+    return _detail(request, pool, form, status=400)
+
+
+@require_POST
+@allowed_if(permissions.can_change_pools)
+def pool_card_remove(request: HttpRequest, slug: str, gpu_id: int) -> HttpResponse:
+    pool = get_object_or_404(Pool, slug=slug)
+    try:
+        membership.remove_pool_cards(pool.pk, [gpu_id], **_who(request))
+    except membership.PoolError as exc:
+        for message in (m for ms in exc.errors.values() for m in ms):
+            messages.error(request, message)
+    else:
+        messages.success(request, _("Card removed from the pool."))
+    return redirect(pool)
+
+
+@login_required
+def allocation_detail(request: HttpRequest, pk: int) -> HttpResponse:
+    allocation = get_object_or_404(
+        permissions.visible_allocations(request.user).select_related(
+            "lease__holder", "pool", "gpu__node"
+        ),
+        pk=pk,
+    )
+    env = launch.launch_env(allocation) if allocation.state == AllocationState.ACTIVE else None
+    context = {
+        "allocation": allocation,
+        "lease": allocation.lease,
+        "env": env,
+        "export_block": launch.export_block(env),
+        "kubernetes": launch.kubernetes_snippet(allocation) if env else "",
+    }
+    return render(request, "pools/allocation_detail.html", context)

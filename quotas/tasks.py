@@ -1,0 +1,30 @@
+"""Beat's work for GPU requests (scheduled in portal/celery.py): place what the queue
+can, and the timed steps. Each is idempotent: a second run finds nothing left to do."""
+
+from __future__ import annotations
+
+from celery import shared_task
+
+from quotas import lifecycle
+from quotas.choices import RequestState
+from quotas.models import GpuRequest
+from quotas.services import place_queued
+
+
+@shared_task(ignore_result=True)
+def place_all_queued() -> int:
+    """Place queued requests in every pool that has any (capacity freed elsewhere, a
+    card back online): the short beat behind the placement after each release."""
+    pools = GpuRequest.objects.filter(state=RequestState.APPROVED).values_list("pool_id", flat=True)
+    return sum(place_queued(pool_id) for pool_id in set(pools))
+
+
+@shared_task(ignore_result=True)
+def sweep_requests() -> dict[str, int]:
+    """Escalate and expire pending requests, warn before expiry, expire placed ones."""
+    return {
+        "escalated": lifecycle.escalate_pending(),
+        "expired_pending": lifecycle.expire_pending(),
+        "warned": lifecycle.warn_expiring(),
+        "expired": lifecycle.expire_placed(),
+    }

@@ -1,0 +1,63 @@
+// The requests pages (mine, approvals): one socket; when it says something changed, the
+// page fetches its live part again (through the page's own permission check) and swaps it
+// in, without reloading. A part being typed into waits until the field is left.
+const part = document.getElementById("live-part");
+const status = document.getElementById("live-status");
+let pending = false;
+let loading = false;
+
+function setStatus(state) {
+  if (!status) return;
+  status.dataset.state = state;
+  // The words come translated from the page (data-live, data-reconnecting).
+  status.textContent = status.dataset[state] || state;
+}
+
+function typing() {
+  const el = document.activeElement;
+  return el && part.contains(el) && (el.tagName === "INPUT" || el.tagName === "TEXTAREA");
+}
+
+async function refresh() {
+  if (loading || typing()) { pending = true; return; }
+  loading = true;
+  pending = false;
+  try {
+    const response = await fetch(part.dataset.partUrl, { credentials: "same-origin",
+      headers: { "X-Requested-With": "fetch" } });
+    if (response.redirected || !response.ok) return;
+    part.innerHTML = await response.text();
+    // The sidebar's badge follows the notices the part now lists as unread.
+    const badge = document.getElementById("notice-badge");
+    const count = part.querySelector("#notice-count");
+    if (badge && part.querySelector("#notices")) {
+      badge.textContent = count ? count.textContent : "0";
+      badge.classList.toggle("d-none", !count);
+    }
+    part.dataset.refreshed = String(Number(part.dataset.refreshed || 0) + 1);
+  } finally {
+    loading = false;
+    if (pending) refresh();
+  }
+}
+
+part.addEventListener("focusout", () => { if (pending) setTimeout(refresh, 0); });
+
+function open(attempt) {
+  const scheme = location.protocol === "https:" ? "wss" : "ws";
+  const socket = new WebSocket(`${scheme}://${location.host}/ws/requests/`);
+  socket.addEventListener("open", () => {
+    // Anything missed while away is fetched once; then only on events.
+    if (attempt > 0) refresh();
+    attempt = 0;
+    setStatus("live");
+  });
+  socket.addEventListener("message", () => refresh());
+  socket.addEventListener("close", (event) => {
+    setStatus("reconnecting");
+    if (event.code === 4401) { location.reload(); return; }  // logged out: log in again
+    setTimeout(() => open(attempt + 1), Math.min(30000, 1000 * 2 ** attempt));
+  });
+}
+
+if (part) open(0);

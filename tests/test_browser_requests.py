@@ -1,0 +1,101 @@
+"""DONE-WHEN for GPU requests: a developer asks for a GPU in the browser, an approver
+approves it in another browser session, and the developer's page shows it placed
+without reloading (daphne serving the portal on the test database, pushes over the
+requests socket)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+
+import pytest
+from playwright.sync_api import Browser, BrowserContext, Page, expect
+
+from tests import procs
+from tests.factories import gpu_team
+
+pytestmark = [pytest.mark.browser]
+ARTIFACTS = procs.REPO / "test-artifacts"
+
+
+@pytest.fixture
+def site(transactional_db, child_env_for_test_db) -> Iterator[tuple[str, dict]]:
+    team = gpu_team("vision")
+    names = {
+        "tenant": str(team.tenant.pk), "pool": str(team.pool.pk),
+        "dev": team.dev.username, "approver": team.approver.username,
+    }  # fmt: skip
+    with procs.daphne(child_env_for_test_db) as (url, _):
+        yield url, names
+
+
+def logged_in(browser: Browser, url: str, user: str, path: str) -> tuple[BrowserContext, Page]:
+    context = browser.new_context()
+    page = context.new_page()
+    page.goto(f"{url}/accounts/login/?next={path}")
+    page.fill("#id_username", user)
+    page.fill("#id_password", f"{user}-pw-1")
+    page.click("button[type=submit]")
+    expect(page).to_have_url(re.compile(re.escape(path) + "$"))
+    return context, page
+
+
+def test_a_developer_sees_the_gpu_placed_live_after_an_approver_approves(site, browser):
+    url, names = site
+    dev_context, dev = logged_in(browser, url, names["dev"], "/requests/new/")
+    approver_context, approver = logged_in(browser, url, names["approver"], "/approvals/")
+    try:
+        dev.select_option("#id_tenant", names["tenant"])
+        dev.select_option("#id_pool", names["pool"])
+        dev.fill("#id_count", "1")
+        dev.fill("#id_compute_pct", "30")
+        dev.fill("#id_memory_mib", "8192")
+        dev.fill("#id_duration_hours", "4")
+        dev.fill("#id_reason", "fine-tune the detector")
+        dev.click("#request-form button[type=submit]")
+        expect(dev).to_have_url(re.compile(r"/requests/$"))
+        row = dev.locator(".request-row").first
+        expect(row).to_have_attribute("data-state", "pending")
+        expect(dev.locator("#live-status")).to_have_attribute("data-state", "live", timeout=10_000)
+        dev.evaluate("() => { window.__notReloaded = true; }")
+
+        # The approver's queue shows the new request; pushed, or there at load.
+        queued = approver.locator(".approval-row")
+        expect(queued).to_have_count(1, timeout=10_000)
+        queued.first.locator("input[name=comment]").fill("go ahead")
+        queued.first.locator(".approve-button").click()
+        expect(approver.locator(".approval-row")).to_have_count(0, timeout=10_000)
+
+        expect(dev.locator(".request-row").first).to_have_attribute(
+            "data-state", "allocated", timeout=15_000
+        )
+        assert dev.evaluate("() => window.__notReloaded === true"), "the page reloaded"
+        expect(dev.locator(".allocation-link").first).to_be_visible()
+        expect(dev.locator(".notice").first).to_be_visible()
+        expect(dev.locator("#notice-badge")).to_have_text("2")  # approved, placed
+        ARTIFACTS.mkdir(exist_ok=True)
+        dev.screenshot(path=str(ARTIFACTS / "requests-placed.png"), full_page=True)
+    finally:
+        dev_context.close()
+        approver_context.close()
+
+
+def test_the_approvers_queue_shows_a_new_request_without_reloading(site, browser):
+    url, names = site
+    approver_context, approver = logged_in(browser, url, names["approver"], "/approvals/")
+    dev_context, dev = logged_in(browser, url, names["dev"], "/requests/new/")
+    try:
+        expect(approver.locator("#live-status")).to_have_attribute(
+            "data-state", "live", timeout=10_000
+        )
+        approver.evaluate("() => { window.__notReloaded = true; }")
+        expect(approver.locator(".approval-row")).to_have_count(0)
+        dev.select_option("#id_tenant", names["tenant"])
+        dev.select_option("#id_pool", names["pool"])
+        dev.fill("#id_reason", "a quick test")
+        dev.click("#request-form button[type=submit]")
+        expect(approver.locator(".approval-row")).to_have_count(1, timeout=10_000)
+        assert approver.evaluate("() => window.__notReloaded === true")
+    finally:
+        dev_context.close()
+        approver_context.close()

@@ -1,0 +1,219 @@
+"""The request pages: the form's field errors with nothing changed, who sees and does what,
+and one tenant's requests never shown to another's members."""
+
+from __future__ import annotations
+
+import pytest
+from django.test import Client
+
+from pools.models import PoolCard
+from quotas.choices import RequestState
+from quotas.models import GpuRequest, Notice
+from quotas.services import create_request, decide
+from tests.factories import MembershipFactory, PoolFactory, gpu_team, online_cards
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def team():
+    return gpu_team("vision")
+
+
+def client_for(user) -> Client:
+    client = Client()
+    client.force_login(user)
+    return client
+
+
+def form_data(team, **changes) -> dict:
+    data = {
+        "tenant": team.tenant.pk, "pool": team.pool.pk, "count": 1, "size": "slice",
+        "compute_pct": 25, "memory_mib": 8192, "duration_hours": 4, "reason": "training",
+    }  # fmt: skip
+    data.update(changes)
+    return {k: v for k, v in data.items() if v is not None}
+
+
+def test_a_member_asks_for_a_slice_through_the_form(team):
+    response = client_for(team.dev).post("/requests/new/", form_data(team))
+    assert response.status_code == 302
+    req = GpuRequest.objects.get()
+    assert (req.requester, req.compute_pct, req.state) == (team.dev, 25, RequestState.PENDING)
+
+
+def test_the_form_offers_only_the_users_tenants_and_their_pools(team):
+    other = gpu_team("speech")
+    page = client_for(team.dev).get("/requests/new/").content.decode()
+    assert "vision" in page and "speech" not in page
+    assert f'value="{team.pool.pk}"' in page and f'value="{other.pool.pk}"' not in page
+
+
+@pytest.mark.parametrize(
+    ("changes", "field"),
+    [
+        ({"count": 0}, "count"),
+        ({"count": -1}, "count"),
+        ({"compute_pct": 0}, "compute_pct"),
+        ({"compute_pct": 101}, "compute_pct"),
+        ({"memory_mib": 0}, "memory_mib"),
+        ({"memory_mib": -5}, "memory_mib"),
+        ({"memory_mib": 90_000}, "memory_mib"),  # larger than any card of the pool
+        ({"count": 3, "compute_pct": 100}, "count"),  # more cards than the pool has
+        ({"pool": 999_999}, "pool"),  # unknown pool
+        ({"duration_hours": 0}, "duration_hours"),
+        ({"reason": ""}, "reason"),
+        ({"reason": "x" * 2001}, "reason"),
+        ({"node_labels": "no pairs here"}, "node_labels"),
+        ({"compute_pct": "lots"}, "compute_pct"),
+    ],
+)
+def test_bad_input_is_a_field_error_and_changes_nothing(team, changes, field):
+    response = client_for(team.dev).post("/requests/new/", form_data(team, **changes))
+    assert response.status_code == 400
+    assert response.context["form"].errors[field], response.context["form"].errors
+    assert GpuRequest.objects.count() == 0
+
+
+def test_over_quota_is_a_field_error_and_changes_nothing():
+    team = gpu_team(guaranteed_vgpus=1, limit_vgpus=1)
+    data = form_data(team, count=2, compute_pct=10)
+    response = client_for(team.dev).post("/requests/new/", data)
+    assert response.status_code == 400
+    assert "quota" in " ".join(response.context["form"].errors["count"])
+    assert GpuRequest.objects.count() == 0
+
+
+def test_a_pool_not_open_to_the_chosen_tenant_is_a_field_error(team):
+    other = gpu_team("speech")
+    MembershipFactory(user=team.dev, tenant=other.tenant)
+    closed = PoolFactory(cards=online_cards(1))
+    from tests.factories import QuotaFactory
+
+    QuotaFactory(tenant=other.tenant, pool=closed)  # offered to dev through speech only
+    response = client_for(team.dev).post("/requests/new/", form_data(team, pool=closed.pk))
+    assert response.status_code == 400
+    assert response.context["form"].errors["pool"]
+    assert GpuRequest.objects.count() == 0
+
+
+def test_a_tenant_the_user_is_not_a_member_of_is_a_field_error(team):
+    other = gpu_team("speech")
+    response = client_for(team.dev).post("/requests/new/", form_data(team, tenant=other.tenant.pk))
+    assert response.status_code == 400
+    assert response.context["form"].errors["tenant"]
+    assert GpuRequest.objects.count() == 0
+
+
+def test_my_page_lists_my_requests_with_state_queue_and_allocations(
+    team, django_capture_on_commit_callbacks
+):
+    with django_capture_on_commit_callbacks(execute=True):
+        req = create_request(team.dev, **team.ask())
+        decide(req.pk, team.approver, approve=True)
+    page = client_for(team.dev).get("/requests/").content.decode()
+    assert f'data-request-id="{req.pk}" data-state="allocated"' in page
+    lease_allocation = req.__class__.objects.get(pk=req.pk).lease.allocations.get()
+    assert f"/pools/allocations/{lease_allocation.pk}/" in page
+    assert Notice.objects.filter(recipient=team.dev, read_at=None).count() == 2
+    assert 'id="notice-badge" title="Unread notices">2<' in page
+
+
+def test_pages_answer_anonymous_visitors_with_the_login_page(team):
+    for path in ("/requests/", "/requests/new/", "/approvals/", "/requests/1/"):
+        response = Client().get(path)
+        assert response.status_code == 302 and "/accounts/login/" in response["Location"]
+
+
+def test_another_tenants_request_is_not_found_for_a_member(team):
+    req = create_request(team.dev, **team.ask())
+    other = gpu_team("speech")
+    for user in (other.dev, other.approver, other.admin):
+        client = client_for(user)
+        assert client.get(f"/requests/{req.pk}/").status_code == 404
+        assert (
+            client.post(f"/requests/{req.pk}/decide/", {"decision": "approve"}).status_code == 404
+        )
+        assert client.post(f"/requests/{req.pk}/release/").status_code == 404
+    part = client_for(other.approver).get("/approvals/?part=1").content.decode()
+    assert f'data-request-id="{req.pk}"' not in part
+    req.refresh_from_db()
+    assert req.state == RequestState.PENDING
+
+
+def test_a_tenant_member_sees_a_teammates_request_but_may_not_act_on_it(team):
+    req = create_request(team.admin, **team.ask())
+    client = client_for(team.dev)
+    assert client.get(f"/requests/{req.pk}/").status_code == 200
+    assert client.post(f"/requests/{req.pk}/decide/", {"decision": "approve"}).status_code == 403
+    assert client.post(f"/requests/{req.pk}/release/").status_code == 403
+    req.refresh_from_db()
+    assert req.state == RequestState.PENDING
+
+
+def test_the_approvals_queue_shows_pending_requests_of_the_approvers_tenants_only(team):
+    mine = create_request(team.dev, **team.ask())
+    own = create_request(team.approver, **team.ask())
+    other = gpu_team("speech")
+    theirs = create_request(other.dev, **other.ask())
+    page = client_for(team.approver).get("/approvals/").content.decode()
+    assert f'data-request-id="{mine.pk}"' in page
+    assert f'data-request-id="{own.pk}"' not in page  # nobody approves their own
+    assert f'data-request-id="{theirs.pk}"' not in page
+    assert client_for(team.dev).get("/approvals/").status_code == 403
+
+
+def test_a_platform_admin_sees_every_tenants_queue(team, alice):
+    other = gpu_team("speech")
+    theirs = create_request(other.dev, **other.ask())
+    mine = create_request(team.dev, **team.ask())
+    page = client_for(alice).get("/approvals/").content.decode()
+    assert f'data-request-id="{theirs.pk}"' in page and f'data-request-id="{mine.pk}"' in page
+
+
+def test_an_approver_approves_with_a_comment_from_the_queue(
+    team, django_capture_on_commit_callbacks
+):
+    req = create_request(team.dev, **team.ask())
+    with django_capture_on_commit_callbacks(execute=True):
+        response = client_for(team.approver).post(
+            f"/requests/{req.pk}/decide/",
+            {"decision": "approve", "comment": "ok", "next": "approvals"},
+            REMOTE_ADDR="10.1.2.3",
+        )
+    assert response.status_code == 302 and response["Location"] == "/approvals/"
+    req.refresh_from_db()
+    assert (req.state, req.decision_comment) == (RequestState.ALLOCATED, "ok")
+    detail = client_for(team.dev).get(f"/requests/{req.pk}/").content.decode()
+    assert 'data-action="request.approve"' in detail and 'data-action="request.place"' in detail
+
+
+def test_releasing_from_my_page_returns_the_capacity(team, django_capture_on_commit_callbacks):
+    with django_capture_on_commit_callbacks(execute=True):
+        req = create_request(team.dev, **team.ask())
+        decide(req.pk, team.approver, approve=True)
+        response = client_for(team.dev).post(f"/requests/{req.pk}/release/")
+    assert response.status_code == 302
+    assert PoolCard.objects.filter(slices__gt=0).count() == 0
+
+
+def test_a_resize_without_room_shows_the_error_on_the_field(django_capture_on_commit_callbacks):
+    team = gpu_team(cards=1)
+    with django_capture_on_commit_callbacks(execute=True):
+        req = create_request(team.dev, **team.ask())
+        decide(req.pk, team.approver, approve=True)
+        other = create_request(team.admin, **team.ask(compute_pct=70))
+        decide(other.pk, team.approver, approve=True)
+    response = client_for(team.dev).post(
+        f"/requests/{req.pk}/resize/", {"compute_pct": 50, "memory_mib": 8192}
+    )
+    assert response.status_code == 400
+    assert "no room" in " ".join(response.context["resize_form"].errors["compute_pct"])
+    req.refresh_from_db()
+    assert req.compute_pct == 25
+
+
+def test_the_sidebar_links_requests_for_everyone_and_approvals_for_approvers(team):
+    assert 'href="/approvals/"' not in client_for(team.dev).get("/requests/").content.decode()
+    assert 'href="/approvals/"' in client_for(team.approver).get("/requests/").content.decode()
+    assert 'href="/requests/"' in client_for(team.dev).get("/requests/").content.decode()
