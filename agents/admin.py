@@ -1,10 +1,13 @@
 from django import forms
 from django.contrib import admin
+from django.db import transaction
+from django.db.models import QuerySet
+from django.http import HttpRequest
 from django.utils.translation import gettext_lazy as _
 
-from agents import registration
+from agents import node_audit, registration
 from agents.choices import NodeSource
-from agents.models import GPU, Node
+from agents.models import GPU, Node, lock_inventory
 
 
 class GPUInline(admin.TabularInline):
@@ -86,6 +89,28 @@ class NodeAdmin(admin.ModelAdmin):
         (_("Status"), {"fields": readonly_fields}),
     ]
     inlines = [GPUInline]
+
+    # Each change recorded in the audit log, within the admin's own transaction (its add,
+    # change and delete views run in one; the bulk delete action takes its own below).
+    def save_model(self, request: HttpRequest, obj: Node, form, change: bool) -> None:
+        stored = Node.objects.filter(pk=obj.pk).first() if change else None
+        before = node_audit.state(stored) if stored is not None else None
+        super().save_model(request, obj, form, change)
+        if before is None:
+            node_audit.created(obj, **node_audit.who(request))
+        else:
+            replaced = bool(form.cleaned_data.get("agent_token"))
+            node_audit.updated(obj, before, token_replaced=replaced, **node_audit.who(request))
+
+    def delete_model(self, request: HttpRequest, obj: Node) -> None:
+        node_audit.deleted([obj], **node_audit.who(request))
+        super().delete_model(request, obj)
+
+    def delete_queryset(self, request: HttpRequest, queryset: QuerySet[Node]) -> None:
+        with transaction.atomic():
+            lock_inventory(exclusive=True)  # as the delete itself takes it: first
+            node_audit.deleted(list(queryset), **node_audit.who(request))
+            super().delete_queryset(request, queryset)
 
 
 @admin.register(GPU)

@@ -19,7 +19,7 @@ from django.utils.translation import gettext as _
 from django.utils.translation import ngettext
 from django.views.decorators.http import require_POST
 
-from agents import connection_test, node_files, permissions, registration
+from agents import connection_test, node_audit, node_files, permissions, registration
 from agents.choices import NodeSource
 from agents.forms import NodeForm, NodeImportForm
 from agents.models import Node
@@ -62,7 +62,7 @@ def node_add(request: HttpRequest) -> HttpResponse:
     form = NodeForm(request.POST or None)
     if request.method == "POST" and form.is_valid():
         try:
-            node = registration.register_node(**_values(form))
+            node = registration.register_node(**_values(form), **node_audit.who(request))
         except registration.RegistrationError as exc:
             form.add_service_errors(exc.errors)
         else:
@@ -77,7 +77,7 @@ def node_edit(request: HttpRequest, pk: int) -> HttpResponse:
     form = NodeForm(request.POST or None, node=node)
     if request.method == "POST" and form.is_valid():
         try:
-            registration.update_node(node.pk, **_values(form))
+            registration.update_node(node.pk, **_values(form), **node_audit.who(request))
         except registration.RegistrationError as exc:
             form.add_service_errors(exc.errors)
         else:
@@ -101,7 +101,9 @@ def node_import(request: HttpRequest) -> HttpResponse:
         except node_files.ParseError as exc:
             form.add_error(None, str(exc))
         else:
-            report = registration.import_nodes(rows, dry_run=dry_run, update=update)
+            report = registration.import_nodes(
+                rows, dry_run=dry_run, update=update, **node_audit.who(request)
+            )
             if report.ok:
                 summary = _import_summary(report, update=update)
             if report.ok and not dry_run:

@@ -3,6 +3,8 @@
 Plain values in, plain values (or the saved Node) out; every rule lives here so the
 pages, the API and the import apply the same ones. Errors are collected per field
 (``RegistrationError.errors``) so a form or a 400 answer can show all of them at once.
+Each change is recorded in the audit log (``agents.node_audit``) in its own transaction,
+with the ``actor`` and source ``address`` the caller passes.
 """
 
 from __future__ import annotations
@@ -17,9 +19,9 @@ from django.db import transaction
 from django.utils import timezone
 from django.utils.translation import gettext as _
 
-from agents import networks
+from agents import networks, node_audit
 from agents.choices import NodeSource, NodeState
-from agents.models import Node, token_hint
+from agents.models import Node, lock_inventory, token_hint
 from agents.validators import clean_token, parse_labels, valid_agent_url
 from portal import crypto
 
@@ -144,6 +146,8 @@ def register_node(
     token: str = "",
     labels: Mapping[str, Any] | str | None = None,
     state: str = NodeState.OFFLINE,
+    actor=None,
+    address: str | None = None,
 ) -> Node:
     values = {"name": name, "agent_url": agent_url, "token": token, "labels": labels}
     cleaned, errors = _clean(values | {"state": state}, partial=False)
@@ -154,6 +158,7 @@ def register_node(
     node = Node(source=NodeSource.AGENT, **_model_fields(cleaned))
     node.set_agent_token(cleaned["token"])
     node.save()
+    node_audit.created(node, actor=actor, address=address)
     return node
 
 
@@ -166,9 +171,12 @@ def update_node(
     token: str | None = None,
     labels: Mapping[str, Any] | str | None = None,
     state: str | None = None,
+    actor=None,
+    address: str | None = None,
 ) -> Node:
     """Change the given fields; ``None`` keeps a field, and so does an empty token."""
     node = Node.objects.select_for_update().get(pk=node_id)
+    before = node_audit.state(node)
     if node.source != NodeSource.AGENT:
         raise RegistrationError({"name": [_("Nodes read through Prometheus are read-only.")]})
     values = {"name": name, "agent_url": agent_url, "labels": labels, "state": state}
@@ -177,9 +185,26 @@ def update_node(
         errors.setdefault(key, []).extend(messages)
     if errors:
         raise RegistrationError(errors)
-    _apply_changes(node, cleaned)
+    changed = _apply_changes(node, cleaned)
     node.save()
+    token_replaced = "agent_token_encrypted" in changed
+    node_audit.updated(node, before, actor=actor, address=address, token_replaced=token_replaced)
     return node
+
+
+@transaction.atomic
+def delete_node(node_id: int, *, actor=None, address: str | None = None) -> bool:
+    """Delete one node (its cards and their history go with it), recorded with its state;
+    False when it was gone already."""
+    # The inventory lock first, as Node.delete() takes it: a row lock taken before it could
+    # deadlock with a poll cycle that holds it and waits for this node's row.
+    lock_inventory(exclusive=True)
+    node = Node.objects.filter(pk=node_id).first()
+    if node is None:
+        return False
+    node_audit.deleted([node], actor=actor, address=address)
+    node.delete()
+    return True
 
 
 def _model_fields(cleaned: Mapping[str, Any]) -> dict[str, Any]:
@@ -243,7 +268,12 @@ class ImportReport:
 
 
 def import_nodes(
-    rows: Iterable[Mapping[str, Any]], *, dry_run: bool = False, update: bool = False
+    rows: Iterable[Mapping[str, Any]],
+    *,
+    dry_run: bool = False,
+    update: bool = False,
+    actor=None,
+    address: str | None = None,
 ) -> ImportReport:
     """All or nothing: any invalid row and nothing is written. Rows are numbered from 1.
 
@@ -274,6 +304,7 @@ def import_nodes(
         seen_urls: dict[str, int] = {}
         new_nodes: list[Node] = []
         changes: dict[str, tuple[Node, list[str]]] = {}
+        befores: dict[str, dict[str, Any]] = {}  # each updated node as it was, for the log
         for number, row in enumerate(rows, start=1):
             unknown = sorted(set(row) - set(FIELDS) - {"row"})
             if unknown:
@@ -314,6 +345,7 @@ def import_nodes(
                 node.set_agent_token(cleaned["token"])
                 new_nodes.append(node)
             else:
+                befores[name] = node_audit.state(node)
                 changes[name] = (node, _apply_changes(node, cleaned))
         if report.errors:
             return report
@@ -324,6 +356,12 @@ def import_nodes(
             return report
         Node.objects.bulk_create(new_nodes)
         _save_changes([change for change in changes.values() if change[1]])
+        changed = [
+            (node, befores[name], "agent_token_encrypted" in fields)
+            for name, (node, fields) in changes.items()
+            if fields
+        ]
+        node_audit.imported(new_nodes, changed, actor=actor, address=address)
     return report
 
 

@@ -6,6 +6,12 @@ wrong. Each failure is logged on ``portal.security`` with the caller's address a
 against it; at API_TOKEN_FAILURE_LIMIT failures within LOGIN_LOCKOUT_MINUTES, tokens from that
 address are refused with 429 for LOGIN_LOCKOUT_MINUTES, good ones included, so guessing keys
 cannot go on by mixing in a known one.
+
+The audit log gets one entry per lockout, when it begins (``api_token.locked_out``, with the
+address and the count), not one per bad token: a bad token costs a caller almost nothing,
+so an entry for each would let anyone grow the table as fast as they can send requests.
+This way each entry costs an address API_TOKEN_FAILURE_LIMIT tries and blocks it for
+LOGIN_LOCKOUT_MINUTES. The single failures stay in the ``portal.security`` log.
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ from rest_framework import exceptions
 from rest_framework.authentication import TokenAuthentication, get_authorization_header
 from rest_framework.request import Request
 
+from audit.interface import AuditAction, record
 from portal.security import client_ip
 
 log = logging.getLogger("portal.security")
@@ -46,6 +53,14 @@ def _record_failure(address: str) -> None:
     if failures >= settings.API_TOKEN_FAILURE_LIMIT:
         cache.set(_BLOCKED_KEY.format(address), True, timeout=_lockout_seconds())
         log.warning("api token locked out: address=%s failures=%d", address, failures)
+    if failures == settings.API_TOKEN_FAILURE_LIMIT:  # once: blocked callers are not counted
+        record(
+            AuditAction.API_TOKEN_LOCKED_OUT,
+            target_type="authtoken.token",
+            target_repr=address,
+            address=address,
+            after={"failures": failures, "minutes": _lockout_seconds() // 60},
+        )
 
 
 class PortalTokenAuthentication(TokenAuthentication):

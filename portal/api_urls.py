@@ -2,6 +2,7 @@
 
 from agents.api.urls import urlpatterns as agents_urls
 from alerts.api.urls import urlpatterns as alerts_urls
+from audit.api.urls import urlpatterns as audit_urls
 from pools.api.operation_urls import urlpatterns as pool_operation_urls
 from pools.api.urls import urlpatterns as pools_urls
 from quotas.api.request_urls import urlpatterns as requests_urls
@@ -10,5 +11,5 @@ from telemetry.api.urls import urlpatterns as telemetry_urls
 
 urlpatterns = [
     *agents_urls, *telemetry_urls, *pools_urls, *pool_operation_urls, *quotas_urls,
-    *requests_urls, *alerts_urls,
+    *requests_urls, *alerts_urls, *audit_urls,
 ]  # fmt: skip

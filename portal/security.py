@@ -14,6 +14,7 @@ from typing import Any
 from axes.backends import AxesStandaloneBackend
 from django.conf import settings
 from django.contrib.auth.forms import AuthenticationForm
+from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.utils.translation import ngettext
@@ -49,6 +50,17 @@ def client_ip(request: HttpRequest) -> str:
     return _address(peer) or peer
 
 
+def lockout_username(request: HttpRequest, credentials: dict | None = None) -> str | None:
+    """The user name django-axes counts failures under (AXES_USERNAME_CALLABLE), cut to the
+    length of its column: Django's login form does not enforce its own 150, and a longer
+    name made every such login a 500."""
+    if credentials:
+        name = credentials.get("username")
+    else:
+        name = getattr(request, "data", request.POST).get("username")
+    return name[:255] if isinstance(name, str) else name
+
+
 class LoginLockoutBackend(AxesStandaloneBackend):
     """django-axes' lockout check, for logins that come with a request.
 
@@ -59,7 +71,13 @@ class LoginLockoutBackend(AxesStandaloneBackend):
     def authenticate(self, request: HttpRequest | None, *args: Any, **kwargs: Any) -> None:
         if request is None:
             return None
-        return super().authenticate(request, *args, **kwargs)
+        try:
+            return super().authenticate(request, *args, **kwargs)
+        except PermissionDenied:
+            # Refused before any password was read: the audit log does not record these
+            # (audit/logins.py), they cost a caller nothing to send.
+            request.refused_by_lockout = True
+            raise
 
 
 def lockout_message() -> str:

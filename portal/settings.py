@@ -237,6 +237,7 @@ AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
 AXES_RESET_ON_SUCCESS = True
 AXES_CLIENT_IP_CALLABLE = "portal.security.client_ip"
 AXES_LOCKOUT_CALLABLE = "portal.security.lockout_response"
+AXES_USERNAME_CALLABLE = "portal.security.lockout_username"
 # Each failure kept as a row as well (AccessFailureLog), for the audit log to show.
 AXES_ENABLE_ACCESS_FAILURE_LOG = True
 AXES_VERBOSE = False

@@ -85,6 +85,7 @@ def test_every_page_works_under_the_policy(site, browser):
         expect(page.locator("#live-status")).to_have_attribute("data-state", "live")
         visit("/pools/add/", "#pool-form")
         visit(f"/allocations/{allocation_id}/", "#export-block")
+        visit("/audit/", ".audit-entries")
         visit("/api/docs/", ".opblock")
         visit("/api/redoc/", "[role=search], .menu-content")
         visit("/admin/", "#content")

@@ -21,7 +21,7 @@ from rest_framework.parsers import BaseParser, FormParser, JSONParser, MultiPart
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from agents import connection_test, node_files, permissions, registration
+from agents import connection_test, node_audit, node_files, permissions, registration
 
 MAX_IMPORT_BYTES = 2 * 1024 * 1024
 
@@ -147,7 +147,9 @@ class NodeRegistrationMixin:
         except node_files.ParseError as exc:
             error = {"row": exc.row, "field": exc.field, "message": str(exc)}
             return Response({"errors": [error]}, status.HTTP_400_BAD_REQUEST)
-        report = registration.import_nodes(rows, dry_run=dry_run, update=update)
+        report = registration.import_nodes(
+            rows, dry_run=dry_run, update=update, **node_audit.who(request)
+        )
         body = {
             "created": report.created,
             "updated": report.updated,

@@ -1,6 +1,6 @@
 from rest_framework import serializers
 
-from agents import registration
+from agents import node_audit, registration
 from agents.choices import NodeState
 from agents.models import Node
 from agents.permissions import can_see_agent_details
@@ -81,9 +81,12 @@ class NodeSerializer(serializers.ModelSerializer):
                 data.pop(name, None)
         return data
 
+    def _who(self) -> dict:
+        return node_audit.who(self.context.get("request"))
+
     def create(self, validated_data: dict) -> Node:
         try:
-            node = registration.register_node(**validated_data)
+            node = registration.register_node(**validated_data, **self._who())
         except registration.RegistrationError as exc:
             raise serializers.ValidationError(exc.errors) from None
         node.gpu_count = 0
@@ -91,7 +94,7 @@ class NodeSerializer(serializers.ModelSerializer):
 
     def update(self, instance: Node, validated_data: dict) -> Node:
         try:
-            node = registration.update_node(instance.pk, **validated_data)
+            node = registration.update_node(instance.pk, **validated_data, **self._who())
         except registration.RegistrationError as exc:
             raise serializers.ValidationError(exc.errors) from None
         node.gpu_count = node.gpus.count()

@@ -2,6 +2,7 @@ from django.db.models import Count
 from drf_spectacular.utils import extend_schema, extend_schema_view
 from rest_framework import viewsets
 
+from agents import node_audit, registration
 from agents.api.docs import NODE_OPERATIONS
 from agents.api.node_registration import NodeRegistrationMixin
 from agents.api.serializers import NodeSerializer
@@ -18,3 +19,6 @@ class NodeViewSet(NodeRegistrationMixin, viewsets.ModelViewSet):
     serializer_class = NodeSerializer
     filterset_class = NodeFilterSet
     permission_classes = [NodePermissions]
+
+    def perform_destroy(self, instance: Node) -> None:
+        registration.delete_node(instance.pk, **node_audit.who(self.request))
