@@ -14,7 +14,7 @@ from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
-from django.urls import NoReverseMatch, reverse
+from django.urls import reverse
 from django.utils.translation import gettext as _
 from django.views.decorators.http import require_POST
 
@@ -29,11 +29,7 @@ from quotas.services import create_request, decide, queue_position
 
 
 def allocation_url(allocation_id: int) -> str:
-    # The pools app's page; its path is fixed even before that app's URLs are wired.
-    try:
-        return reverse("pools:allocation_detail", args=[allocation_id])
-    except NoReverseMatch:
-        return f"/pools/allocations/{allocation_id}/"
+    return reverse("pools:allocation_detail", args=[allocation_id])
 
 
 def _address(request: HttpRequest) -> str | None:

@@ -226,6 +226,8 @@ class EventFactory(factory.django.DjangoModelFactory):
     summary = "GPU 0 is at 91 °C"
     started_at = factory.LazyFunction(timezone.now)
     last_seen_at = factory.LazyFunction(timezone.now)
+
+
 # --- GPU requests (issue #10: requests, approvals, queueing) ------------------------------
 
 
@@ -266,6 +268,8 @@ def gpu_team(name: str = "", *, cards: int = 2, **quota) -> Team:
         cards=gpus, admin=members[Role.ADMIN], approver=members[Role.APPROVER],
         dev=members[Role.MEMBER],
     )  # fmt: skip
+
+
 # --- pools pages and API ------------------------------------------------------------------
 
 
@@ -274,6 +278,8 @@ def placed_lease(pool: Pool, holder, *, label: str = "", **ask) -> Lease:
     return pool_services.place_lease(
         pool, Ask(**ask), holder=holder, unix_user=holder.get_username(), label=label
     )
+
+
 # --- tenancy: usage histories -------------------------------------------------------------
 
 

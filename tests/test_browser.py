@@ -29,6 +29,8 @@ from tests.factories import UserFactory
 pytestmark = [pytest.mark.browser, pytest.mark.stack]
 
 ARTIFACTS = procs.REPO / "test-artifacts"
+
+
 def log_in_and_watch_a_card_change(
     browser: Browser, url: str, user: str, password: str, shot: Path
 ) -> None:

@@ -104,7 +104,7 @@ def test_bad_pool_input_is_400_and_creates_nothing(alice, bad):
     response = browser_for(alice).post(reverse("pools:pool_add"), _form(**bad))
     assert response.status_code == 400
     assert not Pool.objects.exists()
-    assert not AuditEntry.objects.exists()
+    assert not AuditEntry.objects.filter(target_type="pools.pool").exists()
 
 
 def test_lowering_a_ratio_below_the_allocation_on_the_page_is_refused(alice, pool, bob):

@@ -4,6 +4,7 @@ errors and nothing changed; another tenant's requests are not there."""
 from __future__ import annotations
 
 import pytest
+from django.urls import reverse
 from rest_framework.test import APIClient
 
 from quotas.choices import RequestState
@@ -47,7 +48,7 @@ def test_a_ci_job_asks_is_approved_and_sees_its_allocation(
     got = api(team.dev).get(f"{URL}{created.data['id']}/").data
     assert got["state"] == "allocated" and len(got["allocations"]) == 1
     assert got["allocations"][0]["url"].endswith(
-        f"/pools/allocations/{got['allocations'][0]['id']}/"
+        reverse("pools:allocation_detail", args=[got["allocations"][0]["id"]])
     )
     with django_capture_on_commit_callbacks(execute=True):
         released = api(team.dev).post(f"{URL}{created.data['id']}/release/")

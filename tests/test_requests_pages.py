@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 from django.test import Client
+from django.urls import reverse
 
 from pools.models import PoolCard
 from quotas.choices import RequestState
@@ -114,7 +115,7 @@ def test_my_page_lists_my_requests_with_state_queue_and_allocations(
     page = client_for(team.dev).get("/requests/").content.decode()
     assert f'data-request-id="{req.pk}" data-state="allocated"' in page
     lease_allocation = req.__class__.objects.get(pk=req.pk).lease.allocations.get()
-    assert f"/pools/allocations/{lease_allocation.pk}/" in page
+    assert reverse("pools:allocation_detail", args=[lease_allocation.pk]) in page
     assert Notice.objects.filter(recipient=team.dev, read_at=None).count() == 2
     assert 'id="notice-badge" title="Unread notices">2<' in page
 

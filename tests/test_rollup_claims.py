@@ -32,6 +32,7 @@ def test_a_claim_abandoned_by_a_dead_flusher_is_retried_later(cards, store):
     assert rollups.flush(T0 + timedelta(minutes=2)) == 0
     assert rollups.flush(T0 + timedelta(minutes=10)) == 2
 
+
 def test_a_claim_retried_after_its_commit_is_not_merged_twice(cards, monkeypatch, store):
     sample(cards, T0, 10)
     source = sample_buffer.buffer()
@@ -45,6 +46,7 @@ def test_a_claim_retried_after_its_commit_is_not_merged_twice(cards, monkeypatch
     assert GpuMinute.objects.get(gpu=cards[0]).samples == 1
     assert _hour(cards[0]) == (1, 10.0, 10.0)
     assert not source.client.keys(f"{source.prefix}:claim:*")
+
 
 @pytest.mark.django_db(transaction=True)
 def test_a_minute_written_meanwhile_by_another_flusher_is_merged_not_lost(cards):
@@ -93,6 +95,7 @@ def test_a_minute_written_meanwhile_by_another_flusher_is_merged_not_lost(cards)
     first = GpuMinute.objects.get(gpu=cards[0])
     assert (first.samples, first.util_avg, first.util_max) == (2, 20.0, 30.0)
     assert GpuMinute.objects.get(gpu=cards[1]).samples == 1
+
 
 def _corrupt_blob(card) -> bytes:
     """A blob from another source that PostgreSQL refuses and Python cannot aggregate."""
