@@ -356,6 +356,10 @@ ALERT_RETRY_HORIZON = env_float("ALERT_RETRY_HORIZON", 6 * 3600.0, minimum=0.1)
 # Longer than any one attempt can last (the HTTP or SMTP timeout).
 ALERT_CLAIM_TIMEOUT = env_float("ALERT_CLAIM_TIMEOUT", 120.0, minimum=0.1)
 ALERT_REQUEUE_INTERVAL = env_float("ALERT_REQUEUE_INTERVAL", 60.0, minimum=0.1)
+# Business-state rules (requests pending, quotas used, expiring allocations): how often.
+ALERT_BUSINESS_INTERVAL = env_float("ALERT_BUSINESS_INTERVAL", 60.0, minimum=1)
+# The bearer token Prometheus Alertmanager presents to /api/v1/alertmanager/ (empty: off).
+ALERTMANAGER_TOKEN = env_str("ALERTMANAGER_TOKEN")
 
 CELERY_BROKER_URL = REDIS_URL or "memory://"
 CELERY_RESULT_BACKEND = REDIS_URL or None
@@ -394,6 +398,11 @@ CELERY_BEAT_SCHEDULE = {
         "task": "alerts.tasks.requeue_deliveries",
         "schedule": timedelta(seconds=ALERT_REQUEUE_INTERVAL),
         "options": {"expires": ALERT_REQUEUE_INTERVAL},
+    },
+    "alerts-business-rules": {
+        "task": "alerts.tasks.evaluate_business",
+        "schedule": timedelta(seconds=ALERT_BUSINESS_INTERVAL),
+        "options": {"expires": ALERT_BUSINESS_INTERVAL},
     },
 }
 if PROMETHEUS_URL:
