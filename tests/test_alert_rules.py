@@ -172,8 +172,14 @@ def test_card_faults_fire_at_once(node, operator_channel, django_capture_on_comm
 
 def test_a_process_over_its_slice_fires(node, operator_channel, django_capture_on_commit_callbacks):
     capture = django_capture_on_commit_callbacks
-    violation = {"kind": "over_memory", "gpu_uuid": "GPU-HOT", "user": "mallory",
-                 "allocation_id": "alloc-3", "memory_used_mib": 9000, "memory_limit_mib": 8192}
+    violation = {
+        "kind": "over_memory",
+        "gpu_uuid": "GPU-HOT",
+        "user": "mallory",
+        "allocation_id": "alloc-3",
+        "memory_used_mib": 9000,
+        "memory_limit_mib": 8192,
+    }
     poll(node, T0, card("GPU-HOT", 0), capture=capture, violations=[violation],
          allocations=[], desired_generation=1)  # fmt: skip
     event = Event.objects.get(rule_key="process-over-slice")
