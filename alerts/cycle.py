@@ -5,8 +5,9 @@ portal knows of each card (node, pool, tenants) is a per-process copy refreshed 
 TOPOLOGY_TTL_S; the enabled rules are a per-process copy refreshed when their version
 in Redis changes. How long each rule has held for each target is kept in Redis, one
 hash per node (``<rule id>|<target>`` -> ``p|<since>`` pending, or
-``f|<event id>|<look again at>`` firing), read and written in one round trip each: a
-quiet cycle costs the evaluation, two Redis round trips and no query.
+``f|<event id>|<look again at>`` firing) and a set of the nodes that have one: a quiet
+cycle costs the evaluation, two Redis round trips (one more for nodes with state) and
+no query.
 
 Windowed rules (an allocated card's utilization over hours) read ``card_usage`` at most
 once a WINDOW_EVERY_S, from whichever worker's cycle comes first.
@@ -52,6 +53,10 @@ UNITS = {
 
 def _state_key(node_id: int) -> str:
     return redis_client.key("alerts", "state", node_id)
+
+
+def _nodes_key() -> str:
+    return redis_client.key("alerts", "state-nodes")
 
 
 def spec_of(rule: Rule) -> RuleSpec:
@@ -166,11 +171,16 @@ def evaluate_cycle(cycle: PollCycle, *, now: datetime | None = None) -> int:
         for f in findings(rules, readings, topo.cards, cycle.failed)
     }
     redis = redis_client.client()
-    pipe = redis.pipeline(transaction=False)
-    for node_id in node_ids:
-        pipe.hgetall(_state_key(node_id))
-    stored = dict(zip(node_ids, pipe.execute(), strict=True))
-    if not found and not any(stored.values()):
+    # Only nodes with some state have a hash: one round trip tells which of the chunk's.
+    with_state = [n for n, on in zip(node_ids, redis.smismember(_nodes_key(), node_ids),
+                                     strict=True) if on]  # fmt: skip
+    stored: dict[int, dict] = {node_id: {} for node_id in node_ids}
+    if with_state:
+        pipe = redis.pipeline(transaction=False)
+        for node_id in with_state:
+            pipe.hgetall(_state_key(node_id))
+        stored.update(zip(with_state, pipe.execute(), strict=True))
+    if not found and not with_state:
         return 0
     ts = now.timestamp()
     writes, deletes, changed = {}, {}, 0
@@ -205,8 +215,15 @@ def evaluate_cycle(cycle: PollCycle, *, now: datetime | None = None) -> int:
     pipe = redis.pipeline(transaction=False)
     for node_id, fields in writes.items():
         pipe.hset(_state_key(node_id), mapping=fields)
+    if writes:
+        pipe.sadd(_nodes_key(), *writes)
+    emptied = []
     for node_id, fields in deletes.items():
         pipe.hdel(_state_key(node_id), *fields)
+        if node_id not in writes and len(fields) == len(stored[node_id]):
+            emptied.append(node_id)
+    if emptied:
+        pipe.srem(_nodes_key(), *emptied)
     pipe.execute()
     return changed
 

@@ -9,6 +9,7 @@ business (``alerts.cycle``). Kept plain so it can be benchmarked at fleet size
 
 from __future__ import annotations
 
+import math
 import operator
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -28,6 +29,11 @@ VIOLATIONS = {
 CYCLE_CONDITIONS = CARD_METRICS | CARD_EVENTS | {Condition.NODE_OFFLINE, *VIOLATIONS}
 NODE_TARGET = "node"
 COMPARE = {"gt": operator.gt, "lt": operator.lt}
+# Conditions that are a percentage of one field of another: (field, of field).
+RATIOS = {
+    Condition.MEMORY_USED: ("memory_used_mib", "memory_total_mib"),
+    Condition.POWER: ("power_w", "power_limit_w"),
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,14 +114,21 @@ def findings(
     object with ``cards`` by UUID, each with ``values``, and ``violations``); ``cards``:
     UUID -> Card; ``failed``: node ids whose agents did not answer this cycle."""
     rules = [r for r in rules if r.condition in CYCLE_CONDITIONS]
-    metric = [r for r in rules if r.condition in CARD_METRICS]
-    # The metric rules that compare the same value, so each card's value is read once.
+    # The metric rules that compare the same value, so each card's value is read once,
+    # and the bounds past which any of them can hold, so most cards are passed at once.
     by_condition: dict[str, list[tuple[RuleSpec, Any, float]]] = {}
-    for rule in metric:
-        if rule.threshold is not None:
-            by_condition.setdefault(rule.condition, []).append(
+    for rule in rules:
+        if rule.condition in CARD_METRICS and rule.threshold is not None:
+            by_condition.setdefault(str(rule.condition), []).append(
                 (rule, COMPARE[rule.comparison], rule.threshold)
             )
+    groups = []
+    for condition, group in by_condition.items():
+        above = [t for r, _c, t in group if r.comparison == "gt"]
+        below = [t for r, _c, t in group if r.comparison != "gt"]
+        key, per = RATIOS.get(condition, (condition, None))
+        groups.append((key, per, min(above, default=math.inf),
+                       max(below, default=-math.inf), group))  # fmt: skip
     xid = [r for r in rules if r.condition == Condition.XID]
     ecc = [r for r in rules if r.condition == Condition.ECC_UNCORRECTABLE]
     lost = [r for r in rules if r.condition == Condition.GPU_LOST]
@@ -128,26 +141,37 @@ def findings(
     for node_id, reading in readings.items():
         for uuid, card_reading in reading.cards.items():
             values = card_reading.values
-            card = get_card(uuid)
-            for condition, group in by_condition.items():
-                value = card_value(condition, values)
+            get = values.get
+            for key, per, above, below, group in groups:
+                value = get(key)
                 if value is None:
                     continue
+                if per is not None:  # card_value, inlined: a percentage of another field
+                    whole = get(per)
+                    if not whole:
+                        continue
+                    value = value * 100.0 / whole
+                if below <= value <= above:
+                    continue
+                card = get_card(uuid)
                 for rule, compare, threshold in group:
                     if compare(value, threshold) and (
                         rule.scope_kind == scoped_all or in_scope(rule, node_id, card)
                     ):
                         append(Finding(rule.id, node_id, uuid, float(value), uuid))
-            if xid and (code := values.get("xid_last")):
+            if xid and (code := get("xid_last")):
+                card = get_card(uuid)
                 for rule in xid:
                     if in_scope(rule, node_id, card):
                         append(Finding(rule.id, node_id, f"{uuid}:xid:{code}", float(code),
                                        uuid, {"xid": str(code)}))  # fmt: skip
-            if ecc and (count := values.get("ecc_uncorrected_total")):
+            if ecc and (count := get("ecc_uncorrected_total")):
+                card = get_card(uuid)
                 for rule in ecc:
                     if count > (rule.threshold or 0) and in_scope(rule, node_id, card):
                         append(Finding(rule.id, node_id, uuid, float(count), uuid))
-            if lost and values.get("health") == "lost":
+            if lost and get("health") == "lost":
+                card = get_card(uuid)
                 for rule in lost:
                     if in_scope(rule, node_id, card):
                         append(Finding(rule.id, node_id, uuid, None, uuid))
