@@ -53,7 +53,7 @@ class Condition(models.TextChoices):
     TEMPERATURE = "temperature_c", _("GPU temperature (°C)")
     MEMORY_USED = "memory_used_pct", _("GPU memory used (%)")
     UTILIZATION = "utilization_gpu_pct", _("GPU utilization (%)")
-    POWER = "power_pct", _("Power draw (% of the limit)")
+    POWER = "power_pct", _("Power draw (percent of the limit)")
     ALLOCATION_UTILIZATION = (
         "allocation_utilization_pct",
         _("Utilization of an allocated card over the window (%)"),
