@@ -269,6 +269,8 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "SWAGGER_UI_SETTINGS": {"deepLinking": True, "validatorUrl": None},
     "REDOC_DIST": "SIDECAR",
+    # One name for a choice set used by fields of several names (severity, min_severity).
+    "ENUM_NAME_OVERRIDES": {"SeverityEnum": "alerts.choices.Severity"},
 }
 
 # --- Celery ------------------------------------------------------------------

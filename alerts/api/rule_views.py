@@ -64,7 +64,7 @@ class SubscriptionViewSet(viewsets.ModelViewSet):
 
 
 class EventViewSet(viewsets.ReadOnlyModelViewSet):
-    """Alert events as routing sends them: your tenants' and, for platform admins and
+    """Alert events as they are sent: your tenants' and, for platform admins and
     node operators, the platform's. Filter by state, severity, rule, tenant, scope, time."""
 
     serializer_class = EventSerializer
@@ -101,7 +101,7 @@ class EventViewSet(viewsets.ReadOnlyModelViewSet):
 
 
 class AlertmanagerWebhookView(APIView):
-    """Prometheus Alertmanager's webhook (``webhook_configs``), authenticated with the
+    """Prometheus Alertmanager's webhook (its webhook_configs), authenticated with the
     bearer token in ALERTMANAGER_TOKEN. 401 without it; 400 with the fields at fault
     for a malformed message, which changes nothing."""
 
