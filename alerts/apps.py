@@ -3,6 +3,19 @@ from django.utils.translation import gettext_lazy as _
 
 
 class AlertsConfig(AppConfig):
-    # Alert rules, events, subscriptions and channels arrive with the alerting issue.
+    """Alert rules, events, subscriptions and channels: the top app, fed by signals."""
+
     name = "alerts"
     verbose_name = _("Alerts")
+
+    def ready(self) -> None:
+        from alerts import cycle, notices
+        from quotas.interface import request_event
+        from telemetry.interface import poll_cycle_recorded
+
+        # Rules are evaluated after each recorded poll cycle, from its readings.
+        poll_cycle_recorded.connect(cycle.on_poll_cycle_recorded, weak=False,
+                                    dispatch_uid="alerts.rules")  # fmt: skip
+        # Each step of a GPU request reaches the people concerned on their channels.
+        request_event.connect(notices.on_request_event, weak=False,
+                              dispatch_uid="alerts.request_notices")  # fmt: skip

@@ -34,3 +34,74 @@ class DeliveryStatus(models.TextChoices):
     FAILED = "failed", _("Failed")
     # Its channel was disabled or deleted before it could be sent.
     CANCELLED = "cancelled", _("Cancelled")
+
+
+class RuleKind(models.TextChoices):
+    # Compared with each card's latest reading every poll cycle.
+    METRIC = "metric", _("Metric")
+    # Something a card, a node or a process did, read from the same cycle.
+    EVENT = "event", _("Event")
+    # Requests, quotas and allocations, checked by a beat task.
+    BUSINESS = "business", _("Business state")
+    # Not evaluated here: Alertmanager's alerts and GPU request notices.
+    EXTERNAL = "external", _("External")
+
+
+class Condition(models.TextChoices):
+    """What a rule watches; each belongs to one kind (CONDITION_KIND)."""
+
+    TEMPERATURE = "temperature_c", _("GPU temperature (°C)")
+    MEMORY_USED = "memory_used_pct", _("GPU memory used (%)")
+    UTILIZATION = "utilization_gpu_pct", _("GPU utilization (%)")
+    POWER = "power_pct", _("Power draw (percent of the limit)")
+    ALLOCATION_UTILIZATION = (
+        "allocation_utilization_pct",
+        _("Utilization of an allocated card over the window (%)"),
+    )
+    XID = "xid", _("XID error")
+    ECC_UNCORRECTABLE = "ecc_uncorrectable", _("Uncorrectable ECC errors")
+    GPU_LOST = "gpu_lost", _("GPU lost (fallen off the bus)")
+    NODE_OFFLINE = "node_offline", _("Node offline")
+    PROCESS_UNALLOCATED = "process_unallocated", _("Process without an allocation")
+    PROCESS_OVER_SLICE = "process_over_slice", _("Process over its slice")
+    REQUEST_PENDING = "request_pending", _("Request pending (hours)")
+    QUOTA_USED = "quota_used_pct", _("Quota used (%)")
+    ALLOCATION_EXPIRING = "allocation_expiring", _("Allocation expiring within (hours)")
+    RECLAIM_WARNING = "reclaim_warning", _("Borrowed capacity to be taken back")
+    ALERTMANAGER = "alertmanager", _("Prometheus Alertmanager alert")
+    REQUEST_NOTICE = "request_notice", _("GPU request notice")
+
+
+CONDITION_KIND = {
+    **dict.fromkeys(
+        (Condition.TEMPERATURE, Condition.MEMORY_USED, Condition.UTILIZATION, Condition.POWER,
+         Condition.ALLOCATION_UTILIZATION), RuleKind.METRIC),
+    **dict.fromkeys(
+        (Condition.XID, Condition.ECC_UNCORRECTABLE, Condition.GPU_LOST, Condition.NODE_OFFLINE,
+         Condition.PROCESS_UNALLOCATED, Condition.PROCESS_OVER_SLICE), RuleKind.EVENT),
+    **dict.fromkeys(
+        (Condition.REQUEST_PENDING, Condition.QUOTA_USED, Condition.ALLOCATION_EXPIRING,
+         Condition.RECLAIM_WARNING), RuleKind.BUSINESS),
+    **dict.fromkeys((Condition.ALERTMANAGER, Condition.REQUEST_NOTICE), RuleKind.EXTERNAL),
+}  # fmt: skip
+# Conditions compared with a threshold (the others are true or false by themselves).
+THRESHOLD_CONDITIONS = frozenset({
+    Condition.TEMPERATURE, Condition.MEMORY_USED, Condition.UTILIZATION, Condition.POWER,
+    Condition.ALLOCATION_UTILIZATION, Condition.REQUEST_PENDING, Condition.QUOTA_USED,
+    Condition.ALLOCATION_EXPIRING,
+})  # fmt: skip
+
+
+class Comparison(models.TextChoices):
+    ABOVE = "gt", _("above")
+    BELOW = "lt", _("below")
+
+
+class ScopeKind(models.TextChoices):
+    ALL = "all", _("Everything")
+    POOL = "pool", _("A pool")
+    NODE = "node", _("A node")
+    TENANT = "tenant", _("A tenant")
+
+
+SEVERITY_RANK = {Severity.INFO: 0, Severity.WARNING: 1, Severity.CRITICAL: 2}

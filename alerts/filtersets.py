@@ -1,11 +1,11 @@
-"""Query-parameter filters of the channel list."""
+"""Query-parameter filters of the channel, event and rule lists."""
 
 from __future__ import annotations
 
 import django_filters
 
-from alerts.choices import ChannelKind
-from alerts.models import Channel
+from alerts.choices import ChannelKind, Condition, EventState, Severity
+from alerts.models import Channel, Event, Rule
 
 
 class ChannelFilterSet(django_filters.FilterSet):
@@ -16,3 +16,29 @@ class ChannelFilterSet(django_filters.FilterSet):
     class Meta:
         model = Channel
         fields = ["kind", "enabled", "tenant"]
+
+
+class EventFilterSet(django_filters.FilterSet):
+    """The event history's filters (the page's and the API's)."""
+
+    state = django_filters.MultipleChoiceFilter(choices=EventState.choices)
+    severity = django_filters.MultipleChoiceFilter(choices=Severity.choices)
+    rule = django_filters.NumberFilter(field_name="rule_id")
+    tenant = django_filters.CharFilter(field_name="tenant__slug")
+    scope = django_filters.CharFilter(lookup_expr="icontains", max_length=255)
+    since = django_filters.IsoDateTimeFilter(field_name="started_at", lookup_expr="gte")
+    until = django_filters.IsoDateTimeFilter(field_name="started_at", lookup_expr="lt")
+
+    class Meta:
+        model = Event
+        fields = ["state", "severity", "rule", "tenant", "scope", "since", "until"]
+
+
+class RuleFilterSet(django_filters.FilterSet):
+    condition = django_filters.ChoiceFilter(choices=Condition.choices)
+    enabled = django_filters.BooleanFilter()
+    severity = django_filters.ChoiceFilter(choices=Severity.choices)
+
+    class Meta:
+        model = Rule
+        fields = ["condition", "enabled", "severity"]

@@ -10,6 +10,8 @@ from django.utils.translation import gettext as _
 from alerts.choices import EventState, Severity
 from alerts.models import Delivery
 from alerts.transports import Message
+from quotas.choices import NoticeKind
+from quotas.interface import notice_text
 
 
 def language_of(channel) -> str:
@@ -18,6 +20,8 @@ def language_of(channel) -> str:
 
 def render(delivery: Delivery) -> Message:
     with translation.override(language_of(delivery.channel)):
+        if delivery.notice:
+            return _notice_message(delivery)
         if delivery.event is None:
             return _test_message(delivery)
         return _event_message(delivery)
@@ -87,3 +91,26 @@ def _event_message(delivery: Delivery) -> Message:
             }
         },
     )
+
+
+def _notice_message(delivery: Delivery) -> Message:
+    notice = delivery.notice
+    kind, request_id = str(notice.get("kind", "")), notice.get("request")
+    label = NoticeKind(kind).label if kind in NoticeKind.values else kind
+    facts = [(_("Request"), f"#{request_id}"), (_("Sent"), _when(delivery.created))]
+    if notice.get("comment"):
+        facts.append((_("Comment"), str(notice["comment"])[:500]))
+    url = ""
+    if isinstance(request_id, int):
+        url = _link(reverse("requests:request_detail", args=[request_id]))
+    return Message(
+        title=_("GPU request #%(id)s: %(what)s") % {"id": request_id, "what": label},
+        summary=notice_text(kind),
+        severity=str(notice.get("severity", Severity.INFO)),
+        state=EventState.RESOLVED,
+        facts=tuple((str(k), str(v)) for k, v in facts),
+        url=url,
+        delivery_id=delivery.pk,
+        data={"notice": {"kind": kind, "request": request_id,
+                         "comment": str(notice.get("comment", ""))}},
+    )  # fmt: skip

@@ -17,13 +17,20 @@ from django.db.models import Q
 from django.urls import reverse
 from django.utils.translation import gettext_lazy as _
 
+from agents.models import Node
 from alerts.choices import (
+    CONDITION_KIND,
     OPEN_EVENT_STATES,
     ChannelKind,
+    Comparison,
+    Condition,
     DeliveryStatus,
     EventState,
+    RuleKind,
+    ScopeKind,
     Severity,
 )
+from pools.models import Pool
 from portal import crypto
 from quotas.models import Tenant
 
@@ -85,10 +92,70 @@ class Channel(models.Model):
         self.secrets_encrypted = crypto.encrypt(json.dumps(kept)) if kept else ""
 
 
+class Rule(models.Model):
+    """What to watch: a condition, its threshold and how long it must hold, where, and how
+    loud. Events raised by a rule carry its key; subscriptions pick rules by id."""
+
+    key = models.SlugField(_("key"), max_length=100, unique=True)
+    name = models.CharField(_("name"), max_length=200)
+    description = models.TextField(_("description"), max_length=2000, blank=True)
+    condition = models.CharField(_("condition"), max_length=32, choices=Condition)
+    comparison = models.CharField(
+        _("comparison"), max_length=2, choices=Comparison, default=Comparison.ABOVE
+    )
+    threshold = models.FloatField(_("threshold"), null=True, blank=True)
+    # How long the condition must hold before it fires (for windowed conditions: the window).
+    for_seconds = models.PositiveIntegerField(_("for (seconds)"), default=0)
+    severity = models.CharField(
+        _("severity"), max_length=16, choices=Severity, default=Severity.WARNING
+    )
+    scope_kind = models.CharField(
+        _("scope"), max_length=16, choices=ScopeKind, default=ScopeKind.ALL
+    )
+    pool = models.ForeignKey(
+        Pool, on_delete=models.CASCADE, null=True, blank=True, related_name="+",
+        verbose_name=_("pool"),
+    )  # fmt: skip
+    node = models.ForeignKey(
+        Node, on_delete=models.CASCADE, null=True, blank=True, related_name="+",
+        verbose_name=_("node"),
+    )  # fmt: skip
+    tenant = models.ForeignKey(
+        Tenant, on_delete=models.CASCADE, null=True, blank=True, related_name="alert_rules",
+        verbose_name=_("tenant"),
+    )  # fmt: skip
+    # An event still firing is told again after this long; 0: once. A rule that resolves and
+    # fires again within it reopens its event silently (a flapping card floods nobody).
+    renotify_seconds = models.PositiveIntegerField(_("re-notify after (seconds)"), default=3600)
+    enabled = models.BooleanField(_("enabled"), default=True)
+    builtin = models.BooleanField(_("built in"), default=False, editable=False)
+    created = models.DateTimeField(auto_now_add=True)
+    updated = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["name", "pk"]
+        verbose_name = _("alert rule")
+        verbose_name_plural = _("alert rules")
+
+    def __str__(self) -> str:
+        return self.name
+
+    def get_absolute_url(self) -> str:
+        return reverse("alerts:rule_edit", args=[self.pk])
+
+    @property
+    def kind(self) -> str:
+        return CONDITION_KIND.get(self.condition, RuleKind.EXTERNAL)
+
+
 class Event(models.Model):
     """Something that fired. Open events are unique per fingerprint: firing again while
     open updates the one event instead of making another (de-duplication)."""
 
+    rule = models.ForeignKey(
+        Rule, on_delete=models.SET_NULL, null=True, blank=True, related_name="events",
+        verbose_name=_("rule"),
+    )  # fmt: skip
     rule_key = models.CharField(_("rule"), max_length=100)
     rule_name = models.CharField(_("rule name"), max_length=200)
     severity = models.CharField(
@@ -114,9 +181,14 @@ class Event(models.Model):
     )  # fmt: skip
     resolved_at = models.DateTimeField(_("resolved"), null=True, blank=True)
     last_notified_at = models.DateTimeField(_("last notified"), null=True, blank=True)
+    # When subscribers were last sent this event and in which state (routing, not delivery:
+    # a channel that is down must not make every cycle send it again).
+    routed_at = models.DateTimeField(_("last sent"), null=True, blank=True)
+    routed_state = models.CharField(_("last sent as"), max_length=16, blank=True)
 
     class Meta:
         ordering = ["-started_at"]
+        indexes = [models.Index(fields=["state", "-started_at"])]
         verbose_name = _("alert event")
         verbose_name_plural = _("alert events")
         constraints = [
@@ -142,6 +214,8 @@ class Delivery(models.Model):
     channel = models.ForeignKey(Channel, on_delete=models.CASCADE, related_name="deliveries")
     # A "send test" message (no event).
     test = models.BooleanField(_("test"), default=False)
+    # A GPU request notice (no event): {"kind", "request", "comment"}.
+    notice = models.JSONField(_("notice"), null=True, blank=True)
     status = models.CharField(
         _("status"), max_length=16, choices=DeliveryStatus, default=DeliveryStatus.PENDING
     )
@@ -160,6 +234,57 @@ class Delivery(models.Model):
 
     def __str__(self) -> str:
         return f"{self.channel} #{self.pk}"
+
+
+class Subscription(models.Model):
+    """Who wants which events on which channel: a user's own, or a tenant's (managed by
+    its admins). Empty rules: every rule. Deliveries inside the quiet hours wait for
+    their end, except critical ones."""
+
+    owner = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, null=True, blank=True,
+        related_name="alert_subscriptions", verbose_name=_("owner"),
+    )  # fmt: skip
+    tenant = models.ForeignKey(
+        Tenant, on_delete=models.CASCADE, null=True, blank=True,
+        related_name="alert_subscriptions", verbose_name=_("tenant"),
+    )  # fmt: skip
+    channel = models.ForeignKey(
+        Channel, on_delete=models.CASCADE, related_name="subscriptions", verbose_name=_("channel")
+    )
+    rules = models.ManyToManyField(Rule, blank=True, related_name="subscriptions",
+                                   verbose_name=_("rules"))  # fmt: skip
+    min_severity = models.CharField(
+        _("lowest severity"), max_length=16, choices=Severity, default=Severity.WARNING
+    )
+    scope_kind = models.CharField(
+        _("scope"), max_length=16, choices=ScopeKind, default=ScopeKind.ALL
+    )
+    # The pool's or tenant's slug, or the node's name, when the scope is one of them.
+    scope_name = models.CharField(_("scope name"), max_length=255, blank=True)
+    quiet_start = models.TimeField(_("quiet from"), null=True, blank=True)
+    quiet_end = models.TimeField(_("quiet until"), null=True, blank=True)
+    enabled = models.BooleanField(_("enabled"), default=True)
+    created = models.DateTimeField(auto_now_add=True)
+    updated = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["pk"]
+        verbose_name = _("subscription")
+        verbose_name_plural = _("subscriptions")
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(owner__isnull=False, tenant__isnull=True)
+                | Q(owner__isnull=True, tenant__isnull=False),
+                name="alert_subscription_has_one_owner",
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.channel} #{self.pk}"
+
+    def get_absolute_url(self) -> str:
+        return reverse("alerts:subscription_edit", args=[self.pk])
 
 
 class DeliveryAttempt(models.Model):

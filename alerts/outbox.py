@@ -32,13 +32,20 @@ logger = logging.getLogger(__name__)
 REQUEUE_BATCH = 1000
 
 
-def enqueue(channel_id: int, *, event_id: int | None) -> int:
-    """A pending delivery, sent once the surrounding transaction commits."""
+def enqueue(
+    channel_id: int, *, event_id: int | None, notice: dict | None = None, not_before=None
+) -> int:
+    """A pending delivery, sent once the surrounding transaction commits; one held until
+    ``not_before`` (quiet hours) is sent by the requeue task when it is due."""
+    now = timezone.now()
+    held = not_before is not None and not_before > now
     delivery = Delivery.objects.create(
-        channel_id=channel_id, event_id=event_id, test=event_id is None,
-        next_attempt_at=timezone.now(),
+        channel_id=channel_id, event_id=event_id, notice=notice,
+        test=event_id is None and notice is None,
+        next_attempt_at=not_before if held else now,
     )  # fmt: skip
-    transaction.on_commit(lambda: _send_task(delivery.pk, 0))
+    if not held:
+        transaction.on_commit(lambda: _send_task(delivery.pk, 0))
     return delivery.pk
 
 

@@ -1,8 +1,10 @@
-"""Who sees and manages which channels: one rule for the pages and the API.
+"""Who sees and manages which channels, subscriptions, events and rules: one rule for
+the pages and the API.
 
-Everyone manages their own channels; a tenant's channels are managed by its admins; the
-platform admin (a superuser) sees and manages all. Nobody else learns that a channel
-exists: another's channel answers 404, not 403.
+Everyone manages their own channels and subscriptions; a tenant's are managed by its
+admins; the platform admin (a superuser) sees and manages all, and alone edits rules
+(everyone reads them, to subscribe). Nobody else learns that a channel or subscription
+exists: another's answers 404, not 403. Events are seen as routing sends them.
 """
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ from __future__ import annotations
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from django.db.models import Q, QuerySet
 
-from alerts.models import Channel
+from alerts.models import Channel, Event, Subscription
 from quotas.choices import Role
 from quotas.models import Tenant
 
@@ -35,3 +37,48 @@ def visible_channels(user: User) -> QuerySet[Channel]:
 
 def can_manage(user: User, channel: Channel) -> bool:
     return visible_channels(user).filter(pk=channel.pk).exists()
+
+
+def sees_platform_events(user: User) -> bool:
+    """Platform events (cards, nodes, Alertmanager: no tenant) are for platform admins
+    and node operators, as routing sends them (alerts.routing)."""
+    return user.is_authenticated and (user.is_superuser or user.has_perm("agents.change_node"))
+
+
+def visible_events(user: User) -> QuerySet[Event]:
+    if not user.is_authenticated:
+        return Event.objects.none()
+    if user.is_superuser:
+        return Event.objects.all()
+    mine = Q(tenant__memberships__user=user)
+    if sees_platform_events(user):
+        mine |= Q(tenant__isnull=True)
+    return Event.objects.filter(mine).distinct()
+
+
+def can_acknowledge(user: User, event: Event) -> bool:
+    """Platform events: who sees them; a tenant's: its admins and approvers."""
+    if not user.is_authenticated:
+        return False
+    if user.is_superuser:
+        return True
+    if event.tenant_id is None:
+        return sees_platform_events(user)
+    return Tenant.objects.filter(
+        pk=event.tenant_id, memberships__user=user,
+        memberships__role__in=(Role.ADMIN, Role.APPROVER),
+    ).exists()  # fmt: skip
+
+
+def visible_subscriptions(user: User) -> QuerySet[Subscription]:
+    if not user.is_authenticated:
+        return Subscription.objects.none()
+    if user.is_superuser:
+        return Subscription.objects.all()
+    return Subscription.objects.filter(
+        Q(owner=user) | Q(tenant__in=managed_tenants(user).values("pk"))
+    )
+
+
+def manages_rules(user: User) -> bool:
+    return user.is_authenticated and user.is_superuser

@@ -23,6 +23,7 @@ from alerts.choices import OPEN_EVENT_STATES, ChannelKind, EventState, Severity
 from alerts.models import Channel, Event
 from alerts.transports import TRANSPORTS
 from audit.interface import record, snapshot
+from portal import redis_client
 
 NAME_MAX_CHARS = 100
 AUDITED = ("name", "kind", "owner", "tenant", "enabled", "disabled_reason", "language",
@@ -138,6 +139,15 @@ def send_test(channel_id: int, *, actor, address: str | None) -> int:
 # --- events ------------------------------------------------------------------------------
 
 
+def rules_version_key() -> str:
+    return redis_client.key("alerts", "rules-version")
+
+
+def bump_rules_version() -> None:
+    """Every process reloads its rules at its next cycle (called when a rule changes)."""
+    redis_client.client().incr(rules_version_key())
+
+
 def fingerprint_of(rule_key: str, scope: str, labels: Mapping[str, Any]) -> str:
     text = json.dumps([rule_key, scope, sorted((str(k), str(v)) for k, v in labels.items())])
     return hashlib.sha256(text.encode()).hexdigest()
@@ -146,7 +156,7 @@ def fingerprint_of(rule_key: str, scope: str, labels: Mapping[str, Any]) -> str:
 def raise_event(
     *, rule_key: str, rule_name: str, severity: str = Severity.WARNING, scope: str = "",
     labels: Mapping[str, Any] | None = None, summary: str = "", tenant_id: int | None = None,
-    fingerprint: str = "",
+    fingerprint: str = "", rule_id: int | None = None,
 ) -> tuple[int, bool]:  # fmt: skip
     """Fire: a new event, or the open one with the same fingerprint seen again (its
     summary refreshed). (event id, whether it is new)."""
@@ -163,7 +173,8 @@ def raise_event(
         try:
             with transaction.atomic():
                 event = Event.objects.create(
-                    rule_key=rule_key[:100], rule_name=rule_name[:200], severity=severity,
+                    rule_id=rule_id, rule_key=rule_key[:100], rule_name=rule_name[:200],
+                    severity=severity,
                     scope=scope[:255], fingerprint=fingerprint, labels=labels,
                     summary=summary[:2000], tenant_id=tenant_id, started_at=now,
                     last_seen_at=now,
@@ -184,8 +195,8 @@ def resolve_event(event_id: int) -> bool:
 
 
 def notify(event_id: int, channel_ids: list[int]) -> list[int]:
-    """One delivery of the event to each enabled channel; their ids. The next increment's
-    subscriptions choose the channels."""
+    """One delivery of the event to each enabled channel; their ids. (Events raised by
+    rules reach their subscribers through ``alerts.events`` and ``alerts.routing``.)"""
     with transaction.atomic():
         enabled = Channel.objects.filter(pk__in=channel_ids, enabled=True).values_list(
             "pk", flat=True

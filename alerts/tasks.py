@@ -16,3 +16,11 @@ def deliver(delivery_id: int) -> str:
 @shared_task(ignore_result=True)
 def requeue_deliveries() -> int:
     return len(outbox.requeue_due())
+
+
+@shared_task(ignore_result=True)
+def evaluate_business() -> int:
+    """Business-state rules: requests pending, quotas used, allocations expiring."""
+    from alerts.business import evaluate_business as run
+
+    return run()

@@ -270,6 +270,8 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "SWAGGER_UI_SETTINGS": {"deepLinking": True, "validatorUrl": None},
     "REDOC_DIST": "SIDECAR",
+    # One name for a choice set used by fields of several names (severity, min_severity).
+    "ENUM_NAME_OVERRIDES": {"SeverityEnum": "alerts.choices.Severity"},
 }
 
 # --- Celery ------------------------------------------------------------------
@@ -357,6 +359,10 @@ ALERT_RETRY_HORIZON = env_float("ALERT_RETRY_HORIZON", 6 * 3600.0, minimum=0.1)
 # Longer than any one attempt can last (the HTTP or SMTP timeout).
 ALERT_CLAIM_TIMEOUT = env_float("ALERT_CLAIM_TIMEOUT", 120.0, minimum=0.1)
 ALERT_REQUEUE_INTERVAL = env_float("ALERT_REQUEUE_INTERVAL", 60.0, minimum=0.1)
+# Business-state rules (requests pending, quotas used, expiring allocations): how often.
+ALERT_BUSINESS_INTERVAL = env_float("ALERT_BUSINESS_INTERVAL", 60.0, minimum=1)
+# The bearer token Prometheus Alertmanager presents to /api/v1/alertmanager/ (empty: off).
+ALERTMANAGER_TOKEN = env_str("ALERTMANAGER_TOKEN")
 
 CELERY_BROKER_URL = REDIS_URL or "memory://"
 CELERY_RESULT_BACKEND = REDIS_URL or None
@@ -395,6 +401,11 @@ CELERY_BEAT_SCHEDULE = {
         "task": "alerts.tasks.requeue_deliveries",
         "schedule": timedelta(seconds=ALERT_REQUEUE_INTERVAL),
         "options": {"expires": ALERT_REQUEUE_INTERVAL},
+    },
+    "alerts-business-rules": {
+        "task": "alerts.tasks.evaluate_business",
+        "schedule": timedelta(seconds=ALERT_BUSINESS_INTERVAL),
+        "options": {"expires": ALERT_BUSINESS_INTERVAL},
     },
 }
 if PROMETHEUS_URL:

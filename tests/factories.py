@@ -19,7 +19,7 @@ from django.utils import timezone
 from agents.choices import GpuHealth, NodeState
 from agents.models import GPU, Node
 from alerts.choices import ChannelKind, Severity
-from alerts.models import Channel, Event
+from alerts.models import Channel, Event, Subscription
 from pools import services as pool_services
 from pools.models import Lease, Pool
 from pools.placement import Ask
@@ -321,3 +321,20 @@ def held_allocation(
         whole_card=whole_card, placed_at=placed_at, released_at=released_at,
         state=AllocationState.ACTIVE if live else AllocationState.RELEASED,
     )  # fmt: skip
+
+
+# --- alerts: rules and subscriptions (issue #12, second part) ------------------------------
+
+
+class SubscriptionFactory(factory.django.DjangoModelFactory):
+    """A user's subscription of their own channel to every rule, warnings and up."""
+
+    class Meta:
+        model = Subscription
+
+    owner = factory.SubFactory(UserFactory)
+    tenant = None
+    channel = factory.LazyAttribute(
+        lambda sub: ChannelFactory(owner=sub.owner, tenant=sub.tenant)
+    )
+    min_severity = Severity.WARNING

@@ -34,8 +34,8 @@ WIRING = {
     "portal": {
         "telemetry.api.urls", "telemetry.urls", "telemetry.routing", "telemetry.tasks",
         "pools.api.operation_urls", "pools.api.urls", "pools.urls", "pools.routing",
-        "pools.demo", "alerts.api.urls", "alerts.urls", "quotas.api.urls", "quotas.urls",
-        "quotas.api.request_urls", "quotas.request_urls", "quotas.routing",
+        "pools.demo", "alerts.api.urls", "alerts.urls", "alerts.demo", "quotas.api.urls",
+        "quotas.urls", "quotas.api.request_urls", "quotas.request_urls", "quotas.routing",
         "audit.api.urls", "audit.urls",
     },
 }  # fmt: skip

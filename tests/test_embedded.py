@@ -24,7 +24,8 @@ def _gpus(url: str, token: str) -> list[dict]:
 
 def test_embedded_demo_serves_live_readings(tmp_path):
     """Readings reach the API from the in-process store, and keep changing as polls land."""
-    port, agent_port = procs.free_port(), procs.free_ports(2)
+    # Two nodes, and the demo's hot node on the port after theirs.
+    port, agent_port = procs.free_port(), procs.free_ports(3)
     env = procs.child_env(
         DATABASE_URL=None, REDIS_URL=None, SECRET_KEY=None, PORTAL_VAR_DIR=str(tmp_path),
         GPU_POLL_INTERVAL="1",
@@ -54,7 +55,7 @@ def test_embedded_demo_serves_live_readings(tmp_path):
                 if "utilization_gpu_pct" in gpu["latest"]:
                     seen.setdefault(gpu["uuid"], set()).add(gpu["latest"]["utilization_gpu_pct"])
             time.sleep(0.5)
-        assert len(seen) == 4
+        assert len(seen) == 6
     finally:
         # Its exit waits for the simulator's and for a task in flight: on a loaded machine
         # that has taken more than stop()'s default 10 s.

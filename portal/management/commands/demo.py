@@ -27,6 +27,7 @@ from django.db import transaction
 
 from agents.choices import NodeSource
 from agents.models import Node
+from alerts import demo as alerts_demo
 from pools import demo as pools_demo
 from portal import celery_app, embedded
 from portal.files import private_secret
@@ -39,6 +40,10 @@ DEMO_MODELS = [
 ]
 DEMO_PREFIX = "demo"
 AGENT_START_TIMEOUT_S = 30
+# One more node whose first card overheats a minute after start (the simulator's hot
+# scenario): the temperature rule fires five minutes later and resolves when it cools.
+HOT_NODE = f"{DEMO_PREFIX}-hot"
+HOT_SCENARIO = Path(__file__).resolve().parents[3] / "agents/gpu_agent/scenarios/hot.json"
 
 
 def _var_secret(name: str, nbytes: int = 18) -> str:
@@ -73,15 +78,26 @@ class Command(BaseCommand):
         admin = get_user_model().objects.get(username=options["username"])
         pool = pools_demo.seed(admin, {"demo": "true"})
         pools_demo.place_slices_when_cards_arrive(pool.pk)
-        agent = self._start_agents(options, token)
+        self._seed_alerts(admin)
+        agents = [self._start_agents(options, token)]
         try:
+            agents.append(self._start_agents(options, token, hot=True))
             self._serve(options, password)
         finally:
-            agent.terminate()
-            try:
-                agent.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                agent.kill()
+            for agent in agents:
+                agent.terminate()
+                try:
+                    agent.wait(timeout=10)
+                except subprocess.TimeoutExpired:
+                    agent.kill()
+
+    def _seed_alerts(self, admin) -> None:
+        """The admin's demo email and webhook channels; mail on this console unless an
+        SMTP server is configured (EMAIL_HOST), webhook calls printed by a receiver here."""
+        if "EMAIL_HOST" not in os.environ:
+            settings.EMAIL_BACKEND = "django.core.mail.backends.console.EmailBackend"
+        url = alerts_demo.start_receiver()
+        alerts_demo.seed(admin, webhook_url=url, secret=_var_secret("demo-webhook-secret"))
 
     def _seed_admin(self, username: str) -> str:
         password = _var_secret("demo-admin-password", 12)
@@ -108,8 +124,19 @@ class Command(BaseCommand):
                     "labels": {"demo": "true", "model": DEMO_MODELS[i % len(DEMO_MODELS)]},
                 },
             )
+        Node.objects.update_or_create(
+            name=HOT_NODE,
+            defaults={
+                "source": NodeSource.AGENT,
+                "agent_url": f"http://{agent_host}:{options['agent_port'] + options['nodes']}",
+                "agent_token": token,
+                "labels": {"scenario": "hot"},
+            },
+        )
 
-    def _start_agents(self, options: dict, token: str) -> subprocess.Popen:
+    def _start_agents(self, options: dict, token: str, hot: bool = False) -> subprocess.Popen:
+        nodes = 1 if hot else options["nodes"]
+        port = options["agent_port"] + (options["nodes"] if hot else 0)
         command = [
             sys.executable,
             "-m",
@@ -117,16 +144,19 @@ class Command(BaseCommand):
             "--backend",
             "sim",
             "--nodes",
-            str(options["nodes"]),
+            str(nodes),
             "--gpus",
             str(options["gpus"]),
             "--hostname",
-            DEMO_PREFIX,
+            HOT_NODE if hot else DEMO_PREFIX,
             "--listen",
-            f"{options['host']}:{options['agent_port']}",
+            f"{options['host']}:{port}",
         ]
-        for model in DEMO_MODELS:
-            command += ["--model", model]
+        if hot:
+            command += ["--scenario", str(HOT_SCENARIO), "--model", DEMO_MODELS[1]]
+        else:
+            for model in DEMO_MODELS:
+                command += ["--model", model]
         # The token travels in the environment, not on a command line others can read.
         env = {**os.environ, "GPU_AGENT_TOKEN": token}
         agent = subprocess.Popen(command, stdout=subprocess.PIPE, env=env, text=True)  # noqa: S603
@@ -137,16 +167,16 @@ class Command(BaseCommand):
             for line in agent.stdout:
                 if line.startswith("gpu-agent listening on"):
                     listening.append(line.strip())
-                    if len(listening) == options["nodes"]:
+                    if len(listening) == nodes:
                         ready.set()
             ready.set()  # the agent exited: stop waiting
 
         threading.Thread(target=watch, daemon=True).start()
         ready.wait(AGENT_START_TIMEOUT_S)
-        if len(listening) < options["nodes"]:
+        if len(listening) < nodes:
             agent.kill()
             raise CommandError(
-                f"the simulated agents did not start (ports {options['agent_port']}+ in use?)"
+                f"the simulated agents did not start (ports {port}+ in use?)"
             )
         return agent
 

@@ -1,0 +1,126 @@
+"""Rules, subscriptions and events in the API. Writes go through alerts.config (which
+holds the rules and audits); its field errors come back as DRF's."""
+
+from __future__ import annotations
+
+from django.core.exceptions import ValidationError as DjangoValidationError
+from rest_framework import serializers
+
+from alerts import config
+from alerts.choices import Comparison, Condition, ScopeKind, Severity
+from alerts.models import Event, Rule, Subscription
+from alerts.permissions import managed_tenants
+
+
+def _service(call):
+    try:
+        return call()
+    except DjangoValidationError as exc:
+        raise serializers.ValidationError(exc.message_dict) from None
+
+
+class RuleSerializer(serializers.ModelSerializer):
+    condition = serializers.ChoiceField(choices=Condition.choices)
+    comparison = serializers.ChoiceField(choices=Comparison.choices, required=False)
+    severity = serializers.ChoiceField(choices=Severity.choices, required=False)
+    scope_kind = serializers.ChoiceField(choices=ScopeKind.choices, required=False)
+    scope_id = serializers.IntegerField(
+        required=False, allow_null=True, write_only=True,
+        help_text="The pool's, node's or tenant's id when scope_kind is one of them.",
+    )  # fmt: skip
+    kind = serializers.CharField(read_only=True)
+
+    class Meta:
+        model = Rule
+        fields = ["id", "key", "name", "description", "kind", "condition", "comparison",
+                  "threshold", "for_seconds", "severity", "scope_kind", "scope_id", "pool",
+                  "node", "tenant", "renotify_seconds", "enabled", "builtin", "created",
+                  "updated"]  # fmt: skip
+        read_only_fields = ["id", "pool", "node", "tenant", "builtin", "created", "updated"]
+        extra_kwargs = {"key": {"required": False}}
+
+    def _save(self, rule_id: int | None, validated: dict) -> Rule:
+        request = self.context["request"]
+        values = dict(validated)
+        if rule_id is not None and "scope_id" not in values:
+            rule = Rule.objects.get(pk=rule_id)
+            values["scope_id"] = rule.pool_id or rule.node_id or rule.tenant_id
+        pk = _service(
+            lambda: config.save_rule(
+                rule_id, values, actor=request.user, address=request.META.get("REMOTE_ADDR")
+            )
+        )
+        return Rule.objects.get(pk=pk)
+
+    def create(self, validated: dict) -> Rule:
+        return self._save(None, validated)
+
+    def update(self, instance: Rule, validated: dict) -> Rule:
+        return self._save(instance.pk, validated)
+
+
+class SubscriptionSerializer(serializers.ModelSerializer):
+    rules = serializers.PrimaryKeyRelatedField(many=True, queryset=Rule.objects.all(),
+                                               required=False)  # fmt: skip
+    channel = serializers.IntegerField(source="channel_id")
+    tenant = serializers.IntegerField(
+        source="tenant_id", required=False, allow_null=True,
+        help_text="A tenant you administer, for the tenant's subscription; empty: your own.",
+    )  # fmt: skip
+    owner = serializers.IntegerField(source="owner_id", read_only=True)
+    min_severity = serializers.ChoiceField(choices=Severity.choices, required=False)
+    scope_kind = serializers.ChoiceField(choices=ScopeKind.choices, required=False)
+
+    class Meta:
+        model = Subscription
+        fields = ["id", "owner", "tenant", "channel", "rules", "min_severity", "scope_kind",
+                  "scope_name", "quiet_start", "quiet_end", "enabled", "created",
+                  "updated"]  # fmt: skip
+        read_only_fields = ["id", "owner", "created", "updated"]
+
+    def validate_tenant(self, value: int | None) -> int | None:
+        if (
+            value is not None
+            and not managed_tenants(self.context["request"].user).filter(pk=value).exists()
+        ):
+            raise serializers.ValidationError("Not a tenant you administer.")
+        return value
+
+    def _values(self, validated: dict) -> dict:
+        values = {k: v for k, v in validated.items() if k not in ("tenant_id", "channel_id")}
+        if "channel_id" in validated:
+            values["channel"] = validated["channel_id"]
+        if "rules" in values:
+            values["rules"] = [rule.pk for rule in values["rules"]]
+        return values
+
+    def create(self, validated: dict) -> Subscription:
+        request = self.context["request"]
+        tenant_id = validated.get("tenant_id")
+        pk = _service(lambda: config.save_subscription(
+            None, self._values(validated), actor=request.user,
+            address=request.META.get("REMOTE_ADDR"),
+            owner_id=None if tenant_id else request.user.pk, tenant_id=tenant_id,
+        ))  # fmt: skip
+        return Subscription.objects.get(pk=pk)
+
+    def update(self, instance: Subscription, validated: dict) -> Subscription:
+        request = self.context["request"]
+        if "tenant_id" in validated and validated["tenant_id"] != instance.tenant_id:
+            raise serializers.ValidationError({"tenant": ["A subscription's owner cannot change."]})
+        _service(lambda: config.save_subscription(
+            instance.pk, self._values(validated), actor=request.user,
+            address=request.META.get("REMOTE_ADDR"),
+        ))  # fmt: skip
+        return Subscription.objects.get(pk=instance.pk)
+
+
+class EventSerializer(serializers.ModelSerializer):
+    tenant = serializers.SlugRelatedField(slug_field="slug", read_only=True)
+
+    class Meta:
+        model = Event
+        fields = ["id", "rule", "rule_key", "rule_name", "severity", "scope", "state", "tenant",
+                  "labels", "summary", "started_at", "last_seen_at", "acknowledged_at",
+                  "acknowledged_by", "resolved_at"]  # fmt: skip
+        read_only_fields = fields

@@ -1,0 +1,129 @@
+"""Rules, subscriptions, events and the Alertmanager receiver in the API: thin views over
+alerts.config, alerts.events and alerts.alertmanager, with the pages' permissions."""
+
+from __future__ import annotations
+
+import hmac
+
+from django.conf import settings
+from django.core.exceptions import ValidationError as DjangoValidationError
+from drf_spectacular.utils import extend_schema
+from rest_framework import permissions, status, viewsets
+from rest_framework.decorators import action
+from rest_framework.exceptions import PermissionDenied, ValidationError
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from alerts import alertmanager, config, events
+from alerts.api.rule_serializers import EventSerializer, RuleSerializer, SubscriptionSerializer
+from alerts.filtersets import EventFilterSet, RuleFilterSet
+from alerts.models import Rule
+from alerts.permissions import (
+    can_acknowledge,
+    manages_rules,
+    visible_events,
+    visible_subscriptions,
+)
+
+
+class RulesEditedByPlatformAdmins(permissions.BasePermission):
+    def has_permission(self, request, view) -> bool:
+        return request.method in permissions.SAFE_METHODS or manages_rules(request.user)
+
+
+class RuleViewSet(viewsets.ModelViewSet):
+    """Alert rules: everyone signed in reads them (to subscribe); the platform admin
+    edits them. Built-in rules can be disabled, not deleted."""
+
+    queryset = Rule.objects.order_by("name", "pk")
+    serializer_class = RuleSerializer
+    filterset_class = RuleFilterSet
+    permission_classes = [permissions.IsAuthenticated, RulesEditedByPlatformAdmins]
+
+    def perform_destroy(self, instance: Rule) -> None:
+        try:
+            config.delete_rule(instance.pk, actor=self.request.user,
+                               address=self.request.META.get("REMOTE_ADDR"))  # fmt: skip
+        except DjangoValidationError as exc:
+            raise ValidationError(exc.message_dict) from None
+
+
+class SubscriptionViewSet(viewsets.ModelViewSet):
+    """Your subscriptions and your tenants' (as their admin); all for the platform admin.
+    Another's subscription is 404."""
+
+    serializer_class = SubscriptionSerializer
+
+    def get_queryset(self):
+        return visible_subscriptions(self.request.user).prefetch_related("rules").order_by("pk")
+
+    def perform_destroy(self, instance) -> None:
+        config.delete_subscription(instance.pk, actor=self.request.user,
+                                   address=self.request.META.get("REMOTE_ADDR"))  # fmt: skip
+
+
+class EventViewSet(viewsets.ReadOnlyModelViewSet):
+    """Alert events as they are sent: your tenants' and, for platform admins and
+    node operators, the platform's. Filter by state, severity, rule, tenant, scope, time."""
+
+    serializer_class = EventSerializer
+    filterset_class = EventFilterSet
+
+    def get_queryset(self):
+        return (
+            visible_events(self.request.user)
+            .select_related("tenant")
+            .order_by("-started_at", "-pk")
+        )
+
+    def _act(self, request: Request, step) -> Response:
+        event = self.get_object()
+        if not can_acknowledge(request.user, event):
+            raise PermissionDenied("Only who answers for this event may change it.")
+        if not step(event.pk, actor=request.user, address=request.META.get("REMOTE_ADDR")):
+            return Response({"state": ["The event is not in a state that allows this."]},
+                            status=status.HTTP_409_CONFLICT)  # fmt: skip
+        event.refresh_from_db()
+        return Response(EventSerializer(event).data)
+
+    @extend_schema(request=None, responses={200: EventSerializer})
+    @action(detail=True, methods=["post"])
+    def acknowledge(self, request: Request, pk: str | None = None) -> Response:
+        """Firing → acknowledged: no more re-notifications until it resolves."""
+        return self._act(request, events.acknowledge)
+
+    @extend_schema(request=None, responses={200: EventSerializer})
+    @action(detail=True, methods=["post"])
+    def resolve(self, request: Request, pk: str | None = None) -> Response:
+        """Close an open event by hand (it reopens if its rule still holds)."""
+        return self._act(request, events.resolve_by_hand)
+
+
+class AlertmanagerWebhookView(APIView):
+    """Prometheus Alertmanager's webhook (its webhook_configs), authenticated with the
+    bearer token in ALERTMANAGER_TOKEN. 401 without it; 400 with the fields at fault
+    for a malformed message, which changes nothing."""
+
+    authentication_classes: list = []
+    permission_classes: list = []
+
+    def _authorized(self, request: Request) -> bool:
+        token = settings.ALERTMANAGER_TOKEN
+        given = request.META.get("HTTP_AUTHORIZATION", "")
+        scheme, _sep, credentials = given.partition(" ")
+        return bool(token) and scheme.lower() == "bearer" and hmac.compare_digest(
+            credentials.strip().encode(), token.encode()
+        )  # fmt: skip
+
+    @extend_schema(request=dict, responses={200: dict, 400: dict, 401: dict})
+    def post(self, request: Request) -> Response:
+        if not self._authorized(request):
+            challenge = {"WWW-Authenticate": 'Bearer realm="alertmanager"'}
+            return Response({"detail": "Missing or wrong bearer token."},
+                            status=status.HTTP_401_UNAUTHORIZED, headers=challenge)  # fmt: skip
+        try:
+            counts = alertmanager.receive(request.data)
+        except DjangoValidationError as exc:
+            return Response(exc.message_dict, status=status.HTTP_400_BAD_REQUEST)
+        return Response(counts)
