@@ -6,14 +6,30 @@ capability rules (``quotas.permissions``). Everything else in quotas is private.
 
 from __future__ import annotations
 
+from quotas.lifecycle import release_lease_request
 from quotas.signals import request_event
-from quotas.usage import QuotaUsage, Usage, gpu_hours_left, gpu_hours_used, quota_usage
+from quotas.usage import (
+    REQUESTER,
+    TENANT,
+    Held,
+    QuotaUsage,
+    Usage,
+    gpu_hours_left,
+    gpu_hours_used,
+    held_hours,
+    quota_usage,
+)
 
 __all__ = [
+    "REQUESTER",
+    "TENANT",
+    "Held",
     "QuotaUsage",
     "Usage",
     "gpu_hours_left",
     "gpu_hours_used",
+    "held_hours",
     "quota_usage",
+    "release_lease_request",
     "request_event",
 ]

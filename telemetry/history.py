@@ -163,3 +163,37 @@ def usage_by_card_owner(
         .order_by("gpu_id", "owner")
     )
     return [{**row, "samples": row.pop("samples_total")} for row in rows]
+
+
+def buckets_by_card(
+    gpu_ids: Iterable[int], start: datetime, end: datetime, resolution: str = "1m"
+) -> dict[int, list[tuple[datetime, float | None, float | None]]]:
+    """Per card, its buckets in ``[start, end)`` oldest first: (bucket, average
+    utilization %, average memory used MiB); for per-allocation use and idle detection."""
+    table = {"1m": GpuMinute, "1h": GpuHour}[resolution]
+    rows = (
+        table.objects.filter(gpu_id__any=list(gpu_ids), bucket__gte=start, bucket__lt=end)
+        .order_by("gpu_id", "bucket")
+        .values_list("gpu_id", "bucket", "util_avg", "memory_used_avg_mib")
+    )
+    out: dict[int, list[tuple[datetime, float | None, float | None]]] = {}
+    for gpu_id, bucket, util, memory in rows.iterator(chunk_size=20000):
+        out.setdefault(gpu_id, []).append((bucket, util, memory))
+    return out
+
+
+def buckets_by_card_owner(
+    gpu_ids: Iterable[int], start: datetime, end: datetime, resolution: str = "1m"
+) -> dict[tuple[int, str], list[tuple[datetime, float | None]]]:
+    """Per card and process owner, its buckets in ``[start, end)``: (bucket, average
+    memory used MiB)."""
+    table = {"1m": OwnerMinute, "1h": OwnerHour}[resolution]
+    rows = (
+        table.objects.filter(gpu_id__any=list(gpu_ids), bucket__gte=start, bucket__lt=end)
+        .order_by("gpu_id", "owner", "bucket")
+        .values_list("gpu_id", "owner", "bucket", "memory_used_avg_mib")
+    )
+    out: dict[tuple[int, str], list[tuple[datetime, float | None]]] = {}
+    for gpu_id, owner, bucket, memory in rows.iterator(chunk_size=20000):
+        out.setdefault((gpu_id, owner), []).append((bucket, memory))
+    return out
