@@ -21,6 +21,14 @@ ORDERINGS = (
 )
 
 
+# Strict booleans: anything but "true" or "false" is a 400, not silently no filter.
+BOOLEAN = (("true", _("yes")), ("false", _("no")))
+
+
+def _true(value: str) -> bool:
+    return value == "true"
+
+
 class AllocationIdleFilterSet(django_filters.FilterSet):
     tenant = django_filters.NumberFilter(
         field_name="tenant_id", min_value=1, help_text=_("Only this tenant's rows (id).")
@@ -31,10 +39,13 @@ class AllocationIdleFilterSet(django_filters.FilterSet):
     node = django_filters.NumberFilter(
         field_name="node_id", min_value=1, help_text=_("Only this node's rows (id).")
     )
-    idle = django_filters.BooleanFilter(help_text=_("Only idle (true) or busy (false) rows."))
-    over_provisioned = django_filters.BooleanFilter(
-        help_text=_("Only allocations holding more than twice what they used (true).")
+    idle = django_filters.TypedChoiceFilter(
+        choices=BOOLEAN, coerce=_true, help_text=_("Only idle (true) or busy (false) rows.")
     )
+    over_provisioned = django_filters.TypedChoiceFilter(
+        choices=BOOLEAN, coerce=_true,
+        help_text=_("Only allocations holding more than twice what they used (true)."),
+    )  # fmt: skip
     ordering = django_filters.OrderingFilter(
         fields=ORDERINGS, help_text=_("Sort by wasted, idle_minutes, tenant, pool, node.")
     )

@@ -99,8 +99,9 @@ def scan(now: datetime | None = None) -> ScanResult:
     live_used, foreign = _live_memory(latest(node_ids))
     # A run seen by a scan whose range reached this one's carries on (no unread gap).
     previous = dict(
-        AllocationIdle.objects.filter(scanned_at__gte=start, quiet_since__isnull=False)
-        .values_list("allocation_id", "quiet_since")
+        AllocationIdle.objects.filter(scanned_at__gte=start, quiet_since__isnull=False).values_list(
+            "allocation_id", "quiet_since"
+        )
     )
 
     states = []

@@ -154,12 +154,13 @@ def add_exemption(
 ) -> Exemption:
     """Keep a lease out of reclaim until ``ends_at``; open warnings on it are withdrawn."""
     now = timezone.now()
-    reason = _text(reason, "reason")
-    ends_at = _when(ends_at, "ends_at", now)
     with transaction.atomic():
         lease = Lease.objects.select_for_update().filter(pk=lease_id).first()
+        # Who may comes first: a refusal tells nothing of the lease, valid input or not.
         if lease is None or not permissions.can_exempt(user, lease):
             raise PermissionError(_("You may not exempt this allocation."))
+        reason = _text(reason, "reason")
+        ends_at = _when(ends_at, "ends_at", now)
         exemption = Exemption.objects.create(
             lease=lease, reason=reason, ends_at=ends_at, created_by=user
         )

@@ -9,6 +9,7 @@ from decimal import Decimal
 
 import pytest
 from django.core.exceptions import ValidationError
+from django.utils import timezone
 
 from audit.interface import AuditEntry
 from pools.choices import LeaseState
@@ -161,11 +162,11 @@ def test_a_refused_appeal_lets_the_release_go_on(world):
 
 @pytest.mark.parametrize(
     "kwargs",
-    [{"reason": "", "ends_at": "2099-01-01T00:00Z"}, {"reason": "x" * 501},
+    [{"reason": ""}, {"reason": "x" * 501},
      {"reason": "ok", "ends_at": "not a date"}, {"reason": "ok", "ends_at": "2001-01-01T00:00Z"}],
 )  # fmt: skip
 def test_a_bad_exemption_is_refused_and_changes_nothing(world, kwargs):
-    kwargs.setdefault("ends_at", "2099-01-01T00:00Z")
+    kwargs.setdefault("ends_at", (timezone.now() + timedelta(days=30)).isoformat())
     before = AuditEntry.objects.count()
     with pytest.raises(ValidationError):
         services.add_exemption(_lease(world, "idle").pk, world.team.admin, **kwargs)
