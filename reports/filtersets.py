@@ -47,8 +47,9 @@ class AllocationIdleFilterSet(django_filters.FilterSet):
         help_text=_("Only allocations holding more than twice what they used (true)."),
     )  # fmt: skip
     ordering = django_filters.OrderingFilter(
-        fields=ORDERINGS, label=_("Sort by"), help_text=_("Sort by wasted, idle_minutes, tenant, pool, node.")
-    )
+        fields=ORDERINGS, label=_("Sort by"),
+        help_text=_("Sort by wasted, idle_minutes, tenant, pool, node."),
+    )  # fmt: skip
 
     class Meta:
         model = AllocationIdle
