@@ -34,5 +34,7 @@ REPORTS_BEAT = {
 @app.on_after_configure.connect
 def add_requests_beat(sender: Celery, **kwargs) -> None:
     sender.conf.beat_schedule = {
-        **(sender.conf.beat_schedule or {}), **REQUESTS_BEAT, **REPORTS_BEAT
+        **(sender.conf.beat_schedule or {}),
+        **REQUESTS_BEAT,
+        **REPORTS_BEAT,
     }
