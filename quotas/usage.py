@@ -244,12 +244,13 @@ def held_hours(
     allocations = Allocation.objects.filter(**{f"{TENANT}__isnull": False})
     if tenant_ids is not None:
         allocations = allocations.filter(**{f"{TENANT}__in": tenant_ids})
+    inside = allocations.filter(placed_at__isnull=False, placed_at__lt=end).filter(
+        Q(released_at__isnull=True) | Q(released_at__gt=start)
+    )
+    sums = {"pct": _pct_seconds(start, end), "mib": _pct_seconds(start, end, F("memory_mib"))}
+    # No keys: one total (``values()`` without names would group by every column).
     rows = (
-        allocations.filter(placed_at__isnull=False, placed_at__lt=end)
-        .filter(Q(released_at__isnull=True) | Q(released_at__gt=start))
-        .values(*keys)
-        .annotate(pct=_pct_seconds(start, end), mib=_pct_seconds(start, end, F("memory_mib")))
-        .order_by()
+        [inside.aggregate(**sums)] if not keys else inside.values(*keys).annotate(**sums).order_by()
     )
     return {
         tuple(row[k] for k in keys): Held(
