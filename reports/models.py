@@ -30,7 +30,7 @@ class ReclaimPolicy(models.Model):
         validators=[MinValueValidator(1), MaxValueValidator(100)],
     )  # fmt: skip
     idle_memory_pct = models.PositiveSmallIntegerField(
-        _("idle under memory (% of the allocation)"), default=10,
+        _("idle under memory (percent of the allocation)"), default=10,
         validators=[MinValueValidator(1), MaxValueValidator(100)],
     )  # fmt: skip
     idle_window_minutes = models.PositiveIntegerField(
@@ -172,7 +172,7 @@ class UnitPrice(models.Model):
         validators=[MinValueValidator(Decimal(0))],
     )  # fmt: skip
     per_compute_pct_hour = models.DecimalField(
-        _("per compute-%-hour"), max_digits=12, decimal_places=6, default=Decimal(0),
+        _("per compute-percent-hour"), max_digits=12, decimal_places=6, default=Decimal(0),
         validators=[MinValueValidator(Decimal(0))],
     )  # fmt: skip
     per_memory_gib_hour = models.DecimalField(

@@ -49,7 +49,7 @@ class Migration(migrations.Migration):
             fields=[
                 ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
                 ('idle_util_pct', models.PositiveSmallIntegerField(default=5, validators=[django.core.validators.MinValueValidator(1), django.core.validators.MaxValueValidator(100)], verbose_name='idle under utilization (%)')),
-                ('idle_memory_pct', models.PositiveSmallIntegerField(default=10, validators=[django.core.validators.MinValueValidator(1), django.core.validators.MaxValueValidator(100)], verbose_name='idle under memory (% of the allocation)')),
+                ('idle_memory_pct', models.PositiveSmallIntegerField(default=10, validators=[django.core.validators.MinValueValidator(1), django.core.validators.MaxValueValidator(100)], verbose_name='idle under memory (percent of the allocation)')),
                 ('idle_window_minutes', models.PositiveIntegerField(default=120, validators=[django.core.validators.MinValueValidator(10), django.core.validators.MaxValueValidator(2160)], verbose_name='idle for (minutes)')),
                 ('reclaim', models.BooleanField(default=False, verbose_name='warn owners and reclaim idle allocations')),
                 ('grace_hours', models.PositiveIntegerField(default=24, validators=[django.core.validators.MinValueValidator(1), django.core.validators.MaxValueValidator(720)], verbose_name='grace period after the warning (hours)')),
@@ -116,7 +116,7 @@ class Migration(migrations.Migration):
                 ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
                 ('currency', models.CharField(default='CNY', max_length=8, verbose_name='currency')),
                 ('per_gpu_hour', models.DecimalField(decimal_places=4, default=Decimal('0'), max_digits=12, validators=[django.core.validators.MinValueValidator(Decimal('0'))], verbose_name='per GPU-hour')),
-                ('per_compute_pct_hour', models.DecimalField(decimal_places=6, default=Decimal('0'), max_digits=12, validators=[django.core.validators.MinValueValidator(Decimal('0'))], verbose_name='per compute-%-hour')),
+                ('per_compute_pct_hour', models.DecimalField(decimal_places=6, default=Decimal('0'), max_digits=12, validators=[django.core.validators.MinValueValidator(Decimal('0'))], verbose_name='per compute-percent-hour')),
                 ('per_memory_gib_hour', models.DecimalField(decimal_places=6, default=Decimal('0'), max_digits=12, validators=[django.core.validators.MinValueValidator(Decimal('0'))], verbose_name='per memory-GiB-hour')),
                 ('updated', models.DateTimeField(auto_now=True)),
                 ('pool', models.OneToOneField(blank=True, null=True, on_delete=django.db.models.deletion.CASCADE, related_name='unit_price', to='pools.pool')),
