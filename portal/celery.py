@@ -21,11 +21,14 @@ REQUESTS_BEAT = {
 }  # fmt: skip
 
 
-# Reports: the idle scan and the reclaim step every five minutes; the idle digest daily
+# Reports: the idle scan and the reclaim step every five minutes, the accounting of today
+# and yesterday every quarter hour; the idle digest daily
 # at 08:00 in the portal's time zone.
 REPORTS_BEAT = {
     "scan-idle": {"task": "reports.tasks.scan_and_reclaim", "schedule": 300.0,
                   "options": {"expires": 300}},
+    "account-days": {"task": "reports.tasks.account_days", "schedule": 900.0,
+                     "options": {"expires": 900}},
     "idle-digest": {"task": "reports.tasks.send_idle_digest",
                     "schedule": crontab(hour=8, minute=0)},
 }  # fmt: skip

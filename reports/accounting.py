@@ -2,6 +2,10 @@
 held and used per tenant, user and pool, per day; chargeback at the admin's unit prices,
 the cost of idle time apart; queue waits; right-sizing advice.
 
+Each day is summed once into ``UsageDay`` rows (beat: today and yesterday, every
+quarter hour; the report fills a day it finds missing), so a month reads at most 31 rows
+per (tenant, user, pool).
+
 Held hours come from ``quotas.interface.held_hours`` (the quotas' own GPU-hour count,
 exact to the second); used and idle hours from the hour rollups over each allocation's
 held time (``telemetry.interface.interval_usage``, one statement for the month).
@@ -10,7 +14,6 @@ held time (``telemetry.interface.interval_usage``, one statement for the month).
 from __future__ import annotations
 
 import csv
-from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta
 from decimal import Decimal
@@ -19,7 +22,8 @@ from typing import Any
 
 from django.conf import settings
 from django.core.exceptions import ValidationError
-from django.db.models import Avg, Count, DurationField, ExpressionWrapper, F, Max, Q
+from django.db import transaction
+from django.db.models import Avg, Count, DurationField, ExpressionWrapper, F, Max, Q, Sum
 from django.utils import timezone
 from django.utils.translation import gettext as _
 
@@ -27,7 +31,7 @@ from pools.models import Allocation, Pool
 from quotas.interface import REQUESTER, TENANT, held_hours
 from quotas.models import GpuRequest, Tenant
 from reports import permissions
-from reports.models import AllocationIdle, ReclaimPolicy, UnitPrice
+from reports.models import AllocationIdle, ReclaimPolicy, UnitPrice, UsageDay
 from telemetry.interface import Interval, interval_usage
 
 KEYS = (TENANT, REQUESTER, "pool_id")
@@ -109,15 +113,13 @@ def _add(total: Line, line: Line) -> None:
     total.idle_cost += line.idle_cost
 
 
-def _used(start: datetime, end: datetime, tenant_ids, groups: dict[tuple, int]):
+def _used(start: datetime, end: datetime, groups: dict[tuple, int]):
     """Used and idle hours per (group, day), from the rollups over the held intervals."""
     policies = {p.pool_id: p for p in ReclaimPolicy.objects.all()}
     allocations = Allocation.objects.filter(
         **{f"{TENANT}__isnull": False}, gpu__isnull=False, placed_at__isnull=False,
         placed_at__lt=end,
     ).filter(Q(released_at__isnull=True) | Q(released_at__gt=start))  # fmt: skip
-    if tenant_ids is not None:
-        allocations = allocations.filter(**{f"{TENANT}__in": tenant_ids})
     now = timezone.now()
     intervals = []
     fields = ("gpu_id", "lease__unix_user", "whole_card", "compute_pct", "memory_mib",
@@ -125,6 +127,7 @@ def _used(start: datetime, end: datetime, tenant_ids, groups: dict[tuple, int]):
     for row in allocations.values(*KEYS, *fields):
         policy = policies.get(row["pool_id"])
         group = groups.setdefault(tuple(row[k] for k in KEYS), len(groups))
+        memory_pct = policy.idle_memory_pct if policy else 10
         intervals.append(
             Interval(
                 group=group, gpu_id=row["gpu_id"],
@@ -133,69 +136,106 @@ def _used(start: datetime, end: datetime, tenant_ids, groups: dict[tuple, int]):
                 end=min(row["released_at"] or now, end, now),
                 cap_pct=100 if row["whole_card"] else row["compute_pct"],
                 idle_util_pct=policy.idle_util_pct if policy else 5,
-                idle_memory_mib=row["memory_mib"] * (policy.idle_memory_pct if policy else 10)
-                / 100,
+                idle_memory_mib=row["memory_mib"] * memory_pct / 100,
             )
         )  # fmt: skip
     return interval_usage(intervals, settings.TIME_ZONE)
+
+
+def materialize_day(day: date) -> int:
+    """Write one day's ``UsageDay`` rows (replacing the day's): beat runs it for today
+    and yesterday; the report fills a day it finds missing. Returns the rows written."""
+    start, end = _bounds(day), _bounds(day + timedelta(days=1))
+    held = held_hours(KEYS, start, end)
+    groups: dict[tuple, int] = {key: i for i, key in enumerate(held)}
+    used = {group: u for (group, _day), u in _used(start, end, groups).items()}
+    now = timezone.now()
+    rows = []
+    for key, group in groups.items():
+        h, u = held.get(key), used.get(group)
+        rows.append(
+            UsageDay(
+                day=day, tenant_id=key[0], user_id=key[1], pool_id=key[2],
+                gpu_hours=h.gpu_hours if h else ZERO,
+                memory_gib_hours=h.memory_gib_hours if h else ZERO,
+                used_gpu_hours=round(u.used_pct_hours / 100, 4) if u else 0.0,
+                used_memory_gib_hours=round(u.used_memory_mib_hours / 1024, 4) if u else 0.0,
+                idle_gpu_hours=round(u.idle_pct_hours / 100, 4) if u else 0.0,
+                computed_at=now,
+            )
+        )  # fmt: skip
+    with transaction.atomic():
+        UsageDay.objects.filter(day=day).delete()
+        # A day with nothing held still gets a mark, so the report does not redo it.
+        UsageDay.objects.bulk_create(rows or [_EMPTY(day, now)], batch_size=5000)
+    return len(rows)
+
+
+def _EMPTY(day: date, now: datetime) -> UsageDay:
+    return UsageDay(day=day, tenant_id=0, user_id=0, pool_id=0, gpu_hours=ZERO,
+                    memory_gib_hours=ZERO, computed_at=now)  # fmt: skip
+
+
+def _fill_missing(first: date, last: date) -> None:
+    """Materialize the days in ``[first, last)`` not written yet (up to today)."""
+    today = timezone.localdate()
+    done = set(UsageDay.objects.filter(day__gte=first, day__lt=last).values_list("day", flat=True))
+    day = first
+    while day < last and day <= today:
+        if day not in done:
+            materialize_day(day)
+        day += timedelta(days=1)
 
 
 def monthly(month: date, user) -> MonthReport:
     start_day = month
     end_day = (month + timedelta(days=32)).replace(day=1)
     start, end = _bounds(start_day), _bounds(end_day)
+    _fill_missing(start_day, end_day)
     tenant_ids = permissions.visible_tenant_ids(user)
+    rows = UsageDay.objects.filter(day__gte=start_day, day__lt=end_day).exclude(tenant_id=0)
     if tenant_ids is not None:
-        tenant_ids = list(tenant_ids.values_list("tenant_id", flat=True))
+        rows = rows.filter(tenant_id__in=tenant_ids)
     prices = _prices()
     default_price = prices.get(None)
     report = MonthReport(month=month, currency=default_price.currency if default_price else "")
-    held = held_hours(KEYS, start, end, tenant_ids)
-    groups: dict[tuple, int] = {key: i for i, key in enumerate(held)}
-    used = _used(start, end, tenant_ids, groups)
-    keys_by_group = {i: key for key, i in groups.items()}
-    used_by_key: dict[tuple, list[float]] = defaultdict(lambda: [0.0, 0.0, 0.0])
-    daily_used: dict[date, list[float]] = defaultdict(lambda: [0.0, 0.0])
-    for (group, day), u in used.items():
-        sums = used_by_key[keys_by_group[group]]
-        sums[0] += u.used_pct_hours / 100
-        sums[1] += u.used_memory_mib_hours / 1024
-        sums[2] += u.idle_pct_hours / 100
-        daily_used[day][0] += u.used_pct_hours / 100
-        daily_used[day][1] += u.idle_pct_hours / 100
-
-    names = _names(groups)
-    for key in sorted(
-        groups, key=lambda k: tuple(str(names[i].get(v, v)) for i, v in enumerate(k))
-    ):
-        h = held.get(key)
-        line = Line(*(str(names[i].get(v, v)) for i, v in enumerate(key)))
-        if h:
-            line.gpu_hours, line.memory_gib_hours = h.gpu_hours, h.memory_gib_hours
-        u = used_by_key.get(key)
-        if u:
-            line.used_gpu_hours, line.used_memory_gib_hours, line.idle_gpu_hours = (
-                round(u[0], 4), round(u[1], 4), round(u[2], 4),
-            )  # fmt: skip
-        _cost(line, prices.get(key[2], default_price))
-        report.lines.append(line)
-        _add(report.by_tenant.setdefault(line.tenant, Line(line.tenant, "", "")), line)
-        _add(report.by_pool.setdefault(line.pool, Line("", "", line.pool)), line)
+    sums = {
+        "gpu_hours": Sum("gpu_hours"), "memory_gib_hours": Sum("memory_gib_hours"),
+        "used_gpu_hours": Sum("used_gpu_hours"),
+        "used_memory_gib_hours": Sum("used_memory_gib_hours"),
+        "idle_gpu_hours": Sum("idle_gpu_hours"),
+    }  # fmt: skip
+    groups = list(rows.values("tenant_id", "user_id", "pool_id").annotate(**sums).order_by())
+    names = _names({(g["tenant_id"], g["user_id"], g["pool_id"]): 0 for g in groups})
+    lines = []
+    for g in groups:
+        line = Line(
+            names[0].get(g["tenant_id"], ""), names[1].get(g["user_id"], ""),
+            names[2].get(g["pool_id"], ""), g["gpu_hours"] or ZERO,
+            g["memory_gib_hours"] or ZERO, round(g["used_gpu_hours"] or 0, 4),
+            round(g["used_memory_gib_hours"] or 0, 4), round(g["idle_gpu_hours"] or 0, 4),
+        )  # fmt: skip
+        _cost(line, prices.get(g["pool_id"], default_price))
+        lines.append(line)
+    report.lines = sorted(lines, key=lambda x: (x.tenant, x.user, x.pool))
     report.total = Line("", "", "")
     for line in report.lines:
+        _add(report.by_tenant.setdefault(line.tenant, Line(line.tenant, "", "")), line)
+        _add(report.by_pool.setdefault(line.pool, Line("", "", line.pool)), line)
         _add(report.total, line)
-
+    per_day = {
+        row["day"]: row
+        for row in rows.values("day").annotate(**sums).order_by()
+    }  # fmt: skip
     day = start_day
     while day < end_day:
-        nxt = day + timedelta(days=1)
-        per_day = held_hours((), _bounds(day), _bounds(nxt), tenant_ids).get(())
+        row = per_day.get(day, {})
         report.days.append({
-            "day": day.isoformat(),
-            "gpu_hours": float(per_day.gpu_hours) if per_day else 0.0,
-            "used_gpu_hours": round(daily_used[day][0], 4),
-            "idle_gpu_hours": round(daily_used[day][1], 4),
+            "day": day.isoformat(), "gpu_hours": float(row.get("gpu_hours") or 0),
+            "used_gpu_hours": round(row.get("used_gpu_hours") or 0, 4),
+            "idle_gpu_hours": round(row.get("idle_gpu_hours") or 0, 4),
         })  # fmt: skip
-        day = nxt
+        day += timedelta(days=1)
     report.waits = queue_waits(start, end, tenant_ids)
     advice = AllocationIdle.objects.filter(over_provisioned=True).select_related(
         "allocation__gpu", "pool", "lease__holder"

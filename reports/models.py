@@ -192,3 +192,30 @@ class UnitPrice(models.Model):
 
     def __str__(self) -> str:
         return str(self.pool or _("default"))
+
+
+class UsageDay(models.Model):
+    """One day's accounting of one (tenant, user, pool), written by beat
+    (``reports.accounting.materialize_day``) so that a month's report reads at most 31
+    rows per group instead of the month's hour rollups."""
+
+    day = models.DateField()
+    tenant_id = models.IntegerField()
+    user_id = models.IntegerField()
+    pool_id = models.IntegerField()
+    gpu_hours = models.DecimalField(max_digits=16, decimal_places=4)
+    memory_gib_hours = models.DecimalField(max_digits=18, decimal_places=4)
+    used_gpu_hours = models.FloatField(default=0)
+    used_memory_gib_hours = models.FloatField(default=0)
+    idle_gpu_hours = models.FloatField(default=0)
+    computed_at = models.DateTimeField()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["day", "tenant_id", "user_id", "pool_id"], name="usageday_key"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.day} {self.tenant_id}/{self.user_id}/{self.pool_id}"

@@ -13,7 +13,7 @@ from django.utils import timezone
 from quotas.models import GpuRequest
 from reports import accounting, digest, scan
 from reports.interface import idle_digest
-from reports.models import UnitPrice
+from reports.models import UnitPrice, UsageDay
 from telemetry.models import GpuHour, GpuMinute, OwnerHour
 from tests.factories import GPUFactory, PoolFactory, TenantFactory, UserFactory, held_allocation
 
@@ -108,3 +108,14 @@ def test_the_daily_digest_is_a_signal_for_the_admins(
     assert alice.pk in sent["recipient_ids"]
     [entry] = sent["digest"]["tenants"]
     assert entry["tenant"] == "acme" and entry["count"] == 1
+
+
+def test_a_day_is_summed_once_and_again_the_same(month, alice):
+    accounting.monthly(MONTH, alice)
+    first = list(UsageDay.objects.exclude(tenant_id=0).values_list("day", "gpu_hours"))
+    assert first == [(date(2026, 10, 3), Decimal("6.0000"))]
+    assert accounting.materialize_day(date(2026, 10, 3)) == 1
+    again = list(UsageDay.objects.exclude(tenant_id=0).values_list("day", "gpu_hours"))
+    assert again == first
+    # Every day of the month is marked done, nothing held or not.
+    assert UsageDay.objects.filter(day__month=10).count() == 31
