@@ -238,7 +238,7 @@ def monthly(month: date, user) -> MonthReport:
         day += timedelta(days=1)
     report.waits = queue_waits(start, end, tenant_ids)
     advice = AllocationIdle.objects.filter(over_provisioned=True).select_related(
-        "allocation__gpu", "pool", "lease__holder"
+        "allocation__gpu__node", "pool", "lease__holder"
     )
     lease_ids = permissions.visible_lease_ids(user)
     if lease_ids is not None:
