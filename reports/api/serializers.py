@@ -25,7 +25,7 @@ def call_service(fn: Callable[..., Any], *args, **kwargs) -> Any:
 
 
 class AllocationIdleSerializer(serializers.ModelSerializer):
-    """One live allocation in the last idle scan (``reports.scan``)."""
+    """One live allocation in the last idle scan (every few minutes)."""
 
     row = serializers.SerializerMethodField()
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import asdict
 
 from django.core.exceptions import ValidationError as DjangoValidationError
+from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import mixins, serializers, status, viewsets
 from rest_framework.decorators import action
@@ -44,6 +45,7 @@ class AllocationIdleViewSet(viewsets.ReadOnlyModelViewSet):
 
     serializer_class = AllocationIdleSerializer
     filterset_class = AllocationIdleFilterSet
+    lookup_field = "allocation_id"
 
     def get_queryset(self):
         return report.visible_rows(self.request.user)
@@ -58,6 +60,7 @@ class IdleCardViewSet(viewsets.ReadOnlyModelViewSet):
     allocation; for those who see the whole fleet."""
 
     serializer_class = IdleCardSerializer
+    lookup_field = "gpu_id"
 
     def get_queryset(self):
         return report.visible_cards(self.request.user)
@@ -130,7 +133,7 @@ class AccountingView(APIView):
 
     @extend_schema(
         parameters=[OpenApiParameter("month", str, description="YYYY-MM (default: now)")],
-        responses=serializers.DictField(),
+        responses=OpenApiTypes.OBJECT,
     )
     def get(self, request: Request) -> Response:
         try:
