@@ -25,6 +25,7 @@ from telemetry.interface import card_series, latest, owner_series
 
 TENANT = "lease__gpu_request__tenant_id"
 P95_RANGE = timedelta(days=7)
+P95_EVERY_MINUTES = 5  # the scans in the first minutes of an hour recompute the p95s
 SPARK_POINTS = 24
 
 
@@ -73,8 +74,28 @@ def _live_memory(readings: dict) -> tuple[dict[str, float], dict[str, set[str]]]
     return used, foreign
 
 
-def scan(now: datetime | None = None) -> ScanResult:
-    """Judge every live allocation and pool card now; replace the stored verdicts."""
+def _week(row: dict, hours: dict, owner_hours: dict, carried: dict) -> dict:
+    """The p95s and the right-sizing advice, carried from the last scan or computed."""
+    if row["id"] in carried:
+        return carried[row["id"]]
+    week = _attributed(row, hours, owner_hours, row["placed_at"].replace(minute=0))
+    p95_util = idle.p95(m.util_pct for m in week)
+    p95_memory = idle.p95(m.memory_mib for m in week)
+    advice = idle.right_size(
+        row["compute_pct"], row["memory_mib"], row["whole_card"], p95_util, p95_memory
+    )
+    return {
+        "p95_util_pct": p95_util, "p95_memory_mib": p95_memory,
+        "over_provisioned": bool(advice and advice.over_provisioned),
+        "advice_compute_pct": advice.compute_pct if advice else None,
+        "advice_memory_mib": advice.memory_mib if advice else None,
+    }  # fmt: skip
+
+
+def scan(now: datetime | None = None, *, p95: bool | None = None) -> ScanResult:
+    """Judge every live allocation and pool card now; replace the stored verdicts.
+    ``p95``: recompute the week's p95s for all (True), only for new allocations
+    (False), or by the clock (None: the first scan of each hour)."""
     now = (now or timezone.now()).replace(second=0, microsecond=0)
     policies = thresholds_by_pool()
     default = idle.Thresholds()
@@ -92,9 +113,19 @@ def scan(now: datetime | None = None) -> ScanResult:
     start = now - longest
     minutes = card_series(gpu_ids, start, now)
     owner_minutes = owner_series(gpu_ids, start, now)
-    held = sorted({r["gpu_id"] for r in rows})
-    hours = card_series(held, now - P95_RANGE, now, "1h")
-    owner_hours = owner_series(held, now - P95_RANGE, now, "1h")
+    # The week's p95s move slowly: recomputed by the first scan of each hour, and for
+    # allocations that have none yet; carried over by the other scans.
+    recompute = p95 if p95 is not None else now.minute < P95_EVERY_MINUTES
+    carried = {} if recompute else {
+        r["allocation_id"]: r
+        for r in AllocationIdle.objects.values(
+            "allocation_id", "p95_util_pct", "p95_memory_mib", "over_provisioned",
+            "advice_compute_pct", "advice_memory_mib",
+        )
+    }  # fmt: skip
+    held = sorted({r["gpu_id"] for r in rows if r["id"] not in carried})
+    hours = card_series(held, now - P95_RANGE, now, "1h") if held else {}
+    owner_hours = owner_series(held, now - P95_RANGE, now, "1h") if held else {}
     node_ids = {c["gpu__node_id"] for c in pool_cards} | {r["gpu__node_id"] for r in rows}
     live_used, foreign = _live_memory(latest(node_ids))
     # A run seen by a scan whose range reached this one's carries on (no unread gap).
@@ -118,11 +149,7 @@ def scan(now: datetime | None = None) -> ScanResult:
             previous_since=previous.get(row["id"]),
         )  # fmt: skip
         verdict = idle.verdict(use, thresholds, now)
-        week = _attributed(row, hours, owner_hours, placed.replace(minute=0))
-        advice = idle.right_size(
-            row["compute_pct"], row["memory_mib"], row["whole_card"],
-            idle.p95(m.util_pct for m in week), idle.p95(m.memory_mib for m in week),
-        )  # fmt: skip
+        week = _week(row, hours, owner_hours, carried)
         idle_by_gpu[row["gpu_id"]].append(verdict.idle)
         owners_by_gpu[row["gpu_id"]].add(row["lease__unix_user"])
         states.append(
@@ -132,11 +159,10 @@ def scan(now: datetime | None = None) -> ScanResult:
                 idle_since=verdict.idle_since, quiet_since=verdict.quiet_since,
                 idle_minutes=verdict.idle_minutes,
                 wasted_gpu_hours=verdict.wasted_gpu_hours, coverage=verdict.coverage,
-                over_provisioned=bool(advice and advice.over_provisioned),
-                p95_util_pct=idle.p95(m.util_pct for m in week),
-                p95_memory_mib=idle.p95(m.memory_mib for m in week),
-                advice_compute_pct=advice.compute_pct if advice else None,
-                advice_memory_mib=advice.memory_mib if advice else None,
+                p95_util_pct=week["p95_util_pct"], p95_memory_mib=week["p95_memory_mib"],
+                over_provisioned=week["over_provisioned"],
+                advice_compute_pct=week["advice_compute_pct"],
+                advice_memory_mib=week["advice_memory_mib"],
                 sparkline=idle.sparkline(use.minutes, start, now, SPARK_POINTS),
                 scanned_at=now,
             )
