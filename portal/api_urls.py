@@ -7,9 +7,10 @@ from pools.api.operation_urls import urlpatterns as pool_operation_urls
 from pools.api.urls import urlpatterns as pools_urls
 from quotas.api.request_urls import urlpatterns as requests_urls
 from quotas.api.urls import urlpatterns as quotas_urls
+from reports.api.urls import urlpatterns as reports_urls
 from telemetry.api.urls import urlpatterns as telemetry_urls
 
 urlpatterns = [
     *agents_urls, *telemetry_urls, *pools_urls, *pool_operation_urls, *quotas_urls,
-    *requests_urls, *alerts_urls, *audit_urls,
+    *requests_urls, *reports_urls, *alerts_urls, *audit_urls,
 ]  # fmt: skip

@@ -3,6 +3,7 @@
 import os
 
 from celery import Celery
+from celery.schedules import crontab
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "portal.settings")
 
@@ -20,6 +21,23 @@ REQUESTS_BEAT = {
 }  # fmt: skip
 
 
+# Reports: the idle scan and the reclaim step every five minutes, the accounting of today
+# and yesterday every quarter hour; the idle digest daily
+# at 08:00 in the portal's time zone.
+REPORTS_BEAT = {
+    "scan-idle": {"task": "reports.tasks.scan_and_reclaim", "schedule": 300.0,
+                  "options": {"expires": 300}},
+    "account-days": {"task": "reports.tasks.account_days", "schedule": 900.0,
+                     "options": {"expires": 900}},
+    "idle-digest": {"task": "reports.tasks.send_idle_digest",
+                    "schedule": crontab(hour=8, minute=0)},
+}  # fmt: skip
+
+
 @app.on_after_configure.connect
 def add_requests_beat(sender: Celery, **kwargs) -> None:
-    sender.conf.beat_schedule = {**(sender.conf.beat_schedule or {}), **REQUESTS_BEAT}
+    sender.conf.beat_schedule = {
+        **(sender.conf.beat_schedule or {}),
+        **REQUESTS_BEAT,
+        **REPORTS_BEAT,
+    }

@@ -77,6 +77,7 @@ INSTALLED_APPS = [
     "telemetry",
     "pools",
     "quotas",
+    "reports",
     "alerts",
 ]
 

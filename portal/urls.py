@@ -31,6 +31,7 @@ urlpatterns = [
     path("", include("quotas.request_urls")),
     path("", include("quotas.urls")),
     path("", include("audit.urls")),
+    path("", include("reports.urls")),
     path("accounts/login/", auth_views.LoginView.as_view(), name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("account/", views.account, name="account"),

@@ -6,20 +6,36 @@ capability rules (``quotas.permissions``). Everything else in quotas is private.
 
 from __future__ import annotations
 
+from quotas.lifecycle import release_lease_request
 from quotas.notices import text_of as notice_text
 from quotas.queries import RequestFact, expiring_requests, pending_requests
 from quotas.signals import request_event
-from quotas.usage import QuotaUsage, Usage, gpu_hours_left, gpu_hours_used, quota_usage
+from quotas.usage import (
+    REQUESTER,
+    TENANT,
+    Held,
+    QuotaUsage,
+    Usage,
+    gpu_hours_left,
+    gpu_hours_used,
+    held_hours,
+    quota_usage,
+)
 
 __all__ = [
+    "REQUESTER",
+    "TENANT",
+    "Held",
     "QuotaUsage",
     "RequestFact",
     "Usage",
     "expiring_requests",
     "gpu_hours_left",
     "gpu_hours_used",
+    "held_hours",
     "notice_text",
     "pending_requests",
     "quota_usage",
+    "release_lease_request",
     "request_event",
 ]

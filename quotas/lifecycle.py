@@ -256,3 +256,17 @@ def expire_placed(now: datetime | None = None) -> int:
             continue
         done += 1
     return done
+
+
+def release_lease_request(lease_id: int, *, address: str | None = None) -> bool:
+    """End the request that holds a lease, for the system (idle reclaim): audited and told
+    to the requester as any release. False when no open request holds the lease."""
+    req_id = (
+        GpuRequest.objects.filter(lease_id=lease_id, state=RequestState.ALLOCATED)
+        .values_list("pk", flat=True)
+        .first()
+    )
+    if req_id is None:
+        return False
+    end_request(req_id, None, address=address)
+    return True

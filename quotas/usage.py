@@ -98,14 +98,16 @@ class _Epoch(Func):
     output_field = DecimalField()
 
 
-def _pct_seconds(start: datetime, now: datetime) -> Sum:
-    """Card-percent-seconds inside ``[start, now)``, summed over the rows."""
+_PCT_WEIGHT = Case(When(whole_card=True, then=Value(100)), default=F("compute_pct"),
+                   output_field=IntegerField())  # fmt: skip
+
+
+def _pct_seconds(start: datetime, now: datetime, weight=_PCT_WEIGHT) -> Sum:
+    """Card-percent-seconds (or ``weight``-seconds) inside ``[start, now)``, summed."""
     end = Least(Coalesce(F("released_at"), Value(now)), Value(now))
     held = ExpressionWrapper(
         end - Greatest(F("placed_at"), Value(start)), output_field=DurationField()
     )
-    weight = Case(When(whole_card=True, then=Value(100)), default=F("compute_pct"),
-                  output_field=IntegerField())  # fmt: skip
     inside = Q(placed_at__lt=now) & (Q(released_at__isnull=True) | Q(released_at__gt=start))
     return Sum(_Epoch(held) * weight, filter=inside, output_field=DecimalField())
 
@@ -219,3 +221,41 @@ def gpu_hours_left(tenant, pool, now: datetime | None = None) -> Decimal | None:
         return None
     used = gpu_hours_used(tenant_id, pool_id, now=now)
     return max(Decimal(quota.limit_gpu_hours) - used, Decimal(0))
+
+
+@dataclass(frozen=True, slots=True)
+class Held:
+    """What a group held over a period: GPU-hours (as the quotas count them) and
+    memory-GiB-hours."""
+
+    gpu_hours: Decimal
+    memory_gib_hours: Decimal
+
+
+MIB_SECONDS_PER_GIB_HOUR = Decimal(1024 * 3600)
+
+
+def held_hours(
+    keys: tuple[str, ...], start: datetime, end: datetime, tenant_ids: Iterable[int] | None = None
+) -> dict[tuple, Held]:
+    """Per ``keys`` group of allocations held for requests (e.g. ``TENANT``, ``REQUESTER``,
+    ``"pool_id"``): what they held inside ``[start, end)``; one query. The accounting
+    reports call it per day and per month, so they count GPU-hours exactly as quotas do."""
+    allocations = Allocation.objects.filter(**{f"{TENANT}__isnull": False})
+    if tenant_ids is not None:
+        allocations = allocations.filter(**{f"{TENANT}__in": tenant_ids})
+    inside = allocations.filter(placed_at__isnull=False, placed_at__lt=end).filter(
+        Q(released_at__isnull=True) | Q(released_at__gt=start)
+    )
+    sums = {"pct": _pct_seconds(start, end), "mib": _pct_seconds(start, end, F("memory_mib"))}
+    # No keys: one total (``values()`` without names would group by every column).
+    rows = (
+        [inside.aggregate(**sums)] if not keys else inside.values(*keys).annotate(**sums).order_by()
+    )
+    return {
+        tuple(row[k] for k in keys): Held(
+            _hours(row["pct"]),
+            ((row["mib"] or Decimal(0)) / MIB_SECONDS_PER_GIB_HOUR).quantize(HOURS),
+        )
+        for row in rows
+    }

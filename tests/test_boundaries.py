@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-APPS = ("audit", "agents", "telemetry", "pools", "quotas", "alerts", "portal")
+APPS = ("audit", "agents", "telemetry", "pools", "quotas", "reports", "alerts", "portal")
 # Bottom to top: an app imports only apps below it (portal wires them all together).
-LAYERS = ("audit", "agents", "telemetry", "pools", "quotas", "alerts")
+LAYERS = ("audit", "agents", "telemetry", "pools", "quotas", "reports", "alerts")
 # What other apps may import of each app; everything else is the app's own business.
 PUBLIC = {
     "agents": {
@@ -28,6 +28,7 @@ PUBLIC = {
     "audit": {"audit.interface"},
     "pools": {"pools.models", "pools.choices", "pools.interface", "pools.permissions"},
     "quotas": {"quotas.models", "quotas.choices", "quotas.interface", "quotas.permissions"},
+    "reports": {"reports.models", "reports.choices", "reports.interface"},
 }  # fmt: skip
 # The project package wires each app's URLs and websocket routes in; that is not use.
 WIRING = {
@@ -36,7 +37,7 @@ WIRING = {
         "pools.api.operation_urls", "pools.api.urls", "pools.urls", "pools.routing",
         "pools.demo", "alerts.api.urls", "alerts.urls", "alerts.demo", "quotas.api.urls",
         "quotas.urls", "quotas.api.request_urls", "quotas.request_urls", "quotas.routing",
-        "audit.api.urls", "audit.urls",
+        "audit.api.urls", "audit.urls", "reports.api.urls", "reports.urls",
     },
 }  # fmt: skip
 

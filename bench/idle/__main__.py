@@ -1,0 +1,5 @@
+import sys
+
+from bench.idle.run import main
+
+sys.exit(main())

@@ -1,0 +1,157 @@
+"""/api/v1/idle-report/, /api/v1/idle-cards/, /api/v1/reclaim-warnings/,
+/api/v1/reclaim-exemptions/ and /api/v1/accounting/: the same rows and rules as the
+pages (``reports.report``, ``reports.permissions``)."""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+
+from django.core.exceptions import ValidationError as DjangoValidationError
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, extend_schema
+from rest_framework import mixins, serializers, status, viewsets
+from rest_framework.decorators import action
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from pools.permissions import visible_leases
+from reports import accounting, permissions, report, services
+from reports.api.serializers import (
+    AllocationIdleSerializer,
+    AppealDecisionSerializer,
+    AppealSerializer,
+    ExemptionSerializer,
+    IdleCardSerializer,
+    ReclaimWarningSerializer,
+    call_service,
+)
+from reports.filtersets import AllocationIdleFilterSet
+from reports.models import Exemption, ReclaimWarning
+
+
+def _address(request: Request) -> str | None:
+    return request.META.get("REMOTE_ADDR")
+
+
+def _visible(queryset, user):
+    lease_ids = permissions.visible_lease_ids(user)
+    return queryset if lease_ids is None else queryset.filter(lease_id__in=lease_ids)
+
+
+class AllocationIdleViewSet(viewsets.ReadOnlyModelViewSet):
+    """Live allocations with the last scan's verdict: idle or busy, time idle, GPU-hours
+    wasted, p95 use and right-sizing advice. Members see their tenants' rows only."""
+
+    serializer_class = AllocationIdleSerializer
+    filterset_class = AllocationIdleFilterSet
+    lookup_field = "allocation_id"
+
+    def get_queryset(self):
+        return report.visible_rows(self.request.user)
+
+    def paginate_queryset(self, queryset):
+        page = super().paginate_queryset(queryset)
+        return report.decorate(page) if page is not None else None
+
+
+class IdleCardViewSet(viewsets.ReadOnlyModelViewSet):
+    """Physical cards with no allocation, allocated and unused, or used outside any
+    allocation; for those who see the whole fleet."""
+
+    serializer_class = IdleCardSerializer
+    lookup_field = "gpu_id"
+
+    def get_queryset(self):
+        return report.visible_cards(self.request.user)
+
+
+class ReclaimWarningViewSet(viewsets.ReadOnlyModelViewSet):
+    """Warnings sent to owners of idle leases; the owner appeals, an approver decides."""
+
+    serializer_class = ReclaimWarningSerializer
+
+    def get_queryset(self):
+        return _visible(ReclaimWarning.objects.select_related("lease"), self.request.user)
+
+    @extend_schema(request=AppealSerializer, responses=ReclaimWarningSerializer)
+    @action(detail=True, methods=["post"])
+    def appeal(self, request: Request, pk: str | None = None) -> Response:
+        warning = self.get_object()
+        body = AppealSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        reason = body.validated_data["reason"]
+        warning = call_service(
+            services.appeal, warning.pk, request.user, reason=reason, address=_address(request)
+        )
+        return Response(ReclaimWarningSerializer(warning).data)
+
+    @extend_schema(request=AppealDecisionSerializer, responses=ReclaimWarningSerializer)
+    @action(detail=True, methods=["post"])
+    def decide(self, request: Request, pk: str | None = None) -> Response:
+        warning = self.get_object()
+        body = AppealDecisionSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        data = body.validated_data
+        warning = call_service(
+            services.decide_appeal, warning.pk, request.user, grant=data["grant"],
+            comment=data.get("comment", ""), until=data.get("until"), address=_address(request),
+        )  # fmt: skip
+        return Response(ReclaimWarningSerializer(warning).data)
+
+
+class ExemptionViewSet(
+    mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.CreateModelMixin,
+    mixins.DestroyModelMixin, viewsets.GenericViewSet,
+):  # fmt: skip
+    """Leases kept out of reclaim until a date, for a reason. Deleting one ends it now."""
+
+    serializer_class = ExemptionSerializer
+
+    def get_queryset(self):
+        return _visible(Exemption.objects.all(), self.request.user)
+
+    def create(self, request: Request, *args, **kwargs) -> Response:
+        body = ExemptionSerializer(data=request.data)
+        body.fields["lease"].queryset = visible_leases(request.user)
+        body.is_valid(raise_exception=True)
+        data = body.validated_data
+        exemption = call_service(
+            services.add_exemption, data["lease"].pk, request.user, reason=data["reason"],
+            ends_at=data["ends_at"], address=_address(request),
+        )  # fmt: skip
+        return Response(ExemptionSerializer(exemption).data, status=status.HTTP_201_CREATED)
+
+    def perform_destroy(self, instance: Exemption) -> None:
+        call_service(services.end_exemption, instance.pk, self.request.user,
+                     address=_address(self.request))  # fmt: skip
+
+
+class AccountingView(APIView):
+    """The month's GPU-hours held and used per tenant, user and pool, per day; vGPU
+    units; chargeback cost with idle time apart; queue waits."""
+
+    @extend_schema(
+        parameters=[OpenApiParameter("month", str, description="YYYY-MM (default: now)")],
+        responses=OpenApiTypes.OBJECT,
+    )
+    def get(self, request: Request) -> Response:
+        try:
+            month = accounting.parse_month(request.query_params.get("month"))
+        except DjangoValidationError as exc:
+            raise serializers.ValidationError(exc.message_dict) from None
+        data = accounting.monthly(month, request.user)
+
+        def line(item: accounting.Line) -> dict:
+            out = asdict(item)
+            out["compute_pct_hours"] = item.compute_pct_hours
+            return out
+
+        return Response({
+            "month": month.strftime("%Y-%m"), "currency": data.currency, "days": data.days,
+            "lines": [line(x) for x in data.lines],
+            "tenants": [line(x) for x in data.by_tenant.values()],
+            "pools": [line(x) for x in data.by_pool.values()],
+            "total": line(data.total), "queue_waits": data.waits,
+            "advice": [report.as_dict(r) for r in data.advice],
+        })  # fmt: skip

@@ -1,0 +1,78 @@
+"""The daily idle digest: per tenant, its idle allocations and the GPU-hours they waste,
+sent as ``reports.signals.idle_digest`` for the alerts app to deliver to its
+subscribers (platform admins get every tenant, tenant admins their own)."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from datetime import date
+from typing import Any
+
+from django.contrib.auth import get_user_model
+from django.db import transaction
+from django.db.models import Q
+from django.utils import timezone
+
+from quotas.choices import Role
+from quotas.models import Membership, Tenant
+from quotas.permissions import CHANGE_TENANT
+from reports.models import AllocationIdle, IdleCard
+from reports.signals import idle_digest
+
+MAX_ROWS = 50  # per tenant: the digest is a summary, the page has the rest
+
+
+def build(day: date | None = None) -> dict[str, Any]:
+    """The digest's content as plain data (ids, names and numbers)."""
+    day = day or timezone.localdate()
+    rows = AllocationIdle.objects.filter(idle=True).select_related("lease__holder", "pool")
+    tenants = dict(Tenant.objects.values_list("pk", "name"))
+    per: dict[int | None, dict[str, Any]] = defaultdict(
+        lambda: {"allocations": [], "wasted_gpu_hours": 0.0, "count": 0}
+    )
+    for row in rows.order_by("-wasted_gpu_hours"):
+        entry = per[row.tenant_id]
+        entry["count"] += 1
+        entry["wasted_gpu_hours"] = round(entry["wasted_gpu_hours"] + row.wasted_gpu_hours, 4)
+        if len(entry["allocations"]) < MAX_ROWS:
+            entry["allocations"].append({
+                "allocation_id": row.allocation_id, "pool": row.pool.name,
+                "owner": row.lease.holder.get_username(),
+                "idle_hours": round(row.idle_minutes / 60, 1),
+                "wasted_gpu_hours": row.wasted_gpu_hours,
+            })  # fmt: skip
+    return {
+        "day": day.isoformat(),
+        "tenants": [
+            {"tenant_id": tid, "tenant": tenants.get(tid, ""), **entry}
+            for tid, entry in sorted(per.items(), key=lambda kv: -kv[1]["wasted_gpu_hours"])
+        ],
+        "idle_cards": IdleCard.objects.count(),
+    }
+
+
+def recipients() -> frozenset[int]:
+    """Platform admins (superusers and holders of ``quotas.change_tenant``) and every
+    tenant admin."""
+    app, codename = CHANGE_TENANT.split(".")
+    admins = get_user_model().objects.filter(
+        Q(is_superuser=True)
+        | Q(user_permissions__codename=codename, user_permissions__content_type__app_label=app)
+        | Q(groups__permissions__codename=codename,
+            groups__permissions__content_type__app_label=app),
+        is_active=True,
+    ).values_list("pk", flat=True)  # fmt: skip
+    tenant_admins = Membership.objects.filter(role=Role.ADMIN).values_list("user_id", flat=True)
+    return frozenset(admins) | frozenset(tenant_admins)
+
+
+def send(day: date | None = None) -> dict[str, Any]:
+    """Build the digest and send the signal (after commit, as every reports signal)."""
+    content = build(day)
+    who = recipients()
+    transaction.on_commit(
+        lambda: idle_digest.send(
+            sender=AllocationIdle, day=content["day"], recipient_ids=who, digest=content
+        )
+    )
+    return content

@@ -1,0 +1,164 @@
+"""The idle rules: plain functions over plain data (no ORM), so they are tested with
+hypothesis and run at fleet scale in the scan (``reports.scan``).
+
+An allocation's use in one minute is what its card's rollup says, attributed to it:
+a whole card takes the card's utilization and memory; a slice takes its owner's memory
+on the card (the owner rollups) and the card's utilization only in minutes when the
+owner had processes there (a card's utilization cannot be split between slices).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+MINUTE = timedelta(minutes=1)
+# At least this share of the window's minutes must have been read before an allocation
+# is called idle: a node that stopped answering is not evidence of an idle card.
+MIN_COVERAGE = 0.5
+
+
+@dataclass(frozen=True, slots=True)
+class Thresholds:
+    """Under both, for ``window``, an allocation is idle (defaults: 5 %, 10 %, 2 hours)."""
+
+    util_pct: float = 5.0
+    memory_pct: float = 10.0  # of the allocation's own memory
+    window: timedelta = timedelta(hours=2)
+
+
+@dataclass(frozen=True, slots=True)
+class Minute:
+    """One minute's rollup as attributed to the allocation (None: not reported)."""
+
+    at: datetime
+    util_pct: float | None
+    memory_mib: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class AllocationUse:
+    allocation_id: int
+    compute_pct: int
+    memory_mib: int
+    whole_card: bool
+    placed_at: datetime
+    minutes: tuple[Minute, ...]  # the minutes read in the scan's range, any order
+    live_memory_mib: float | None = None  # the agent's latest report, when there is one
+    # When the previous scan, whose range reached this one's, saw the run begin: the
+    # scan reads only the window's minutes, so a longer run is carried from scan to scan.
+    previous_since: datetime | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    idle: bool
+    idle_since: datetime | None  # start of the trailing run of unused minutes, when idle
+    quiet_since: datetime  # the same run's start, idle or not yet (carried to the next scan)
+    idle_minutes: int
+    coverage: float  # share of the window's minutes that were read
+    wasted_gpu_hours: float  # the run's length x the allocation's share of a card
+
+
+def share(compute_pct: int, whole_card: bool) -> float:
+    """An allocation's share of a card in GPU-hours (quotas.usage counts the same way)."""
+    return 1.0 if whole_card else compute_pct / 100
+
+
+def busy(minute: Minute, memory_limit_mib: float, thresholds: Thresholds) -> bool:
+    util = minute.util_pct or 0.0
+    memory = minute.memory_mib or 0.0
+    return util >= thresholds.util_pct or memory >= memory_limit_mib
+
+
+def memory_limit(use: AllocationUse, thresholds: Thresholds) -> float:
+    return use.memory_mib * thresholds.memory_pct / 100
+
+
+def verdict(use: AllocationUse, thresholds: Thresholds, now: datetime) -> Verdict:
+    """Idle when every minute read since ``idle_since`` was under both thresholds, the run
+    is at least the window long, enough of the window was read, and the agent's latest
+    report (when there is one) does not show the allocation's memory in use."""
+    limit = memory_limit(use, thresholds)
+    start = max(use.placed_at, now - thresholds.window)
+    read = [m for m in use.minutes if use.placed_at <= m.at < now]
+    last_busy = max((m.at for m in read if busy(m, limit, thresholds)), default=None)
+    if last_busy is not None:
+        since = last_busy + MINUTE
+    elif use.previous_since is not None:
+        since = max(use.previous_since, use.placed_at)
+    else:
+        since = max(use.placed_at, min((m.at for m in read), default=now))
+    since = min(since, now)
+    in_window = {m.at for m in read if m.at >= start}
+    span = max(math.ceil((now - start) / MINUTE), 1)
+    coverage = min(len(in_window) / span, 1.0)
+    live_busy = use.live_memory_mib is not None and use.live_memory_mib >= max(limit, 1.0)
+    idle = not live_busy and now - since >= thresholds.window and coverage >= MIN_COVERAGE
+    minutes = int((now - since) / MINUTE) if idle else 0
+    return Verdict(
+        idle=idle,
+        idle_since=since if idle else None,
+        quiet_since=since,
+        idle_minutes=minutes,
+        coverage=round(coverage, 3),
+        wasted_gpu_hours=round(minutes / 60 * share(use.compute_pct, use.whole_card), 4),
+    )
+
+
+def p95(values: Iterable[float | None]) -> float | None:
+    """The 95th percentile (nearest rank) of the values given; None for none."""
+    data = sorted(v for v in values if v is not None)
+    if not data:
+        return None
+    return data[max(math.ceil(0.95 * len(data)) - 1, 0)]
+
+
+@dataclass(frozen=True, slots=True)
+class Advice:
+    over_provisioned: bool
+    compute_pct: int  # suggested per vGPU
+    memory_mib: int
+
+
+def right_size(
+    compute_pct: int, memory_mib: int, whole_card: bool, p95_util: float | None,
+    p95_memory_mib: float | None,
+) -> Advice | None:  # fmt: skip
+    """Right-sizing from a week's p95 use: over-provisioned when both p95s are under
+    half of what is held; the advice is the p95 with a quarter of headroom, rounded up
+    to 5 % and 1 GiB. None without readings."""
+    if p95_util is None and p95_memory_mib is None:
+        return None
+    held_compute = 100 if whole_card else compute_pct
+    util = p95_util or 0.0
+    memory = p95_memory_mib or 0.0
+    # A slice's utilization is the card's: its own share is at most what it holds.
+    used_compute = min(util, held_compute)
+    over = used_compute < held_compute / 2 and memory < memory_mib / 2
+    suggested_compute = min(max(5 * math.ceil(used_compute * 1.25 / 5), 5), 100)
+    suggested_memory = max(1024 * math.ceil(memory * 1.25 / 1024), 1024)
+    return Advice(
+        over_provisioned=over,
+        compute_pct=min(suggested_compute, held_compute),
+        memory_mib=min(suggested_memory, memory_mib) if memory_mib else suggested_memory,
+    )
+
+
+def sparkline(
+    minutes: Sequence[Minute], start: datetime, end: datetime, points: int = 24
+) -> list[float | None]:
+    """Utilization in ``points`` equal steps over ``[start, end)``: each step's average
+    of the minutes read in it (None where none was)."""
+    step = (end - start) / points
+    sums = [0.0] * points
+    counts = [0] * points
+    for m in minutes:
+        if not start <= m.at < end or step <= timedelta(0):
+            continue
+        i = min(int((m.at - start) / step), points - 1)
+        sums[i] += m.util_pct or 0.0
+        counts[i] += 1
+    return [round(s / c, 1) if c else None for s, c in zip(sums, counts, strict=True)]

@@ -1,0 +1,32 @@
+"""Beat's work for the reports (scheduled in portal/celery.py). Each is idempotent: the
+scan replaces its snapshot, the reclaim step acts once per lease and warning."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from celery import shared_task
+from django.utils import timezone
+
+from reports import accounting, digest, scan, services
+
+
+@shared_task(ignore_result=True)
+def scan_and_reclaim() -> dict[str, int]:
+    """Judge every allocation and card, then warn, withdraw and release per policy."""
+    result = scan.scan()
+    return {"allocations": result.allocations, "idle": result.idle, **services.reclaim()}
+
+
+@shared_task(ignore_result=True)
+def send_idle_digest() -> int:
+    """The daily idle report, as a signal for the alerts app to deliver."""
+    return len(digest.send()["tenants"])
+
+
+@shared_task(ignore_result=True)
+def account_days() -> int:
+    """Sum today and yesterday into the accounting's day rows (yesterday again, for the
+    rollups that arrived late)."""
+    today = timezone.localdate()
+    return accounting.materialize_day(today - timedelta(days=1)) + accounting.materialize_day(today)
