@@ -32,8 +32,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=1000)
     parser.add_argument("--policy", default="binpack", choices=["binpack", "spread"])
     parser.add_argument("--cprofile", type=int, default=0, metavar="N")
-    parser.add_argument("--server-side-binding", action="store_true",
-                        help="psycopg server-side parameters (prepared after 5 runs)")
+    parser.add_argument(
+        "--server-side-binding",
+        action="store_true",
+        help="psycopg server-side parameters (prepared after 5 runs)",
+    )
     args = parser.parse_args(argv)
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "portal.settings")
     import django
