@@ -72,9 +72,10 @@ def pool_changed(pool_id: int) -> None:
     transaction.on_commit(lambda: pools_changed([pool_id]))
 
 
-def pools_changed(pool_ids: Iterable[int]) -> None:
+def pools_changed(pool_ids: Iterable[int], watching: set[int] | None = None) -> None:
     """Tell these pools' pages, now (call it after commit)."""
-    watching = watched()
+    if watching is None:
+        watching = watched()
     _send([(pool_group(p), {"type": "pool.changed"}) for p in set(pool_ids) if p in watching])
 
 
@@ -91,7 +92,9 @@ def pools_on_nodes(node_ids: Iterable[int], among: set[int]) -> list[int]:
 
 def nodes_changed(node_ids: Iterable[int]) -> None:
     """Slices on these nodes changed (``desired_state_changed``): their pools' pages."""
-    pools_changed(pools_on_nodes(node_ids, watched()))
+    watching = watched()  # one Redis round trip; none of it when no page is open
+    if watching:
+        pools_changed(pools_on_nodes(node_ids, watching), watching)
 
 
 def publish_usage(node_ids: Iterable[int]) -> None:

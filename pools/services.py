@@ -11,7 +11,6 @@ the last line of defence.
 
 from __future__ import annotations
 
-import contextlib
 import json
 from collections.abc import Iterable
 from dataclasses import replace
@@ -22,7 +21,7 @@ from django.utils import timezone
 
 from agents.choices import GpuHealth, NodeState
 from agents.models import GPU, Node
-from pools import placement
+from pools import placement, statements
 from pools.choices import AllocationState, LeaseState
 from pools.models import Allocation, Lease, Pool, PoolCard
 from pools.signals import notify_nodes
@@ -96,29 +95,23 @@ _C, _M = (
 )
 # models.BINPACK_ORDER written out, so the partial index poolcard_binpack serves it.
 _BINPACK_ORDER_SQL = f"(pc.slices = 0), LEAST({_C}, {_M}), ({_C} + {_M}), pc.gpu_id"
-_CANDIDATES_SQL = f"""
-    SELECT pc.gpu_id, g.node_id, n.name, g.model, pc.compute_capacity, pc.memory_capacity_mib,
-           g.memory_total_mib, pc.compute_allocated, pc.memory_allocated_mib, pc.slices,
-           pc.held_whole, pc.cordoned_at, g.health, n.state, n.labels
+_CARD_COLUMNS = """pc.gpu_id, g.node_id, n.name, g.model, pc.compute_capacity,
+    pc.memory_capacity_mib, g.memory_total_mib, pc.compute_allocated, pc.memory_allocated_mib,
+    pc.slices, pc.held_whole, pc.cordoned_at, g.health, n.state, n.labels"""
+_CANDIDATES_FROM = f"""
       FROM {PoolCard._meta.db_table} pc
       JOIN {GPU._meta.db_table} g ON g.id = pc.gpu_id
       JOIN {Node._meta.db_table} n ON n.id = g.node_id
      WHERE pc.pool_id = %s AND pc.cordoned_at IS NULL AND NOT pc.held_whole
-       AND g.health = %s AND n.state = %s"""  # noqa: S608 (names from the models)
+       AND g.health = %s AND n.state = %s"""
 
 
-def candidate_cards(
-    pool: Pool, ask: placement.Ask, exclude: Iterable[int] = (), *, skip_locked: bool = False
-) -> list[placement.Card]:
-    """The pool's cards that match and fit the ask now, with the conditions in SQL. For
-    binpack across cards only the best few in binpack's order are read (the partial index
-    ``poolcard_binpack`` walks them in that order): placement's own order decides among
-    them, and a slack covers cards a racing transaction fills meanwhile. ``skip_locked``
-    (binpack only) reads exactly the best ``count`` cards that no other transaction has
-    locked, and locks them: PostgreSQL checks the conditions again on each row it locks,
-    so they still fit when taken. Written in SQL because compiling the same query with the
-    ORM cost more than running it."""
-    sql, params = [_CANDIDATES_SQL], [pool.pk, GpuHealth.OK, NodeState.ONLINE]
+def _candidates_sql(
+    pool: Pool, ask: placement.Ask, exclude: Iterable[int], limit: int | None
+) -> tuple[list[str], list]:
+    """FROM and WHERE (and for binpack ORDER BY and LIMIT) of the cards that match and fit
+    the ask now: placement.matches and placement.fits in SQL."""
+    sql, params = [_CANDIDATES_FROM], [pool.pk, GpuHealth.OK, NodeState.ONLINE]
     if ask.whole_card:
         sql.append("AND pc.slices = 0")
     else:
@@ -135,13 +128,37 @@ def candidate_cards(
         if value:
             sql.append(clause)
             params.append(value)
-    if ask.policy != placement.SPREAD and not ask.same_node:
+    if limit is not None:
         sql.append(f"ORDER BY {_BINPACK_ORDER_SQL} LIMIT %s")
-        params.append(ask.count + (0 if skip_locked else CANDIDATE_SLACK))
-        if skip_locked:
-            sql.append("FOR UPDATE OF pc SKIP LOCKED")
+        params.append(limit)
+    return sql, params
+
+
+def _ordered(ask: placement.Ask) -> bool:
+    """Binpack across cards: its answer is the first ``count`` fitting cards in the
+    order the index ``poolcard_binpack`` keeps."""
+    return ask.policy != placement.SPREAD and not ask.same_node
+
+
+def candidate_cards(
+    pool: Pool, ask: placement.Ask, exclude: Iterable[int] = (), *, skip_locked: bool = False
+) -> list[placement.Card]:
+    """The pool's cards that match and fit the ask now, with the conditions in SQL. For
+    binpack across cards only the best few in binpack's order are read (the partial index
+    ``poolcard_binpack`` walks them in that order): placement's own order decides among
+    them, and a slack covers cards a racing transaction fills meanwhile. ``skip_locked``
+    (binpack only) reads exactly the best ``count`` cards that no other transaction has
+    locked, and locks them: PostgreSQL checks the conditions again on each row it locks,
+    so they still fit when taken. Written in SQL because compiling the same query with the
+    ORM cost more than running it."""
+    limit = None
+    if _ordered(ask):
+        limit = ask.count + (0 if skip_locked else CANDIDATE_SLACK)
+    sql, params = _candidates_sql(pool, ask, exclude, limit)
+    if skip_locked and limit is not None:
+        sql.append("FOR UPDATE OF pc SKIP LOCKED")
     with connection.cursor() as cursor:
-        cursor.execute(" ".join(sql), params)  # only fixed clauses; values as parameters
+        cursor.execute(f"SELECT {_CARD_COLUMNS} " + " ".join(sql), params)  # values as params
         return [_card(row) for row in cursor.fetchall()]
 
 
@@ -169,54 +186,34 @@ def _take(pool_card_filter: dict, card: placement.Card, ask: placement.Ask) -> b
     )
 
 
-class _Lost(Exception):
-    """A racing transaction took a chosen card's capacity first."""
-
-
-def _place_on(
-    pool: Pool, ask: placement.Ask, lease: Lease, exclude: set[int]
-) -> tuple[list[Allocation], set[int]]:
-    """Place the ask's vGPUs in ``pool`` and record them on ``lease``; the allocations and
-    their nodes' ids. Raises PlacementError."""
-    # One card only: a request that locked some of its cards must not then wait for more.
-    ordered = ask.policy != placement.SPREAD and not ask.same_node and ask.count == 1
-    for attempt in range(PLACE_ATTEMPTS):
+def _placed(
+    pool: Pool, ask: placement.Ask, lease: Lease, template: Allocation
+) -> list[tuple[int, int, int, int]]:
+    """Place the ask's vGPUs and insert ``lease`` with them, each try one statement
+    (``pools.statements``); (lease id, allocation id, gpu id, node id) per vGPU. Raises
+    PlacementError, having changed nothing, when it does not fit."""
+    if not ask.valid:
+        raise PlacementError("no card in this pool could ever hold this request", never=True)
+    whole = ask.whole_card
+    if _ordered(ask):
         # Binpack first takes the best cards no racing transaction holds, locked as read:
         # racing requests then fill the next best cards instead of queueing on one.
-        skip_locked = ordered and attempt == 0
-        cards = candidate_cards(pool, ask, exclude, skip_locked=skip_locked)
-        chosen = placement.place(cards, ask)
+        sql, params = _candidates_sql(pool, ask, (), ask.count)
+        pick = ("SELECT pc.id, pc.gpu_id, g.node_id, g.memory_total_mib AS physical "
+                + " ".join(sql) + " FOR UPDATE OF pc SKIP LOCKED")  # fmt: skip
+        if rows := statements.place(pick, params, ask.count, whole, lease, template):
+            return rows
+    for _attempt in range(PLACE_ATTEMPTS):
+        # Read without locking, choose, then wait for the chosen cards (in id order, so
+        # two multi-card requests cannot deadlock); a card that no longer fits: again.
+        chosen = placement.place(candidate_cards(pool, ask), ask)
         if chosen is None:
-            if skip_locked:
-                continue  # perhaps only held by others for a moment: read again, waiting
             break
-        by_id = {c.id: c for c in cards}
-        try:
-            # One card needs no savepoint: when its UPDATE finds no room, nothing changed.
-            with transaction.atomic() if len(chosen) > 1 else contextlib.nullcontext():
-                made = []
-                # Lock order by card id, so that two multi-card requests cannot deadlock.
-                for gpu_id in sorted(chosen):
-                    card = by_id[gpu_id]
-                    if not _take({"pool": pool, "gpu_id": gpu_id}, card, ask):
-                        raise _Lost
-                    compute, memory = (100, card.memory_physical_mib) if ask.whole_card else (
-                        ask.compute_pct, ask.memory_mib)  # fmt: skip
-                    made.append(
-                        Allocation(
-                            lease=lease,
-                            pool=pool,
-                            gpu_id=gpu_id,
-                            compute_pct=compute,
-                            memory_mib=memory,
-                            whole_card=ask.whole_card,
-                            placed_at=timezone.now(),
-                        )
-                    )
-                nodes = {by_id[gpu_id].node_id for gpu_id in chosen}
-                return Allocation.objects.bulk_create(made), nodes
-        except _Lost:
-            continue
+        pick, params = statements.lock_chosen(
+            pool.pk, sorted(chosen), whole, template.compute_pct, template.memory_mib
+        )
+        if rows := statements.place(pick, params, len(chosen), whole, lease, template):
+            return rows
     if not could_ever_fit(pool, ask):
         raise PlacementError("no card in this pool could ever hold this request", never=True)
     raise PlacementError("not enough free capacity in this pool now")
@@ -252,25 +249,35 @@ def place_lease(
     pool: Pool, ask: placement.Ask, *, holder, unix_user: str, label: str = ""
 ) -> Lease:
     """Place ``ask`` in ``pool`` for ``holder``: a lease with one allocation per vGPU, all
-    or nothing. Raises PlacementError (and changes nothing) when it does not fit."""
+    or nothing. Raises PlacementError (and changes nothing) when it does not fit. Usually
+    one SQL statement; no transaction of its own (each statement is all or nothing)."""
     ask = replace(ask, policy=pool.policy)
-    with transaction.atomic():
-        lease = Lease.objects.create(
-            pool=pool,
-            holder=holder,
-            unix_user=unix_user,
-            label=label[:200],
-            count=ask.count,
-            compute_pct=ask.compute_pct,
-            memory_mib=ask.memory_mib,
-            whole_card=ask.whole_card,
-            gpu_model=ask.model,
-            node_name=ask.node,
-            node_labels=dict(ask.node_labels),
-            same_node=ask.same_node,
-        )
-        _allocations, nodes = _place_on(pool, ask, lease, exclude=set())
-        notify_nodes(nodes)
+    lease = Lease(
+        pool=pool,
+        holder=holder,
+        unix_user=unix_user,
+        label=label[:200],
+        count=ask.count,
+        compute_pct=ask.compute_pct,
+        memory_mib=ask.memory_mib,
+        whole_card=ask.whole_card,
+        gpu_model=ask.model,
+        node_name=ask.node,
+        node_labels=dict(ask.node_labels),
+        same_node=ask.same_node,
+    )
+    # A whole card's slice is the card: 100 % and its physical memory (set per card).
+    template = Allocation(
+        pool=pool,
+        compute_pct=100 if ask.whole_card else ask.compute_pct,
+        memory_mib=0 if ask.whole_card else ask.memory_mib,
+        whole_card=ask.whole_card,
+        placed_at=timezone.now(),
+    )
+    rows = _placed(pool, ask, lease, template)
+    lease.pk = rows[0][0]
+    lease._state.adding, lease._state.db = False, connection.alias
+    notify_nodes(row[3] for row in rows)
     return lease
 
 
@@ -297,27 +304,13 @@ def _give_back(gpu_id: int | None, pool_id: int, compute: int, memory: int, whol
 def release_lease(lease_id: int) -> bool:
     """Release a lease and all its allocations; capacity returns at once. Idempotent:
     False when it was already released. Stranded allocations hold no capacity (their
-    card's was given back when they were stranded): they are only marked released."""
-    with transaction.atomic():
-        now = timezone.now()
-        # Claimed by a conditional UPDATE: of two racing releases exactly one goes on.
-        if not Lease.objects.filter(pk=lease_id, state=LeaseState.ACTIVE).update(
-            state=LeaseState.RELEASED, released_at=now
-        ):
-            return False
-        live = Allocation.objects.filter(lease_id=lease_id).exclude(state=AllocationState.RELEASED)
-        rows = list(live.values_list(
-            "gpu_id", "pool_id", "compute_pct", "memory_mib", "whole_card", "state",
-            "gpu__node_id",
-        ))  # fmt: skip
-        for gpu_id, pool_id, compute, memory, whole, state, _node in sorted(
-            rows, key=lambda row: row[0] or 0
-        ):
-            if state == AllocationState.ACTIVE:
-                _give_back(gpu_id, pool_id, compute, memory, whole)
-        live.update(state=AllocationState.RELEASED, released_at=now)
-        notify_nodes(row[-1] for row in rows if row[-1] is not None)
-    return True
+    card's was given back when they were stranded): they are only marked released. One
+    SQL statement (``pools.statements.release``): the lease is claimed by a conditional
+    UPDATE, so of two racing releases exactly one goes on."""
+    claimed, nodes = statements.release(lease_id, timezone.now())
+    if claimed:
+        notify_nodes(nodes)
+    return claimed
 
 
 def resize_lease(lease_id: int, *, compute_pct: int, memory_mib: int) -> Lease:

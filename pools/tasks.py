@@ -11,7 +11,6 @@ from collections.abc import Iterable
 from dataclasses import asdict
 
 from celery import shared_task
-from django.core.cache import cache
 
 from pools import agent_reports, failover, reconcile, sync
 from portal import redis_client
@@ -25,7 +24,13 @@ RESEND_COOLDOWN_S = 10
 
 
 def _queued_key(node_id: int) -> str:
-    return f"pools:sync-queued:{node_id}"
+    return redis_client.key("pools", "sync-queued", node_id)
+
+
+def _add(key: str, seconds: int) -> bool:
+    """Set ``key`` unless it is set (Django's cache.add, without building a Redis client
+    per call: that cost more than the rest of a placement)."""
+    return bool(redis_client.client().set(key, 1, ex=seconds, nx=True))
 
 
 def queue_sync(node_ids: Iterable[int], *, cooldown: bool = False) -> int:
@@ -34,10 +39,10 @@ def queue_sync(node_ids: Iterable[int], *, cooldown: bool = False) -> int:
     many were queued."""
     queued = 0
     for node_id in sorted(set(node_ids)):
-        if cooldown and not cache.add(f"pools:resent:{node_id}", 1, RESEND_COOLDOWN_S):
+        if cooldown and not _add(redis_client.key("pools", "resent", node_id), RESEND_COOLDOWN_S):
             continue
         # The key goes when the send starts, so a change made during a send queues another.
-        if cache.add(_queued_key(node_id), 1, 60):
+        if _add(_queued_key(node_id), 60):
             sync_desired_state.apply_async((node_id,), countdown=SYNC_DELAY_S)
             queued += 1
     return queued
@@ -45,7 +50,7 @@ def queue_sync(node_ids: Iterable[int], *, cooldown: bool = False) -> int:
 
 @shared_task(ignore_result=True)
 def sync_desired_state(node_id: int) -> dict:
-    cache.delete(_queued_key(node_id))
+    redis_client.client().delete(_queued_key(node_id))
     outcome = sync.sync_node(node_id)
     if outcome.error:
         logger.info("desired state of node %s not taken: %s", node_id, outcome.error)

@@ -8,12 +8,13 @@ then taken by the pools service in the same transaction.
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 from datetime import timedelta
 
 from django.core.exceptions import ValidationError
-from django.db import transaction
-from django.db.models import Count, Q, Sum
+from django.db import connection, transaction
+from django.db.models import Count, Q, Subquery, Sum
 from django.utils import timezone
 from django.utils.translation import gettext as _
 
@@ -32,6 +33,9 @@ ASK_FIELDS = (
 )  # fmt: skip
 
 
+LIVE_ALLOCATIONS = (AllocationState.ACTIVE, AllocationState.STRANDED)
+
+
 @dataclass(frozen=True, slots=True)
 class Usage:
     vgpus: int = 0
@@ -48,17 +52,35 @@ def ask_of(req: GpuRequest) -> Ask:
     )  # fmt: skip
 
 
+# The tenant's live leases in the pool as an array, so the allocations are read through
+# their lease index whatever the planner thinks of the tables' sizes.
+_USAGE_SQL = f"""
+    SELECT count(a.id), COALESCE(sum(a.compute_pct), 0), COALESCE(sum(a.memory_mib), 0)
+      FROM {Allocation._meta.db_table} a
+     WHERE a.lease_id = ANY(ARRAY(
+               SELECT r.lease_id FROM {GpuRequest._meta.db_table} r
+                WHERE r.tenant_id = %s AND r.pool_id = %s AND r.state = %s
+                  AND r.lease_id IS NOT NULL {{requester}}))
+       AND a.state IN (%s, %s)"""  # noqa: S608 (names from the models)
+
+
 def allocated_usage(tenant_id: int, pool_id: int, *, user_id: int | None = None) -> Usage:
-    """What the tenant's live allocations hold in the pool (optionally one member's)."""
-    rows = Allocation.objects.filter(
-        pool_id=pool_id,
-        state__in=(AllocationState.ACTIVE, AllocationState.STRANDED),
-        lease__gpu_request__tenant_id=tenant_id,
-    )
+    """What the tenant's live allocations hold in the pool (optionally one member's).
+
+    Read from the tenant's allocated requests (index ``tenant, state``), not from every
+    allocation of the pool: a request holds live allocations only while it is allocated
+    (``place_request`` sets the state with the placement, ``end_request`` releases the
+    lease with the state), so the work is the tenant's live requests, whatever the pool's
+    size or history. Under the quota row lock in ``place_request``: kept to one query."""
+    params: list = [tenant_id, pool_id, RequestState.ALLOCATED]
     if user_id is not None:
-        rows = rows.filter(lease__gpu_request__requester_id=user_id)
-    totals = rows.aggregate(n=Count("id"), c=Sum("compute_pct"), m=Sum("memory_mib"))
-    return Usage(totals["n"] or 0, totals["c"] or 0, totals["m"] or 0)
+        params.append(user_id)
+    sql = _USAGE_SQL.format(requester="AND r.requester_id = %s" if user_id is not None else "")
+    params += LIVE_ALLOCATIONS  # a lease's allocations are all in its (the request's) pool
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        n, compute, memory = cursor.fetchone()
+    return Usage(n, int(compute), int(memory))
 
 
 def _claimed_usage(tenant_id: int, pool_id: int, *, user_id: int | None = None) -> Usage:
@@ -271,15 +293,21 @@ def place_request(req_id: int) -> bool:
     """Place one approved request if its quota and the pool's cards allow; True when it
     was placed. Otherwise it keeps its place in the queue."""
     with transaction.atomic():
-        req = GpuRequest.objects.select_related("pool", "tenant", "requester").get(pk=req_id)
+        # The quota row first (it serializes the tenant's placements in the pool), found
+        # through the request in the same statement; then the request, and only its row
+        # (not the pool's or the requester's, which other work may want meanwhile).
+        of_request = GpuRequest.objects.filter(pk=req_id)
         quota = (
             Quota.objects.select_for_update()
-            .filter(tenant_id=req.tenant_id, pool_id=req.pool_id)
+            .filter(
+                tenant_id=Subquery(of_request.values("tenant_id")),
+                pool_id=Subquery(of_request.values("pool_id")),
+            )
             .first()
         )
         req = (
-            GpuRequest.objects.select_for_update()
-            .select_related("pool", "requester")
+            GpuRequest.objects.select_for_update(of=("self",))
+            .select_related("pool", "tenant", "requester")
             .get(pk=req_id)
         )
         if req.state != RequestState.APPROVED or quota is None:
@@ -289,7 +317,9 @@ def place_request(req_id: int) -> bool:
         if _over(quota, used, demand):
             return False
         try:
-            with transaction.atomic():
+            # A sliced placement that fails changes nothing: only a whole card, checked
+            # against the quota once placed, needs a savepoint to undo.
+            with transaction.atomic() if req.whole_card else contextlib.nullcontext():
                 lease = place_lease(
                     req.pool, ask_of(req), holder=req.requester,
                     unix_user=req.requester.get_username()[:64],
@@ -317,7 +347,8 @@ def place_request(req_id: int) -> bool:
         )
         if req.duration_hours:
             req.expires_at = now + timedelta(hours=req.duration_hours)
-        req.save()
+        req.save(update_fields=["lease", "state", "placed_at", "borrowed", "expires_at",
+                                "updated"])  # fmt: skip
         record("request.place", req, tenant_id=req.tenant_id, before=before, after=snapshot(req))
         announce(req, NoticeKind.PLACED)
     return True

@@ -71,8 +71,8 @@ def setup(cards: int, policy: str) -> tuple[int, int, dict[int, tuple[int, int]]
         rows.append(card)
     PoolCard.objects.bulk_update(rows, ["compute_allocated", "memory_allocated_mib", "slices"])
     user, _ = get_user_model().objects.get_or_create(username="bench")
-    with connection.cursor() as cursor:
-        cursor.execute("ANALYZE")
+    with connection.cursor() as cursor:  # a steady state: no dead rows of earlier runs
+        cursor.execute("VACUUM ANALYZE")
     return pool.pk, user.pk, prefill
 
 
@@ -81,12 +81,18 @@ def client(n: int, pool_id: int, user_id: int, seconds: float, out) -> None:
 
     django.setup()
     from django.contrib.auth import get_user_model
+    from django.db import connection
 
+    from bench.ingest.run import proc_cpu_s
     from pools import placement, services
     from pools.models import Pool
 
     pool = Pool.objects.get(pk=pool_id)
     user = get_user_model().objects.get(pk=user_id)
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_backend_pid()")
+        backend = cursor.fetchone()[0]
+    cpu0, pg0 = time.process_time(), proc_cpu_s(backend)
     rnd = random.Random(n)
     held: list[int] = []
     place_s, release_s, refused = [], [], 0
@@ -109,10 +115,11 @@ def client(n: int, pool_id: int, user_id: int, seconds: float, out) -> None:
             t0 = time.perf_counter()
             services.release_lease(held.pop(0))
             release_s.append(time.perf_counter() - t0)
+    cpu, pg = time.process_time() - cpu0, proc_cpu_s(backend) - pg0
     for lease_id in held:
         services.release_lease(lease_id)
     out.put({"placed": len(place_s) - refused, "refused": refused, "place_s": place_s,
-             "release_s": release_s})  # fmt: skip
+             "release_s": release_s, "cpu_s": cpu, "pg_cpu_s": pg})  # fmt: skip
 
 
 def check(pool_id: int, prefill: dict[int, tuple[int, int]]) -> int:
@@ -175,6 +182,12 @@ def main(argv: list[str] | None = None) -> int:
         "place_p99_ms": round(percentile(places, 0.99) * 1e3, 2),
         "release_p50_ms": round(percentile(releases, 0.5) * 1e3, 2),
         "release_p99_ms": round(percentile(releases, 0.99) * 1e3, 2),
+        # CPU per placement (each with about one release) of the clients and of their
+        # PostgreSQL backends: the figure that does not depend on how loaded the machine is.
+        "client_cpu_ms_per_placement": round(sum(r["cpu_s"] for r in results) / placed * 1e3, 2),
+        "postgres_cpu_ms_per_placement": round(
+            sum(r["pg_cpu_s"] for r in results) / placed * 1e3, 2),
+        "load_average": os.getloadavg(),
         "cards_with_wrong_counters": check(pool_id, prefill),
     }  # fmt: skip
     print(json.dumps(result, indent=2))
