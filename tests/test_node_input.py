@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import csv
 import json
-import time
 
 import pytest
 from django.urls import reverse
@@ -44,10 +43,10 @@ def _post_yaml(user, text: str):
 
 
 def test_a_yaml_alias_bomb_is_refused_at_once_naming_its_line(alice, client):
-    # 490 bytes standing for 387 million strings: 40 s and 3 GiB before the limit.
-    started = time.perf_counter()
+    # 490 bytes standing for 387 million strings: 40 s and 3 GiB before the limit. The
+    # error naming the aliases shows the limit stopped it before expanding (no timing:
+    # a loaded machine must not fail it).
     response = _post_yaml(alice, _alias_bomb(9))
-    assert time.perf_counter() - started < 2
     assert response.status_code == 400
     [error] = response.json()["errors"]
     assert "Line 7" in error["message"] and "aliases" in error["message"]
