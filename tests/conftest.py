@@ -10,6 +10,7 @@ import pytest
 import redis
 from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
+from hypothesis import settings as hypothesis_settings
 from playwright.sync_api import Browser, sync_playwright
 
 from portal import redis_client
@@ -17,6 +18,11 @@ from tests import procs, raw_http
 from tests.factories import UserFactory
 
 AGENT_TOKEN = "test-agent-token"
+
+# Property tests judge answers, not speed: a machine busy with other work must not fail an
+# example for taking longer than hypothesis' default 200 ms (benchmarks live in bench/).
+hypothesis_settings.register_profile("portal", deadline=None)
+hypothesis_settings.load_profile("portal")
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
