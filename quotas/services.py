@@ -19,21 +19,18 @@ from django.utils import timezone
 from django.utils.translation import gettext as _
 
 from audit.interface import record, snapshot
-from pools.choices import AllocationState
 from pools.interface import Ask, PlacementError, could_ever_fit, place_lease, release_lease
 from pools.models import Allocation, Pool
 from quotas.budget import ask_hours, gpu_hours_left
 from quotas.choices import OPEN_STATES, NoticeKind, RequestState, Role
 from quotas.models import GpuRequest, Membership, Quota, Tenant
 from quotas.notices import announce, publish
+from quotas.usage import LIVE
 
 ASK_FIELDS = (
     "count", "whole_card", "compute_pct", "memory_mib", "gpu_model", "node_name",
     "node_labels", "same_node", "duration_hours", "reason", "priority",
 )  # fmt: skip
-
-
-LIVE_ALLOCATIONS = (AllocationState.ACTIVE, AllocationState.STRANDED)
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,7 +73,7 @@ def allocated_usage(tenant_id: int, pool_id: int, *, user_id: int | None = None)
     if user_id is not None:
         params.append(user_id)
     sql = _USAGE_SQL.format(requester="AND r.requester_id = %s" if user_id is not None else "")
-    params += LIVE_ALLOCATIONS  # a lease's allocations are all in its (the request's) pool
+    params += LIVE  # a lease's allocations are all in its (the request's) pool
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
         n, compute, memory = cursor.fetchone()
