@@ -79,6 +79,7 @@ INSTALLED_APPS = [
     "quotas",
     "reports",
     "alerts",
+    "tokens",
 ]
 
 MIDDLEWARE = [
@@ -251,6 +252,7 @@ REST_FRAMEWORK = {
     # class; with session first, a missing or bad token would be answered 403. The session
     # still authenticates the browser, and still requires CSRF for its writes.
     "DEFAULT_AUTHENTICATION_CLASSES": [
+        "tokens.authentication.BearerTokenAuthentication",
         "portal.api_auth.PortalTokenAuthentication",
         "rest_framework.authentication.SessionAuthentication",
     ],

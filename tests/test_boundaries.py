@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-APPS = ("audit", "agents", "telemetry", "pools", "quotas", "reports", "alerts", "portal")
+APPS = ("audit", "agents", "telemetry", "pools", "quotas", "reports", "alerts", "tokens", "portal")
 # Bottom to top: an app imports only apps below it (portal wires them all together).
-LAYERS = ("audit", "agents", "telemetry", "pools", "quotas", "reports", "alerts")
+LAYERS = ("audit", "agents", "telemetry", "pools", "quotas", "reports", "alerts", "tokens")
 # What other apps may import of each app; everything else is the app's own business.
 PUBLIC = {
     "agents": {

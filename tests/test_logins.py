@@ -149,7 +149,7 @@ def test_every_bad_token_gets_the_same_answer(bob, header):
     response = _api(header.replace("{inactive}", token.key)).get("/api/v1/nodes/")
     assert response.status_code == 401
     assert response.json() == {"detail": "Invalid API token."}
-    assert response["WWW-Authenticate"] == "Token"
+    assert response["WWW-Authenticate"].startswith("Bearer")
 
 
 def test_an_address_guessing_tokens_is_stopped_and_logged(bob, caplog):
