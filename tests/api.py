@@ -252,3 +252,11 @@ class ReadOnlyTests(EndpointTests):
             else:
                 self.assert_refused(response, actor)
         assert self.row(instance) == before and self.model.objects.count() == count
+
+
+def error_fields(response: Response) -> dict[str, Any]:
+    """The field errors of a 400, in DRF's plain shape or the API's ``{"error": {...}}`` one."""
+    body = response.json()
+    if isinstance(body, dict) and isinstance(body.get("error"), dict):
+        return body["error"].get("fields") or {}
+    return body if isinstance(body, dict) else {}
