@@ -117,11 +117,22 @@ TEMPLATES = [
 ]
 
 if DATABASE_URL:
+    # Under daphne every concurrent request runs on its own thread, and a persistent
+    # connection belongs to its thread: with CONN_MAX_AGE > 0, 50 concurrent API clients held
+    # 100+ connections and PostgreSQL refused more (bench/api). So connections are pooled
+    # per process by psycopg's pool (DATABASE_POOL_SIZE connections at most), and returned
+    # at the end of each request; DATABASE_POOL_SIZE=0 opens one per request instead.
+    _pool_size = env_int("DATABASE_POOL_SIZE", 10, minimum=0)
     DATABASES = {
         "default": dj_database_url.parse(
-            DATABASE_URL, conn_max_age=env_int("DATABASE_CONN_MAX_AGE", 60, minimum=0)
+            DATABASE_URL,
+            conn_max_age=0 if _pool_size else env_int("DATABASE_CONN_MAX_AGE", 0, minimum=0),
         )
     }
+    if _pool_size:
+        DATABASES["default"].setdefault("OPTIONS", {})["pool"] = {
+            "min_size": 1, "max_size": _pool_size, "timeout": env_int("DATABASE_POOL_TIMEOUT", 30),
+        }  # fmt: skip
 else:
     touch_private(VAR_DIR / "portal.sqlite3")
     DATABASES = {
