@@ -75,12 +75,12 @@ def emit(args: argparse.Namespace, data: Any, text: str, *, stream=None) -> None
     out.flush()
 
 
-def fail(args: argparse.Namespace, code: int, message: str, **extra: Any) -> int:
+def fail(args: argparse.Namespace, exit_with: int, message: str, **extra: Any) -> int:
     if getattr(args, "json", False):
         sys.stderr.write(json.dumps({"error": {"message": message, **extra}}) + "\n")
     else:
         sys.stderr.write(f"gpuctl: {message}\n")
-    return code
+    return exit_with
 
 
 def describe(req: dict) -> str:

@@ -78,6 +78,8 @@ class Client:
     def __init__(self, url: str, token: str, *, timeout: float = 30, backoff: float = 0.5):
         self.url = url.rstrip("/")
         self.token = token
+        # gpp_ tokens are bearer tokens; an older Account-page key uses DRF's Token scheme.
+        self.scheme = "Bearer" if token.startswith("gpp_") else "Token"
         self.timeout = timeout
         self.backoff = backoff
 
@@ -90,7 +92,7 @@ class Client:
             data=data,
             method=method,
             headers={
-                "Authorization": f"Bearer {self.token}",
+                "Authorization": f"{self.scheme} {self.token}",
                 "Accept": "application/json",
                 "User-Agent": f"gpuctl/{__version__}",
                 **({"Content-Type": "application/json"} if data is not None else {}),
