@@ -2,8 +2,11 @@
 releasing GPU requests through the REST API with its own token, while the poller polls a
 simulated fleet.
 
-    DATABASE_URL=postgres://postgres@127.0.0.1:5432/gpuportal_bench \\
+    DATABASE_CONN_MAX_AGE=0 DATABASE_URL=postgres://postgres@127.0.0.1:5432/gpuportal_bench \\
     REDIS_URL=redis://127.0.0.1:6379/8 SECRET_KEY=bench python -m bench.api
+
+(``DATABASE_CONN_MAX_AGE=0``: with persistent connections, daphne's one thread per
+concurrent request keeps one PostgreSQL connection each; docs/performance.md.)
 
 One simulator process serves the virtual nodes and a poller process polls them every
 ``--interval`` seconds (as bench/requests does); daphne serves the portal. Each client
@@ -125,11 +128,11 @@ class Client:
         self.connection.close()
 
 
-def start_daphne(port: int, env: dict) -> subprocess.Popen:
+def start_daphne(port: int, env: dict, log: Path | None) -> subprocess.Popen:
+    out = log.open("w") if log else subprocess.DEVNULL
     daphne = subprocess.Popen(
         [str(Path(sys.executable).parent / "daphne"), "-b", "127.0.0.1", "-p", str(port),
-         "portal.asgi:application"], cwd=REPO, env=env,
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+         "portal.asgi:application"], cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT,
     )  # fmt: skip
     deadline = time.monotonic() + 60
     while True:
@@ -162,6 +165,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--first-port", type=int, default=24000)
     parser.add_argument("--poller", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--json", type=Path, help="write the results here too")
+    parser.add_argument("--server-log", type=Path, help="daphne's output, for the errors")
     args = parser.parse_args(argv)
     if args.poller:
         poller(args.interval)
@@ -192,7 +196,7 @@ def main(argv: list[str] | None = None) -> int:
             cwd=REPO, env=env,
         ))  # fmt: skip
         port = args.first_port + args.nodes + 10
-        children.append(start_daphne(port, env))
+        children.append(start_daphne(port, env, args.server_log))
         time.sleep(args.interval)  # the poller is in its stride
         started = time.monotonic()
         clients = [Client(port, key, tenants[i % len(tenants)], pool, started + args.duration)
