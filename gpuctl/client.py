@@ -4,6 +4,7 @@ either shape, retries of transient failures (a create reuses its Idempotency-Key
 from __future__ import annotations
 
 import json
+import os
 import time
 import urllib.error
 import urllib.parse
@@ -72,6 +73,16 @@ def error_from(status: int, body: bytes) -> ApiError:
     return ApiError(status, f"{default}: {text[:200]}" if text else default)
 
 
+def accept_language() -> str:
+    """The shell's language (``LANG=zh_CN.UTF-8`` -> ``zh-CN``): the portal words its
+    messages in it where it has a translation."""
+    for name in ("LC_ALL", "LC_MESSAGES", "LANG"):
+        value = os.environ.get(name, "").split(".")[0].split("@")[0]
+        if value and value not in ("C", "POSIX"):
+            return value.replace("_", "-")
+    return "en"
+
+
 class Client:
     """One portal, one token. Every call returns the decoded JSON or raises ApiError."""
 
@@ -95,6 +106,7 @@ class Client:
                 "Authorization": f"{self.scheme} {self.token}",
                 "Accept": "application/json",
                 "User-Agent": f"gpuctl/{__version__}",
+                "Accept-Language": accept_language(),
                 **({"Content-Type": "application/json"} if data is not None else {}),
                 **headers,
             },
