@@ -112,6 +112,16 @@ def test_the_node_agent_imports_nothing_of_django_or_the_portal():
             ), f"{module} imports {name}"
 
 
+def test_the_command_line_client_imports_nothing_of_django_or_the_portal():
+    # gpuctl is a client of the REST API: it must run where only Python is installed.
+    for path in sorted((ROOT / "gpuctl").rglob("*.py")):
+        for name in _imports(path):
+            top = name.split(".")[0]
+            assert top not in {"django", "rest_framework", "channels", "celery", *APPS}, (
+                f"{path.name} imports {name}"
+            )
+
+
 def test_the_walk_catches_a_reach_into_telemetrys_private_modules(tmp_path, monkeypatch):
     # The guard guards: a module of another app importing telemetry.readings is reported.
     pools = tmp_path / "pools"

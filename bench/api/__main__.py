@@ -1,0 +1,5 @@
+import sys
+
+from bench.api.run import main
+
+sys.exit(main())

@@ -1,0 +1,234 @@
+"""bench/api: 50 concurrent CI clients for 2 minutes, each creating, reading and
+releasing GPU requests through the REST API with its own token, while the poller polls a
+simulated fleet.
+
+    DATABASE_CONN_MAX_AGE=0 DATABASE_URL=postgres://postgres@127.0.0.1:5432/gpuportal_bench \\
+    REDIS_URL=redis://127.0.0.1:6379/8 SECRET_KEY=bench python -m bench.api
+
+(``DATABASE_CONN_MAX_AGE=0``: with persistent connections, daphne's one thread per
+concurrent request keeps one PostgreSQL connection each; docs/performance.md.)
+
+One simulator process serves the virtual nodes and a poller process polls them every
+``--interval`` seconds (as bench/requests does); daphne serves the portal. Each client
+is a thread with one keep-alive connection and a ``gpp_`` bearer token of its own, in
+``--tenants`` teams with an auto-approve policy on one pool of every card; it repeats
+what ``gpuctl run`` does: ``POST /api/v1/gpu-requests/`` (with an Idempotency-Key; within
+policy, approved and placed in the same call), ``GET`` the request, ``GET`` its
+allocation (the launch environment), ``POST .../release/``. Every call is timed; any
+answer other than the expected status and state counts as an error. The database is
+migrated and emptied of nodes, pools, tenants and requests: use a scratch one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.client
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections import defaultdict
+from pathlib import Path
+
+from bench.ingest.run import REPO, percentile, production_stack, start_simulator
+from bench.requests.run import empty_requests, poller
+
+OPS = ("create", "read", "read_allocation", "release")
+
+
+def setup(clients: int, tenants: int) -> tuple[list[str], list[int], int]:
+    """A pool of every card; ``tenants`` teams each with room to spare and a policy that
+    approves one small slice at once; one member with a token per client."""
+    from django.contrib.auth import get_user_model
+
+    from pools.models import Pool
+    from pools.services import refresh_cards
+    from quotas.choices import Role
+    from quotas.models import Membership, Quota, Tenant
+    from tokens.interface import issue
+
+    users = get_user_model().objects
+    users.filter(username__startswith="bench-").delete()
+    pool = Pool.objects.create(name="bench", slug="bench")
+    refresh_cards(pool)
+    big = 10**9
+    teams = []
+    for t in range(tenants):
+        tenant = Tenant.objects.create(name=f"bench-{t}", slug=f"bench-{t}")
+        Quota.objects.create(
+            tenant=tenant, pool=pool, limit_vgpus=big, limit_compute_pct=big,
+            limit_memory_mib=big, limit_gpu_hours=0, escalate_after_hours=0,
+            expire_pending_after_hours=0, auto_approve_vgpus=1, auto_approve_compute_pct=25,
+            auto_approve_hours=8,
+        )  # fmt: skip
+        teams.append(tenant)
+    keys = []
+    for i in range(clients):
+        user = users.create_user(f"bench-ci-{i}", password=None)
+        Membership.objects.create(user=user, tenant=teams[i % tenants], role=Role.MEMBER)
+        keys.append(issue(user, name="bench")[1])
+    return keys, [team.pk for team in teams], pool.pk
+
+
+class Client:
+    """One CI client: a keep-alive connection, its token, its timings and errors."""
+
+    def __init__(self, port: int, key: str, tenant: int, pool: int, deadline: float):
+        self.port, self.tenant, self.pool, self.deadline = port, tenant, pool, deadline
+        self.headers = {"Authorization": f"Bearer {key}", "Content-Type": "application/json"}
+        self.timings: dict[str, list[float]] = defaultdict(list)
+        self.errors: list[str] = []
+        self.cycles = 0
+        self.connection = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+
+    def call(self, op: str, method: str, path: str, body: dict | None, expect: int,
+             headers: dict | None = None) -> dict | None:  # fmt: skip
+        started = time.perf_counter()
+        try:
+            self.connection.request(method, path, body=json.dumps(body) if body else None,
+                                    headers={**self.headers, **(headers or {})})  # fmt: skip
+            response = self.connection.getresponse()
+            raw = response.read()
+        except (OSError, http.client.HTTPException) as exc:
+            self.errors.append(f"{op}: {exc!r}")
+            self.connection.close()
+            self.connection = http.client.HTTPConnection("127.0.0.1", self.port, timeout=60)
+            return None
+        self.timings[op].append(time.perf_counter() - started)
+        if response.status != expect:
+            self.errors.append(f"{op}: HTTP {response.status} {raw[:200]!r}")
+            return None
+        return json.loads(raw)
+
+    def run(self) -> None:
+        url = "/api/v1/gpu-requests/"
+        ask = {"tenant": self.tenant, "pool": self.pool, "count": 1, "compute_pct": 5,
+               "memory_mib": 1024, "duration_hours": 1, "reason": "bench/api"}  # fmt: skip
+        while time.monotonic() < self.deadline:
+            key = {"Idempotency-Key": str(uuid.uuid4())}
+            req = self.call("create", "POST", url, ask, 201, key)
+            if req is None:
+                continue
+            if req["state"] != "allocated" or not req["allocations"]:
+                self.errors.append(f"create: state {req['state']}")
+            read = self.call("read", "GET", f"{url}{req['id']}/", None, 200)
+            if read and read["allocations"]:
+                where = f"/api/v1/allocations/{read['allocations'][0]['id']}/"
+                alloc = self.call("read_allocation", "GET", where, None, 200)
+                if alloc is not None and not alloc.get("launch_env"):
+                    self.errors.append("read_allocation: no launch_env")
+            released = self.call("release", "POST", f"{url}{req['id']}/release/", None, 200)
+            if released is not None:
+                if released["state"] != "released":
+                    self.errors.append(f"release: state {released['state']}")
+                self.cycles += 1
+        self.connection.close()
+
+
+def start_daphne(port: int, env: dict, log: Path | None) -> subprocess.Popen:
+    out = log.open("w") if log else subprocess.DEVNULL
+    daphne = subprocess.Popen(
+        [str(Path(sys.executable).parent / "daphne"), "-b", "127.0.0.1", "-p", str(port),
+         "portal.asgi:application"], cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT,
+    )  # fmt: skip
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            http.client.HTTPConnection("127.0.0.1", port, timeout=2).request("GET", "/healthz")
+            return daphne
+        except OSError:
+            if time.monotonic() > deadline:
+                daphne.kill()
+                raise SystemExit("daphne did not start") from None
+            time.sleep(0.3)
+
+
+def summary(times: list[float]) -> dict:
+    if not times:
+        return {"calls": 0}
+    return {"calls": len(times), "p50_ms": round(percentile(times, 0.5) * 1000, 1),
+            "p99_ms": round(percentile(times, 0.99) * 1000, 1),
+            "max_ms": round(max(times) * 1000, 1)}  # fmt: skip
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--clients", type=int, default=50)
+    parser.add_argument("--duration", type=float, default=120, help="seconds of load")
+    parser.add_argument("--tenants", type=int, default=10)
+    parser.add_argument("--nodes", type=int, default=50)
+    parser.add_argument("--gpus", type=int, default=8)
+    parser.add_argument("--interval", type=float, default=5.0)
+    parser.add_argument("--first-port", type=int, default=24000)
+    parser.add_argument("--poller", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--json", type=Path, help="write the results here too")
+    parser.add_argument("--server-log", type=Path, help="daphne's output, for the errors")
+    args = parser.parse_args(argv)
+    if args.poller:
+        poller(args.interval)
+        return 0
+
+    production_stack("bench/api")
+    empty_requests()
+    from agents.models import GPU, Node
+    from quotas.choices import OPEN_STATES
+    from quotas.models import GpuRequest
+    from telemetry import services
+
+    load = os.getloadavg()[0]
+    agent = start_simulator(args.nodes, args.gpus, args.first_port, args.interval)
+    children = [agent]
+    try:
+        Node.objects.bulk_create(
+            Node(name=f"bench-{i:04d}", agent_url=f"http://127.0.0.1:{args.first_port + i}",
+                 agent_token="bench-token")
+            for i in range(args.nodes)
+        )  # fmt: skip
+        services.poll_fleet()  # creates the cards, online
+        assert GPU.objects.count() == args.nodes * args.gpus
+        keys, tenants, pool = setup(args.clients, args.tenants)
+        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        children.append(subprocess.Popen(
+            [sys.executable, "-m", "bench.api", "--poller", "--interval", str(args.interval)],
+            cwd=REPO, env=env,
+        ))  # fmt: skip
+        port = args.first_port + args.nodes + 10
+        children.append(start_daphne(port, env, args.server_log))
+        time.sleep(args.interval)  # the poller is in its stride
+        started = time.monotonic()
+        clients = [Client(port, key, tenants[i % len(tenants)], pool, started + args.duration)
+                   for i, key in enumerate(keys)]  # fmt: skip
+        threads = [threading.Thread(target=client.run) for client in clients]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        wall = time.monotonic() - started
+        left_open = GpuRequest.objects.filter(state__in=OPEN_STATES).count()
+    finally:
+        for child in reversed(children):
+            child.terminate()
+            try:
+                child.wait(10)
+            except subprocess.TimeoutExpired:
+                child.kill()
+    every = [t for c in clients for op in OPS for t in c.timings[op]]
+    errors = [e for c in clients for e in c.errors]
+    result = {
+        "clients": args.clients, "tenants": args.tenants, "gpus": args.nodes * args.gpus,
+        "poll_interval_s": args.interval, "duration_s": round(wall, 1),
+        "load_avg_before": round(load, 1), "load_avg_after": round(os.getloadavg()[0], 1),
+        "calls": len(every), "calls_per_s": round(len(every) / wall, 1),
+        "cycles": sum(c.cycles for c in clients),
+        "cycles_per_s": round(sum(c.cycles for c in clients) / wall, 1),
+        **{k: v for k, v in summary(every).items() if k != "calls"},
+        "by_call": {op: summary([t for c in clients for t in c.timings[op]]) for op in OPS},
+        "errors": len(errors), "error_samples": errors[:5], "left_open": left_open,
+    }  # fmt: skip
+    print(json.dumps(result, indent=2))
+    if args.json:
+        args.json.write_text(json.dumps(result, indent=2))
+    return 0 if not errors and not left_open else 1
