@@ -89,8 +89,7 @@ class Client:
     def __init__(self, url: str, token: str, *, timeout: float = 30, backoff: float = 0.5):
         self.url = url.rstrip("/")
         self.token = token
-        # gpp_ tokens are bearer tokens; an older Account-page key uses DRF's Token scheme.
-        self.scheme = "Bearer" if token.startswith("gpp_") else "Token"
+        self.scheme = "Bearer"
         self.timeout = timeout
         self.backoff = backoff
 
