@@ -61,10 +61,10 @@ def setup(count: int, approvers: int) -> tuple[list[str], list[int]]:
 
     from pools.models import Pool
     from pools.services import refresh_cards
-    from tokens.interface import issue
     from quotas.choices import Role
     from quotas.models import Membership, Quota, Tenant
     from quotas.services import create_request
+    from tokens.interface import issue
 
     users = get_user_model().objects
     users.filter(username__startswith="bench-").delete()

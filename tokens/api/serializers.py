@@ -87,3 +87,4 @@ class ServiceAccountSerializer(serializers.ModelSerializer):
             "created_by", "disabled_at",
         ]  # fmt: skip
         read_only_fields = ["id", "created", "disabled_at"]
+        validators: list = []  # a taken name is the service's field error on "name"
