@@ -78,8 +78,7 @@ def account(request: HttpRequest) -> HttpResponse:
     context = {
         "form": form,
         "new_key": _pop_new_key(request, "account") if request.method == "GET" else "",
-        "tokens": services.own_tokens(request.user).order_by("-created", "-id"),
-        "is_service_account": services.is_service_account(request.user),
+        "tokens": services.own_tokens(request.user).select_related("user").order_by("-created"),
     }
     return render(request, "tokens/account.html", context)
 
@@ -158,7 +157,9 @@ def service_account_detail(request: HttpRequest, slug: str, pk: int) -> HttpResp
         "account": account,
         "form": form,
         "new_key": _pop_new_key(request, where) if request.method == "GET" else "",
-        "tokens": ApiToken.objects.filter(user=account.user).order_by("-created", "-id"),
+        "tokens": ApiToken.objects.filter(user=account.user)
+        .select_related("user")
+        .order_by("-created"),
     }
     return render(request, "tokens/service_account_detail.html", context)
 
