@@ -9,8 +9,9 @@ from quotas.api.request_urls import urlpatterns as requests_urls
 from quotas.api.urls import urlpatterns as quotas_urls
 from reports.api.urls import urlpatterns as reports_urls
 from telemetry.api.urls import urlpatterns as telemetry_urls
+from tokens.api.urls import urlpatterns as tokens_urls
 
 urlpatterns = [
     *agents_urls, *telemetry_urls, *pools_urls, *pool_operation_urls, *quotas_urls,
-    *requests_urls, *reports_urls, *alerts_urls, *audit_urls,
+    *requests_urls, *reports_urls, *alerts_urls, *audit_urls, *tokens_urls,
 ]  # fmt: skip

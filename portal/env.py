@@ -7,6 +7,7 @@ surfacing later as a confusing error deep inside Django or Celery.
 from __future__ import annotations
 
 import os
+import re
 from typing import TypeVar
 
 from django.core.exceptions import ImproperlyConfigured
@@ -75,3 +76,14 @@ def env_networks(name: str, default: list[str]) -> list[str]:
                 f"{name} must list networks such as 10.0.0.0/8 or fd00::/8, not {value!r}"
             ) from None
     return values
+
+
+_RATE = re.compile(r"^\d+/(s|sec|second|m|min|minute|h|hour|d|day)$")
+
+
+def env_rate(name: str, default: str) -> str:
+    """A request rate such as ``1200/min`` (count per s, min, hour or day); empty: none."""
+    value = env_str(name, default).replace(" ", "")
+    if value and not _RATE.match(value):
+        raise ImproperlyConfigured(f"{name} must be a rate like 1200/min, not {value!r}")
+    return value

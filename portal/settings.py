@@ -17,7 +17,7 @@ from csp.constants import NONE, SELF
 from django.core.exceptions import ImproperlyConfigured
 from django.utils.translation import gettext_lazy as _
 
-from portal.env import env_bool, env_float, env_int, env_list, env_networks, env_str
+from portal.env import env_bool, env_float, env_int, env_list, env_networks, env_rate, env_str
 from portal.files import make_private_dir, private_secret, touch_private
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -64,7 +64,6 @@ INSTALLED_APPS = [
     "django.contrib.messages",
     "django.contrib.staticfiles",
     "rest_framework",
-    "rest_framework.authtoken",
     "drf_spectacular",
     "drf_spectacular_sidecar",
     "django_filters",
@@ -175,7 +174,8 @@ AUTH_PASSWORD_VALIDATORS = [
 # The lockout check runs first and refuses a locked-out login before the password is read.
 AUTHENTICATION_BACKENDS = [
     "portal.security.LoginLockoutBackend",
-    "django.contrib.auth.backends.ModelBackend",
+    # Django's ModelBackend that refuses service accounts (tokens only, never pages).
+    "tokens.backends.PortalModelBackend",
 ]
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "telemetry:dashboard"
@@ -255,18 +255,26 @@ AXES_USERNAME_CALLABLE = "portal.security.lockout_username"
 AXES_ENABLE_ACCESS_FAILURE_LOG = True
 AXES_VERBOSE = False
 # A bad API token counts against its address; API_TOKEN_FAILURE_LIMIT of them within
-# LOGIN_LOCKOUT_MINUTES refuse token authentication from it for that long (portal/api_auth.py).
+# LOGIN_LOCKOUT_MINUTES refuse tokens from it for that long (tokens/authentication.py).
 API_TOKEN_FAILURE_LIMIT = env_int("API_TOKEN_FAILURE_LIMIT", 20, minimum=1)
+# API tokens live at most this many days (also the default when none is asked for).
+TOKEN_MAX_DAYS = env_int("TOKEN_MAX_DAYS", 365, minimum=1)
+# API calls per caller (tokens/throttling.py): per token, per signed-in user without a
+# token (the browser), per address without either; "" for no limit.
+API_RATE_TOKEN = env_rate("API_RATE_TOKEN", "1200/min")
+API_RATE_USER = env_rate("API_RATE_USER", "1200/min")
+API_RATE_ANON = env_rate("API_RATE_ANON", "300/min")
 
 REST_FRAMEWORK = {
-    # Token first: DRF takes the 401 challenge (WWW-Authenticate: Token) from the first
+    # Token first: DRF takes the 401 challenge (WWW-Authenticate: Bearer) from the first
     # class; with session first, a missing or bad token would be answered 403. The session
     # still authenticates the browser, and still requires CSRF for its writes.
     "DEFAULT_AUTHENTICATION_CLASSES": [
         "tokens.authentication.BearerTokenAuthentication",
-        "portal.api_auth.PortalTokenAuthentication",
         "rest_framework.authentication.SessionAuthentication",
     ],
+    # Per token, else per user, else per address: API_RATE_* above.
+    "DEFAULT_THROTTLE_CLASSES": ["tokens.throttling.ApiRateThrottle"],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     # Each list view names its <Model>FilterSet (<app>/filtersets.py) as filterset_class.
     "DEFAULT_FILTER_BACKENDS": ["django_filters.rest_framework.DjangoFilterBackend"],

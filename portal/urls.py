@@ -32,11 +32,9 @@ urlpatterns = [
     path("", include("quotas.urls")),
     path("", include("audit.urls")),
     path("", include("reports.urls")),
+    path("", include("tokens.urls")),  # the Account page, service accounts
     path("accounts/login/", auth_views.LoginView.as_view(), name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
-    path("account/", views.account, name="account"),
-    path("account/api-token/", views.account_token_create, name="account_token_create"),
-    path("account/api-token/revoke/", views.account_token_revoke, name="account_token_revoke"),
     path("i18n/", include("django.conf.urls.i18n")),
     path("healthz", views.healthz, name="healthz"),
     path("favicon.ico", views.favicon, name="favicon"),

@@ -10,6 +10,7 @@ from quotas.lifecycle import release_lease_request
 from quotas.notices import text_of as notice_text
 from quotas.queries import RequestFact, expiring_requests, pending_requests
 from quotas.signals import request_event
+from quotas.tenancy import add_member
 from quotas.usage import (
     REQUESTER,
     TENANT,
@@ -29,6 +30,7 @@ __all__ = [
     "QuotaUsage",
     "RequestFact",
     "Usage",
+    "add_member",
     "expiring_requests",
     "gpu_hours_left",
     "gpu_hours_used",

@@ -1,25 +1,30 @@
-"""A user's own page: their API token, made, shown once, regenerated and revoked."""
+"""A user's own page: their API tokens, made (the key shown once), listed and revoked."""
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import pytest
-from django.contrib.auth import get_user_model
 from django.test import Client
 from django.urls import reverse
-from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
+
+from tokens.models import ApiToken
 
 pytestmark = pytest.mark.django_db
 
-ACCOUNT = reverse("account")
-CREATE = reverse("account_token_create")
-REVOKE = reverse("account_token_revoke")
+ACCOUNT = reverse("tokens:account")
 
 
 def _api_status(key: str) -> int:
     client = APIClient()
-    client.credentials(HTTP_AUTHORIZATION=f"Token {key}")
+    client.credentials(HTTP_AUTHORIZATION=f"Bearer {key}")
     return client.get("/api/v1/nodes/").status_code
+
+
+def _create(client: Client, **fields) -> object:
+    data = {"name": "laptop", "scope": "write", "expires_in_days": 30, **fields}
+    return client.post(ACCOUNT, data)
 
 
 @pytest.fixture
@@ -28,80 +33,95 @@ def bob_client(client: Client, bob) -> Client:
     return client
 
 
+def _new_key(body: str) -> str:
+    start = body.index('id="new-api-token"')
+    return body[body.index(">", start) + 1 : body.index("</code>", start)]
+
+
 def test_the_account_page_is_in_the_navigation(bob_client):
     body = bob_client.get(reverse("telemetry:dashboard")).content.decode()
     assert f'href="{ACCOUNT}"' in body
 
 
-def test_a_new_token_is_shown_once_then_only_its_hint(bob_client, member_user):
-    page = bob_client.get(ACCOUNT)
-    assert page.status_code == 200 and page.context["hint"] == ""
-    response = bob_client.post(CREATE)
+def test_a_new_token_is_shown_once_then_only_its_hint(bob_client, bob):
+    assert bob_client.get(ACCOUNT).context["new_key"] == ""
+    response = _create(bob_client, name="laptop", scope="read", expires_in_days=7)
     assert response.status_code == 302 and response["Location"] == ACCOUNT
-    key = Token.objects.get(user=member_user).key
+    [token] = ApiToken.objects.filter(user=bob)
+    assert (token.name, token.scope) == ("laptop", "read")
+    assert abs(token.expires_at - token.created - timedelta(days=7)) < timedelta(minutes=1)
     first = bob_client.get(ACCOUNT)
-    assert key in first.content.decode()
-    assert "no-store" in first["Cache-Control"]
+    key = _new_key(first.content.decode())
+    assert key.startswith(token.hint.rstrip("…")) and "no-store" in first["Cache-Control"]
     second = bob_client.get(ACCOUNT).content.decode()
-    assert key not in second
-    assert f"…{key[-4:]}" in second
+    assert key not in second and token.hint in second
     assert _api_status(key) == 200
 
 
-def test_regenerating_invalidates_the_old_token(bob_client, member_user):
-    bob_client.post(CREATE)
-    old = Token.objects.get(user=member_user).key
-    bob_client.post(CREATE)
-    new = Token.objects.get(user=member_user).key
-    assert new != old
-    assert new in bob_client.get(ACCOUNT).content.decode()
-    assert _api_status(old) == 401
-    assert _api_status(new) == 200
+def test_several_tokens_live_side_by_side_and_revoking_one_leaves_the_others(bob_client, bob):
+    _create(bob_client, name="ci")
+    ci_key = _new_key(bob_client.get(ACCOUNT).content.decode())
+    _create(bob_client, name="laptop")
+    laptop_key = _new_key(bob_client.get(ACCOUNT).content.decode())
+    ci = ApiToken.objects.get(user=bob, name="ci")
+    response = bob_client.post(reverse("tokens:token_revoke", args=[ci.pk]), follow=True)
+    assert response.status_code == 200
+    ci.refresh_from_db()
+    assert ci.revoked_at is not None  # kept, marked
+    assert _api_status(ci_key) == 401 and _api_status(laptop_key) == 200
+    # Revoking again is harmless.
+    assert bob_client.post(reverse("tokens:token_revoke", args=[ci.pk])).status_code == 302
 
 
-def test_revoking_ends_the_token(bob_client, member_user):
-    bob_client.post(CREATE)
-    key = Token.objects.get(user=member_user).key
-    response = bob_client.post(REVOKE, follow=True)
-    assert response.status_code == 200 and response.context["hint"] == ""
-    assert not Token.objects.filter(user=member_user).exists()
-    assert _api_status(key) == 401
-    # Revoking again, with nothing left to revoke, is harmless.
-    assert bob_client.post(REVOKE).status_code == 302
+@pytest.mark.parametrize(
+    "fields, field",
+    [
+        ({"name": ""}, "name"),
+        ({"name": "x" * 101}, "name"),
+        ({"scope": "admin"}, "scope"),
+        ({"expires_in_days": 0}, "expires_in_days"),
+        ({"expires_in_days": 366}, "expires_in_days"),
+    ],
+)
+def test_bad_input_is_shown_on_its_field_and_makes_nothing(bob_client, fields, field):
+    response = _create(bob_client, **fields)
+    assert response.status_code == 200
+    assert field in response.context["form"].errors
+    assert not ApiToken.objects.exists()
 
 
-def test_another_user_sees_neither_your_token_nor_its_hint(bob_client, member_user):
-    bob_client.post(CREATE)
-    key = Token.objects.get(user=member_user).key
-    carol = Client()
-    carol.force_login(get_user_model().objects.create_user("carol", password="carol-pw-1"))
-    page = carol.get(ACCOUNT)
-    assert page.context["hint"] == "" and page.context["new_key"] == ""
-    assert key not in page.content.decode()
-    # Carol's own token leaves Bob's alone.
-    carol.post(CREATE)
-    assert Token.objects.get(user=member_user).key == key
+def test_another_user_cannot_see_or_revoke_your_tokens(bob_client, bob, carol):
+    _create(bob_client, name="bobs")
+    key = _new_key(bob_client.get(ACCOUNT).content.decode())
+    token = ApiToken.objects.get(user=bob)
+    other = Client()
+    other.force_login(carol)
+    page = other.get(ACCOUNT)
+    assert list(page.context["tokens"]) == [] and token.hint not in page.content.decode()
+    assert other.post(reverse("tokens:token_revoke", args=[token.pk])).status_code == 404
+    assert _api_status(key) == 200
 
 
-@pytest.mark.parametrize("url", [ACCOUNT, CREATE, REVOKE])
-def test_anonymous_visitors_are_sent_to_log_in(client, url):
-    response = client.post(url) if url != ACCOUNT else client.get(url)
-    assert response.status_code == 302
-    assert response["Location"].startswith(reverse("login"))
-    assert not Token.objects.exists()
+def test_anonymous_visitors_are_sent_to_log_in(client, bob):
+    for response in (client.get(ACCOUNT), _create(client)):
+        assert response.status_code == 302
+        assert response["Location"].startswith(reverse("login"))
+    assert not ApiToken.objects.exists()
 
 
-@pytest.mark.parametrize("url", [CREATE, REVOKE])
-def test_token_changes_are_post_only(bob_client, url):
-    assert bob_client.get(url).status_code == 405
-    assert not Token.objects.exists()
+def test_revoking_is_post_only(bob_client, bob):
+    _create(bob_client)
+    token = ApiToken.objects.get(user=bob)
+    assert bob_client.get(reverse("tokens:token_revoke", args=[token.pk])).status_code == 405
+    token.refresh_from_db()
+    assert token.revoked_at is None
 
 
-def test_token_changes_need_the_csrf_token(member_user):
+def test_token_changes_need_the_csrf_token(bob):
     client = Client(enforce_csrf_checks=True)
-    client.force_login(member_user)
-    assert client.post(CREATE).status_code == 403
-    assert not Token.objects.exists()
+    client.force_login(bob)
+    assert _create(client).status_code == 403
+    assert not ApiToken.objects.exists()
 
 
 def test_the_account_page_speaks_simplified_chinese(bob_client):

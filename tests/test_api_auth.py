@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import pytest
-from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
 from agents.models import Node
+from tokens.interface import issue
 
 pytestmark = pytest.mark.django_db
 
@@ -22,25 +22,25 @@ def test_an_anonymous_caller_is_asked_to_authenticate(url):
 
 @pytest.mark.parametrize("url", URLS)
 def test_a_bad_token_is_refused_with_a_challenge(url, member_user):
-    Token.objects.create(user=member_user)
+    issue(member_user, name="ci")
     client = APIClient()
-    client.credentials(HTTP_AUTHORIZATION="Token not-a-real-key")
+    client.credentials(HTTP_AUTHORIZATION="Bearer not-a-real-key")
     response = client.get(url)
     assert response.status_code == 401
     assert response["WWW-Authenticate"].startswith("Bearer")
 
 
 def test_a_good_token_is_let_in(member_user):
-    token = Token.objects.create(user=member_user)
+    _token, key = issue(member_user, name="ci")
     client = APIClient()
-    client.credentials(HTTP_AUTHORIZATION=f"Token {token.key}")
+    client.credentials(HTTP_AUTHORIZATION=f"Bearer {key}")
     assert client.get("/api/v1/nodes/").status_code == 200
 
 
 def test_a_member_without_the_right_is_forbidden_not_challenged(member_user):
-    token = Token.objects.create(user=member_user)
+    _token, key = issue(member_user, name="ci")
     client = APIClient()
-    client.credentials(HTTP_AUTHORIZATION=f"Token {token.key}")
+    client.credentials(HTTP_AUTHORIZATION=f"Bearer {key}")
     response = client.post("/api/v1/nodes/", {"name": "x", "agent_url": "http://x:1"})
     assert response.status_code == 403
     assert "WWW-Authenticate" not in response

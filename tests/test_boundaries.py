@@ -38,6 +38,7 @@ WIRING = {
         "pools.demo", "alerts.api.urls", "alerts.urls", "alerts.demo", "quotas.api.urls",
         "quotas.urls", "quotas.api.request_urls", "quotas.request_urls", "quotas.routing",
         "audit.api.urls", "audit.urls", "reports.api.urls", "reports.urls",
+        "tokens.api.urls", "tokens.urls",
     },
 }  # fmt: skip
 

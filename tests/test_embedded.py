@@ -17,7 +17,7 @@ pytestmark = pytest.mark.stack
 
 
 def _gpus(url: str, token: str) -> list[dict]:
-    request = urllib.request.Request(url, headers={"Authorization": f"Token {token}"})  # noqa: S310
+    request = urllib.request.Request(url, headers={"Authorization": f"Bearer {token}"})  # noqa: S310
     with urllib.request.urlopen(request, timeout=10) as response:  # noqa: S310 (loopback)
         return json.load(response)["results"]
 
@@ -41,10 +41,10 @@ def test_embedded_demo_serves_live_readings(tmp_path):
         assert "(embedded," in "".join(demo.lines)
         user = re.search(r"Log in as (\S+) /", login).group(1)
         created = subprocess.run(
-            [procs.PYTHON, "manage.py", "drf_create_token", user], cwd=procs.REPO, env=env,
+            [procs.PYTHON, "manage.py", "create_api_token", user], cwd=procs.REPO, env=env,
             capture_output=True, text=True, timeout=60, check=True,
         )  # fmt: skip
-        token = re.search(r"Generated token (\S+)", created.stdout).group(1)
+        token = created.stdout.strip()
         url = f"http://127.0.0.1:{port}/api/v1/gpus/"
         seen: dict[str, set] = {}
         deadline = time.monotonic() + 30

@@ -14,8 +14,9 @@ from asgiref.sync import async_to_sync
 from axes.models import AccessAttempt
 from django.test import AsyncClient, Client
 from django.utils import timezone
-from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
+
+from tokens.interface import issue
 
 pytestmark = pytest.mark.django_db
 
@@ -139,31 +140,32 @@ def _api(token_header: str, address: str = "203.0.113.9") -> APIClient:
 
 @pytest.mark.parametrize(
     "header",
-    ["Token", "Token a b", "Token n\u00e9e", "Token 0123456789abcdef", "Token {inactive}"],
+    ["Bearer", "Bearer a b", "Bearer n\u00e9e", "Bearer gpp_01234567_unknown",
+     "Bearer {inactive}"],
     ids=["no-key", "spaces", "non-ascii", "unknown", "inactive-user"],
-)
+)  # fmt: skip
 def test_every_bad_token_gets_the_same_answer(bob, header):
-    token = Token.objects.create(user=bob)
+    _token, key = issue(bob, name="ci")
     bob.is_active = False
     bob.save()
-    response = _api(header.replace("{inactive}", token.key)).get("/api/v1/nodes/")
+    response = _api(header.replace("{inactive}", key)).get("/api/v1/nodes/")
     assert response.status_code == 401
-    assert response.json() == {"detail": "Invalid API token."}
+    assert response.json() == {"detail": "Invalid, expired or revoked API token."}
     assert response["WWW-Authenticate"].startswith("Bearer")
 
 
 def test_an_address_guessing_tokens_is_stopped_and_logged(bob, caplog):
     caplog.set_level(logging.WARNING, logger="portal.security")
-    good = Token.objects.create(user=bob).key
+    _token, good = issue(bob, name="ci")
     for n in range(3):
-        assert _api(f"Token guess{n}").get("/api/v1/nodes/").status_code == 401
+        assert _api(f"Bearer guess{n}").get("/api/v1/nodes/").status_code == 401
     # Now even a good token from that address waits, so guesses cannot hide among good calls.
-    blocked = _api(f"Token {good}").get("/api/v1/nodes/")
+    blocked = _api(f"Bearer {good}").get("/api/v1/nodes/")
     assert blocked.status_code == 429
     assert "Too many invalid API tokens" in blocked.json()["detail"]
     assert int(blocked["Retry-After"]) > 0
     # Another address is not affected.
-    assert _api(f"Token {good}", "198.51.100.4").get("/api/v1/nodes/").status_code == 200
+    assert _api(f"Bearer {good}", "198.51.100.4").get("/api/v1/nodes/").status_code == 200
     refused = [r.getMessage() for r in caplog.records if "api token refused" in r.getMessage()]
     assert len(refused) == 3 and all("address=203.0.113.9" in m for m in refused)
 

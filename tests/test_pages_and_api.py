@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import pytest
 from django.urls import reverse
-from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
 from agents.models import GPU, Node
 from telemetry import services
 from telemetry.poller import PollResult
 from tests.factories import NodeFactory
+from tokens.interface import issue
 
 pytestmark = pytest.mark.django_db
 
@@ -119,9 +119,9 @@ def test_api_lists_nodes_without_their_tokens(bob, fleet):
 
 
 def test_api_gpus_carry_their_latest_readings_and_filter(bob, fleet):
-    token = Token.objects.create(user=bob)
+    _token, key = issue(bob, name="ci")
     client = APIClient()
-    client.credentials(HTTP_AUTHORIZATION=f"Token {token.key}")
+    client.credentials(HTTP_AUTHORIZATION=f"Bearer {key}")
     data = client.get("/api/v1/gpus/", {"health": "ok"}).json()
     [gpu] = data["results"]
     assert gpu["uuid"] == "GPU-1" and gpu["node"] == "gpu-a"

@@ -4,6 +4,10 @@ from django.utils.translation import gettext_lazy as _
 
 class TokensConfig(AppConfig):
     # Personal and service-account API tokens. Above quotas (a service account belongs to a
-    # tenant); nothing imports it but the settings, which name its authentication class.
+    # tenant); nothing imports it but the settings, which name its authentication,
+    # throttling and login backend classes, and the project's URLs.
     name = "tokens"
     verbose_name = _("API tokens")
+
+    def ready(self) -> None:
+        from tokens import schema  # noqa: F401 (registers the Bearer scheme with the schema)

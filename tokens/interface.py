@@ -46,6 +46,7 @@ def issue(
     expires_at: datetime | None = None,
     created_by: AbstractBaseUser | None = None,
     address: str | None = None,
+    tenant_id: int | None = None,
 ) -> tuple[ApiToken, str]:
     """A new token for ``user``; returns it and its key, which is never stored or shown again."""
     prefix = secrets.token_hex(4)
@@ -56,6 +57,7 @@ def issue(
     )  # fmt: skip
     record(
         "api_token.created", token, actor=created_by or user, address=address,
+        tenant_id=tenant_id,
         after={"user": user.get_username(), "name": name, "scope": scope,
                "expires_at": expires_at.isoformat() if expires_at else None},
     )  # fmt: skip
@@ -83,14 +85,17 @@ def touch(token: ApiToken, address: str | None) -> None:
 
 
 @transaction.atomic
-def revoke(token: ApiToken, *, actor: AbstractBaseUser, address: str | None = None) -> bool:
+def revoke(
+    token: ApiToken, *, actor: AbstractBaseUser, address: str | None = None,
+    tenant_id: int | None = None,
+) -> bool:  # fmt: skip
     """Stop the token working now; False when it was already revoked."""
     updated = ApiToken.objects.filter(pk=token.pk, revoked_at__isnull=True).update(
         revoked_at=timezone.now()
     )
     if updated:
         record(
-            "api_token.revoked", token, actor=actor, address=address,
+            "api_token.revoked", token, actor=actor, address=address, tenant_id=tenant_id,
             before={"user": token.user.get_username(), "name": token.name},
         )  # fmt: skip
     return bool(updated)

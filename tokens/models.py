@@ -63,3 +63,44 @@ class ApiToken(models.Model):
             and (self.expires_at is None or self.expires_at > timezone.now())
             and self.user.is_active
         )
+
+
+class ServiceAccount(models.Model):
+    """A tenant's robot for CI: a user that only ever authenticates with API tokens.
+
+    Its user has an unusable password and is refused by the login backend
+    (``tokens.backends``), so it never signs in to pages; it is a member of its tenant,
+    and its tokens are issued and revoked by the tenant's admins.
+    """
+
+    user = models.OneToOneField(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="service_account",
+        verbose_name=_("user"),
+    )  # fmt: skip
+    tenant = models.ForeignKey(
+        "quotas.Tenant", on_delete=models.CASCADE, related_name="service_accounts",
+        verbose_name=_("tenant"),
+    )  # fmt: skip
+    name = models.CharField(_("name"), max_length=100)
+    description = models.TextField(_("description"), blank=True, max_length=2000)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True,
+        related_name="+", verbose_name=_("created by"),
+    )  # fmt: skip
+    created = models.DateTimeField(_("created"), auto_now_add=True)
+    disabled_at = models.DateTimeField(_("disabled"), null=True, blank=True)
+
+    class Meta:
+        ordering = ["tenant_id", "name"]
+        verbose_name = _("service account")
+        verbose_name_plural = _("service accounts")
+        constraints = [
+            models.UniqueConstraint(fields=["tenant", "name"], name="one_service_account_name")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.tenant})"
+
+    @property
+    def is_active(self) -> bool:
+        return self.disabled_at is None

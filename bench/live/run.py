@@ -114,7 +114,7 @@ def main(argv: list[str] | None = None) -> int:
     user, _ = get_user_model().objects.get_or_create(username="bench")
     session = SessionStore()
     session["_auth_user_id"] = str(user.pk)
-    session["_auth_user_backend"] = "django.contrib.auth.backends.ModelBackend"
+    session["_auth_user_backend"] = "tokens.backends.PortalModelBackend"
     session["_auth_user_hash"] = user.get_session_auth_hash()
     session.create()
     cookie = f"{settings.SESSION_COOKIE_NAME}={session.session_key}"

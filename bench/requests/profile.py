@@ -72,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
         cursor.execute("ANALYZE")
         cursor.execute("SELECT pg_backend_pid()")
         backend = cursor.fetchone()[0]
-    client = Client(HTTP_AUTHORIZATION=f"Token {tokens[0]}", SERVER_NAME="127.0.0.1")
+    client = Client(HTTP_AUTHORIZATION=f"Bearer {tokens[0]}", SERVER_NAME="127.0.0.1")
     statements: list[float] = []
     by_sql: dict[str, list[float]] = {}
     locked: list[float] = []

@@ -61,10 +61,10 @@ def setup(count: int, approvers: int) -> tuple[list[str], list[int]]:
 
     from pools.models import Pool
     from pools.services import refresh_cards
-    from portal.api_tokens import issue_token
     from quotas.choices import Role
     from quotas.models import Membership, Quota, Tenant
     from quotas.services import create_request
+    from tokens.interface import issue
 
     users = get_user_model().objects
     users.filter(username__startswith="bench-").delete()
@@ -82,7 +82,7 @@ def setup(count: int, approvers: int) -> tuple[list[str], list[int]]:
     for i in range(approvers):
         approver = users.create_user(f"bench-approver-{i}", password="x")
         Membership.objects.create(user=approver, tenant=tenant, role=Role.APPROVER)
-        tokens.append(issue_token(approver))
+        tokens.append(issue(approver, name="bench")[1])
     ids = [
         create_request(dev, tenant=tenant, pool=pool, compute_pct=5, memory_mib=1024,
                        duration_hours=4, reason="bench").pk
@@ -93,7 +93,7 @@ def setup(count: int, approvers: int) -> tuple[list[str], list[int]]:
 
 def approve_all(port: int, token: str, ids: list[int], latencies: list[float]) -> None:
     connection = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
-    headers = {"Authorization": f"Token {token}", "Content-Type": "application/json"}
+    headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
     for req_id in ids:
         started = time.perf_counter()
         connection.request("POST", f"/api/v1/gpu-requests/{req_id}/approve/",

@@ -1,0 +1,34 @@
+"""Django's login backend, refusing service accounts.
+
+A service account's user has no usable password, but a platform admin could give it one
+in the Django admin; refusing it here keeps it off the pages whatever its password, and
+``get_user`` refusing it too ends any session it might hold. Its API tokens are the only
+way in.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib.auth import get_user_model
+from django.contrib.auth.backends import ModelBackend
+from django.core.exceptions import ObjectDoesNotExist
+
+
+class PortalModelBackend(ModelBackend):
+    def user_can_authenticate(self, user: Any) -> bool:
+        if not super().user_can_authenticate(user):
+            return False
+        try:
+            user.service_account  # noqa: B018 (the reverse one-to-one, read or absent)
+        except ObjectDoesNotExist:
+            return True
+        return False
+
+    def get_user(self, user_id: Any) -> Any:
+        # One query per page, the service account joined in, rather than a second query.
+        user = (
+            get_user_model()._default_manager.select_related("service_account")
+            .filter(pk=user_id).first()
+        )  # fmt: skip
+        return user if user is not None and self.user_can_authenticate(user) else None
