@@ -9,10 +9,10 @@ class AlertsConfig(AppConfig):
     verbose_name = _("Alerts")
 
     def ready(self) -> None:
-        from alerts import cycle, notices, reclaim
+        from alerts import cycle, event_views, notices, reclaim
         from quotas.interface import request_event
         from reports.interface import appeal_event, idle_digest, reclaim_warned, reclaimed
-        from telemetry.interface import poll_cycle_recorded
+        from telemetry.interface import add_dashboard_panel, poll_cycle_recorded
 
         # Rules are evaluated after each recorded poll cycle, from its readings.
         poll_cycle_recorded.connect(cycle.on_poll_cycle_recorded, weak=False,
@@ -26,3 +26,5 @@ class AlertsConfig(AppConfig):
                                  (appeal_event, reclaim.on_appeal_event),
                                  (idle_digest, reclaim.on_idle_digest)):  # fmt: skip
             signal.connect(receiver, weak=False, dispatch_uid=f"alerts.{receiver.__name__}")
+        # Firing events on the fleet dashboard, live over /ws/alerts/.
+        add_dashboard_panel(event_views.dashboard_panel)

@@ -199,20 +199,34 @@ def digest_message(delivery: Delivery) -> Message:
     facts: list[tuple[str, str]] = []
     for tenant in tenants:
         name = tenant.get("tenant") or _("No tenant")
-        facts.append((str(name), _("%(count)s idle, %(hours)s GPU-hours wasted") % {
-            "count": tenant.get("count", 0),
-            "hours": formats.number_format(tenant.get("wasted_gpu_hours", 0), 1)}))
+        facts.append(
+            (
+                str(name),
+                _("%(count)s idle, %(hours)s GPU-hours wasted")
+                % {
+                    "count": tenant.get("count", 0),
+                    "hours": formats.number_format(tenant.get("wasted_gpu_hours", 0), 1),
+                },
+            )
+        )
         for row in tenant.get("allocations", []):
             if len(facts) >= DIGEST_FACTS:
                 break
-            facts.append((
-                _("Allocation #%(id)s (%(owner)s, %(pool)s)") % {
-                    "id": row.get("allocation_id"), "owner": row.get("owner"),
-                    "pool": row.get("pool")},
-                _("idle %(idle)s h, %(hours)s GPU-hours wasted") % {
-                    "idle": formats.number_format(row.get("idle_hours", 0), 1),
-                    "hours": formats.number_format(row.get("wasted_gpu_hours", 0), 1)},
-            ))
+            facts.append(
+                (
+                    _("Allocation #%(id)s (%(owner)s, %(pool)s)")
+                    % {
+                        "id": row.get("allocation_id"),
+                        "owner": row.get("owner"),
+                        "pool": row.get("pool"),
+                    },
+                    _("idle %(idle)s h, %(hours)s GPU-hours wasted")
+                    % {
+                        "idle": formats.number_format(row.get("idle_hours", 0), 1),
+                        "hours": formats.number_format(row.get("wasted_gpu_hours", 0), 1),
+                    },
+                )
+            )
     if "idle_cards" in digest:
         facts.append((_("Idle cards"), str(digest["idle_cards"])))
     return Message(
