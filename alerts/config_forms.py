@@ -133,10 +133,13 @@ class SubscriptionForm(ServiceErrors, forms.Form):
         self.fields["channel"].queryset = channels
         self.fields["rules"].queryset = rules
         self.fields["rules"].label_from_instance = lambda rule: rule.label
-        if subscription is None and tenants is not None and tenants.exists():
-            self.fields["tenant"].queryset = tenants
+        if subscription is not None:
+            del self.fields["tenant"]  # a subscription's owner does not change
         else:
-            del self.fields["tenant"]
+            self.fields["tenant"].queryset = tenants
+            if not tenants.exists():
+                # Nobody to choose but oneself; a tenant posted anyway is refused.
+                self.fields["tenant"].widget = forms.HiddenInput()
 
     def values(self) -> dict:
         data = dict(self.cleaned_data)
