@@ -64,25 +64,29 @@ ACKS = {"alice": {"platform", "acme", "bravo"}, "carol": {"platform"}, "erin": {
 # --- events ---------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("name", sorted(SEES))
-def test_the_event_history_lists_exactly_the_events_a_user_would_be_sent(teams, happenings, name):
-    page = as_user(teams, name).get("/alerts/events/")
-    assert page.status_code == 200
-    shown = {key for key, event in happenings.items()
-             if f'data-event-id="{event.pk}"' in page.content.decode()}  # fmt: skip
-    assert shown == SEES[name]
-    assert (BRAVO_SECRET in page.content.decode()) == ("bravo" in SEES[name])
-    api = as_user(teams, name).get("/api/v1/alert-events/")
-    assert {row["id"] for row in api.json()["results"]} == {
-        happenings[key].pk for key in SEES[name]}  # fmt: skip
+# One database per test, every actor in it: the roles are loops, not parameters.
 
 
-@pytest.mark.parametrize("name", sorted(SEES))
-def test_an_event_page_is_404_for_whoever_would_not_be_sent_it(teams, happenings, name):
-    client = as_user(teams, name)
-    for key, event in happenings.items():
-        answer = client.get(f"/alerts/events/{event.pk}/")
-        assert answer.status_code == (200 if key in SEES[name] else 404), key
+def test_the_event_history_lists_exactly_the_events_a_user_would_be_sent(teams, happenings):
+    for name, sees in SEES.items():
+        client = as_user(teams, name)
+        page = client.get("/alerts/events/")
+        assert page.status_code == 200
+        body = page.content.decode()
+        shown = {key for key, event in happenings.items() if f'data-event-id="{event.pk}"' in body}
+        assert shown == sees, name
+        assert (BRAVO_SECRET in body) == ("bravo" in sees), name
+        api = client.get("/api/v1/alert-events/")
+        assert {row["id"] for row in api.json()["results"]} == {
+            happenings[key].pk for key in sees}, name  # fmt: skip
+
+
+def test_an_event_page_is_404_for_whoever_would_not_be_sent_it(teams, happenings):
+    for name, sees in SEES.items():
+        client = as_user(teams, name)
+        for key, event in happenings.items():
+            answer = client.get(f"/alerts/events/{event.pk}/")
+            assert answer.status_code == (200 if key in sees else 404), (name, key)
 
 
 def test_anonymous_visitors_are_sent_to_log_in(teams, happenings):
@@ -92,24 +96,27 @@ def test_anonymous_visitors_are_sent_to_log_in(teams, happenings):
         assert answer.status_code == 302 and "/accounts/login/" in answer["Location"]
 
 
-@pytest.mark.parametrize(
-    ("query", "expected"),
-    [
-        ("state=firing", {"platform", "acme", "bravo"}),
-        ("severity=warning", {"acme"}),
-        ("severity=warning&severity=critical", {"platform", "acme", "bravo"}),
-        ("node=gpu-01", {"platform"}),
-        ("pool=shared-pool", {"platform", "acme"}),
-        ("tenant=acme", {"acme"}),
-        ("state=resolved", set()),
-    ],
-)
-def test_the_history_filters_by_state_severity_node_pool_and_tenant(teams, happenings, query,
-                                                                    expected):  # fmt: skip
-    page = as_user(teams, "alice").get(f"/alerts/events/?{query}")
-    assert page.status_code == 200
-    body = page.content.decode()
-    assert {k for k, e in happenings.items() if f'data-event-id="{e.pk}"' in body} == expected
+FILTERS = {
+    "state=firing": {"platform", "acme", "bravo"},
+    "severity=warning": {"acme"},
+    "severity=warning&severity=critical": {"platform", "acme", "bravo"},
+    "node=gpu-01": {"platform"},
+    "pool=shared-pool": {"platform", "acme"},
+    "tenant=acme": {"acme"},
+    "state=resolved": set(),
+}
+
+
+def test_the_history_filters_by_state_severity_node_pool_and_tenant(teams, happenings):
+    client = as_user(teams, "alice")
+    for query, expected in FILTERS.items():
+        page = client.get(f"/alerts/events/?{query}")
+        assert page.status_code == 200
+        body = page.content.decode()
+        shown = {k for k, e in happenings.items() if f'data-event-id="{e.pk}"' in body}
+        assert shown == expected, query
+        api = client.get(f"/api/v1/alert-events/?{query}").json()["results"]
+        assert {row["id"] for row in api} == {happenings[k].pk for k in expected}, query
 
 
 def test_the_history_filters_by_rule_and_time(teams, happenings):
@@ -129,16 +136,16 @@ def test_the_history_filters_by_rule_and_time(teams, happenings):
     assert f'data-event-id="{happenings["acme"].pk}"' in body
 
 
-@pytest.mark.parametrize("query", ["state=burning", "severity=loud", "rule=x", "since=yesterday",
-                                   "until=2026-13-40"])  # fmt: skip
-def test_a_bad_filter_is_a_400_naming_it(teams, happenings, query):
+def test_a_bad_filter_is_a_400_naming_it(teams, happenings):
     client = as_user(teams, "alice")
-    page = client.get(f"/alerts/events/?{query}")
-    assert page.status_code == 400
-    name = query.split("=")[0]
-    assert f"<code>{name}</code>" in page.content.decode()
-    api = client.get(f"/api/v1/alert-events/?{query}")
-    assert api.status_code == 400 and name in error_fields(api)
+    for query in ("state=burning", "severity=loud", "rule=x", "since=yesterday",
+                  "until=2026-13-40"):  # fmt: skip
+        page = client.get(f"/alerts/events/?{query}")
+        assert page.status_code == 400, query
+        name = query.split("=")[0]
+        assert f"<code>{name}</code>" in page.content.decode()
+        api = client.get(f"/api/v1/alert-events/?{query}")
+        assert api.status_code == 400 and name in error_fields(api), query
 
 
 def test_the_history_is_paged_fifty_at_a_time(teams):
@@ -174,19 +181,21 @@ def test_the_event_page_shows_its_deliveries_and_every_attempt(teams, happenings
 # --- acknowledge ----------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("name", sorted(SEES))
-def test_acknowledging_is_for_who_answers_for_the_event(teams, happenings, name):
-    client = as_user(teams, name)
-    for key, event in happenings.items():
-        answer = client.post(f"/alerts/events/{event.pk}/acknowledge/")
-        event.refresh_from_db()
-        if key in ACKS.get(name, set()):
-            assert answer.status_code == 302, key
-            assert event.state == EventState.ACKNOWLEDGED
-            assert event.acknowledged_by == teams.user(name) and event.acknowledged_at
-        else:
-            assert answer.status_code == (403 if key in SEES[name] else 404), key
-            assert event.state == EventState.FIRING and event.acknowledged_by is None
+def test_acknowledging_is_for_who_answers_for_the_event(teams, happenings):
+    for name, sees in SEES.items():
+        client = as_user(teams, name)
+        for key, event in happenings.items():
+            answer = client.post(f"/alerts/events/{event.pk}/acknowledge/")
+            event.refresh_from_db()
+            if key in ACKS.get(name, set()):
+                assert answer.status_code == 302, (name, key)
+                assert event.state == EventState.ACKNOWLEDGED
+                assert event.acknowledged_by == teams.user(name) and event.acknowledged_at
+            else:
+                assert answer.status_code == (403 if key in sees else 404), (name, key)
+                assert event.state == EventState.FIRING and event.acknowledged_by is None
+        Event.objects.update(state=EventState.FIRING, acknowledged_by=None,
+                             acknowledged_at=None)  # fmt: skip
 
 
 def test_acknowledging_records_who_and_when_and_audits_it(teams, happenings):
@@ -231,14 +240,14 @@ def test_an_offsite_next_after_acknowledging_is_not_followed(teams, happenings):
 # --- the dashboard strip --------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("name", sorted(SEES))
-def test_the_dashboard_lists_the_firing_events_each_user_may_see(teams, happenings, name):
-    body = as_user(teams, name).get("/").content.decode()
-    assert 'id="firing-events"' in body
-    shown = {k for k, e in happenings.items() if f'data-event-id="{e.pk}"' in body}
-    assert shown == SEES[name]
-    strip = as_user(teams, name).get("/alerts/events/firing/").content.decode()
-    assert {k for k, e in happenings.items() if f'data-event-id="{e.pk}"' in strip} == SEES[name]
+def test_the_dashboard_lists_the_firing_events_each_user_may_see(teams, happenings):
+    for name, sees in SEES.items():
+        client = as_user(teams, name)
+        body = client.get("/").content.decode()
+        assert 'id="firing-events"' in body
+        assert {k for k, e in happenings.items() if f'data-event-id="{e.pk}"' in body} == sees
+        strip = client.get("/alerts/events/firing/").content.decode()
+        assert {k for k, e in happenings.items() if f'data-event-id="{e.pk}"' in strip} == sees
 
 
 def test_the_strip_leaves_out_acknowledged_and_resolved_events(teams, happenings):
@@ -266,17 +275,17 @@ def test_everyone_reads_the_rules_that_apply_to_them_and_no_other_tenants(teams)
         assert api.status_code == (200 if sees_bravo else 404), name
 
 
-@pytest.mark.parametrize("name", ["bob", "erin", "carol", "dave", "oscar"])
-def test_only_the_platform_admin_changes_rules(teams, name):
+def test_only_the_platform_admin_changes_rules(teams):
     rule = Rule.objects.get(key="gpu-temperature")
-    client = as_user(teams, name)
-    assert client.get("/alerts/rules/add/").status_code == 403
-    assert client.get(f"/alerts/rules/{rule.pk}/edit/").status_code == 403
-    assert client.post(f"/alerts/rules/{rule.pk}/toggle/").status_code == 403
-    assert client.post(f"/alerts/rules/{rule.pk}/delete/").status_code == 403
-    rule.refresh_from_db()
-    assert rule.enabled
-    assert "/alerts/rules/add/" not in client.get("/alerts/rules/").content.decode()
+    for name in ("bob", "erin", "carol", "dave", "oscar"):
+        client = as_user(teams, name)
+        assert client.get("/alerts/rules/add/").status_code == 403
+        assert client.get(f"/alerts/rules/{rule.pk}/edit/").status_code == 403
+        assert client.post(f"/alerts/rules/{rule.pk}/toggle/").status_code == 403
+        assert client.post(f"/alerts/rules/{rule.pk}/delete/").status_code == 403
+        rule.refresh_from_db()
+        assert rule.enabled
+        assert "/alerts/rules/add/" not in client.get("/alerts/rules/").content.decode()
 
 
 def test_the_platform_admin_adds_edits_disables_and_deletes_a_rule(teams):
@@ -303,20 +312,23 @@ def test_the_platform_admin_adds_edits_disables_and_deletes_a_rule(teams):
     assert actions == {"alerts.rule.create", "alerts.rule.update", "alerts.rule.delete"}
 
 
-@pytest.mark.parametrize(
-    ("change", "field"),
-    [({"threshold": "500"}, "threshold"), ({"threshold": ""}, "threshold"),
-     ({"scope_kind": "pool", "pool": ""}, "scope_kind"), ({"name": ""}, "name"),
-     ({"condition": "alertmanager"}, "condition"), ({"for_seconds": "-1"}, "for_seconds")],
+BAD_RULES = (
+    ({"threshold": "500"}, "threshold"), ({"threshold": ""}, "threshold"),
+    ({"scope_kind": "pool", "pool": ""}, "scope_kind"), ({"name": ""}, "name"),
+    ({"condition": "alertmanager"}, "condition"), ({"for_seconds": "-1"}, "for_seconds"),
 )  # fmt: skip
-def test_a_bad_rule_is_refused_with_the_field_named_and_nothing_saved(teams, change, field):
+
+
+def test_a_bad_rule_is_refused_with_the_field_named_and_nothing_saved(teams):
     form = {"name": "Too hot", "condition": "temperature_c", "comparison": "gt",
             "threshold": "80", "for_seconds": "0", "severity": "warning", "scope_kind": "all",
             "renotify_seconds": "0"}  # fmt: skip
     before = Rule.objects.count()
-    answer = as_user(teams, "alice").post("/alerts/rules/add/", {**form, **change})
-    assert answer.status_code == 400
-    assert answer.context["form"].errors.get(field), answer.context["form"].errors
+    client = as_user(teams, "alice")
+    for change, field in BAD_RULES:
+        answer = client.post("/alerts/rules/add/", {**form, **change})
+        assert answer.status_code == 400, change
+        assert answer.context["form"].errors.get(field), answer.context["form"].errors
     assert Rule.objects.count() == before
 
 
@@ -410,28 +422,29 @@ def test_a_tenant_admin_subscribes_the_tenants_channel(teams):
     assert Subscription.objects.get(tenant=teams.acme).channel == channel
 
 
-@pytest.mark.parametrize(
-    ("who", "change", "field"),
-    [("bob", {"channel": "other"}, "channel"),            # another person's channel
-     ("bob", {"tenant": "acme"}, "tenant"),                # not acme's admin
-     ("tom", {"tenant": "acme"}, "tenant"),                # another tenant
-     ("bob", {"rules": "bravo"}, "rules"),                 # another tenant's rule
-     ("bob", {"quiet_start": "25:00"}, "quiet_start"),
-     ("bob", {"quiet_start": "22:00", "quiet_end": ""}, "quiet_end"),
-     ("bob", {"scope_kind": "pool", "scope_name": ""}, "scope_name")],
+BAD_SUBSCRIPTIONS = (
+    ("bob", {"channel": "other"}, "channel"),            # another person's channel
+    ("bob", {"tenant": "acme"}, "tenant"),                # not acme's admin
+    ("tom", {"tenant": "acme"}, "tenant"),                # another tenant
+    ("bob", {"rules": "bravo"}, "rules"),                 # another tenant's rule
+    ("bob", {"quiet_start": "25:00"}, "quiet_start"),
+    ("bob", {"quiet_start": "22:00", "quiet_end": ""}, "quiet_end"),
+    ("bob", {"scope_kind": "pool", "scope_name": ""}, "scope_name"),
 )  # fmt: skip
-def test_a_bad_subscription_is_refused_with_the_field_named(teams, who, change, field):
-    user = teams.user(who)
-    own = ChannelFactory(owner=user)
+
+
+def test_a_bad_subscription_is_refused_with_the_field_named(teams):
     other = ChannelFactory(owner=teams.user("andy"))
     bravo_rule = Rule.objects.create(
         key="bravo-r", name="b", condition="quota_used_pct", threshold=5, scope_kind="tenant",
         tenant=teams.bravo,
     )  # fmt: skip
-    values = {"channel": str(own.pk), "min_severity": "warning", "scope_kind": "all"}
     lookup = {"other": str(other.pk), "acme": str(teams.acme.pk), "bravo": str(bravo_rule.pk)}
-    values.update({k: lookup.get(v, v) for k, v in change.items()})
-    answer = as_user(teams, who).post("/alerts/subscriptions/add/", values)
-    assert answer.status_code == 400
-    assert answer.context["form"].errors.get(field), answer.context["form"].errors
+    own = {who: ChannelFactory(owner=teams.user(who)) for who in ("bob", "tom")}
+    for who, change, field in BAD_SUBSCRIPTIONS:
+        values = {"channel": str(own[who].pk), "min_severity": "warning", "scope_kind": "all"}
+        values.update({k: lookup.get(v, v) for k, v in change.items()})
+        answer = as_user(teams, who).post("/alerts/subscriptions/add/", values)
+        assert answer.status_code == 400, change
+        assert answer.context["form"].errors.get(field), answer.context["form"].errors
     assert not Subscription.objects.exists()
