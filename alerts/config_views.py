@@ -80,8 +80,10 @@ def _rule_form(request: HttpRequest, rule: Rule | None) -> HttpResponse:
 @require_POST
 def rule_toggle(request: HttpRequest, pk: int) -> HttpResponse:
     rule = _rule_for_admin(request, pk)
-    config.save_rule(rule.pk, {"enabled": not rule.enabled}, actor=request.user,
-                     address=_address(request))  # fmt: skip
+    # The service takes the scope's target with every change (as the API's serializer).
+    values = {"enabled": not rule.enabled,
+              "scope_id": rule.pool_id or rule.node_id or rule.tenant_id}  # fmt: skip
+    config.save_rule(rule.pk, values, actor=request.user, address=_address(request))
     text = _("Rule %(name)s enabled.") if not rule.enabled else _("Rule %(name)s disabled.")
     messages.success(request, text % {"name": rule.label})
     return redirect("alerts:rule_list")
