@@ -20,7 +20,13 @@ from reports.choices import WarningState
 from reports.interface import appeal_event, idle_digest, reclaim_warned, reclaimed
 from reports.models import ReclaimWarning
 from tests import procs
-from tests.factories import MembershipFactory, SubscriptionFactory, gpu_team, held_allocation
+from tests.factories import (
+    MembershipFactory,
+    SubscriptionFactory,
+    default_alert_rules,
+    gpu_team,
+    held_allocation,
+)
 from tests.test_alert_delivery import smtp, wait_until, worker_env  # noqa: F401 (fixtures)
 
 
@@ -200,6 +206,7 @@ def test_a_real_worker_delivers_the_digest_through_smtp(
     alice,
 ):
     env = {**worker_env, "EMAIL_HOST": "127.0.0.1", "EMAIL_PORT": str(settings.EMAIL_PORT)}
+    default_alert_rules()
     worker = procs.start_celery_worker(env, "alerts-digest")
     try:
         acme = gpu_team("acme")
