@@ -9,9 +9,10 @@ class AlertsConfig(AppConfig):
     verbose_name = _("Alerts")
 
     def ready(self) -> None:
-        from alerts import cycle, notices
+        from alerts import cycle, event_views, notices, reclaim
         from quotas.interface import request_event
-        from telemetry.interface import poll_cycle_recorded
+        from reports.interface import appeal_event, idle_digest, reclaim_warned, reclaimed
+        from telemetry.interface import add_dashboard_panel, poll_cycle_recorded
 
         # Rules are evaluated after each recorded poll cycle, from its readings.
         poll_cycle_recorded.connect(cycle.on_poll_cycle_recorded, weak=False,
@@ -19,3 +20,11 @@ class AlertsConfig(AppConfig):
         # Each step of a GPU request reaches the people concerned on their channels.
         request_event.connect(notices.on_request_event, weak=False,
                               dispatch_uid="alerts.request_notices")  # fmt: skip
+        # Reports' news: the reclaim-warning rule's events, reclaim notices, the digest.
+        for signal, receiver in ((reclaim_warned, reclaim.on_reclaim_warned),
+                                 (reclaimed, reclaim.on_reclaimed),
+                                 (appeal_event, reclaim.on_appeal_event),
+                                 (idle_digest, reclaim.on_idle_digest)):  # fmt: skip
+            signal.connect(receiver, weak=False, dispatch_uid=f"alerts.{receiver.__name__}")
+        # Firing events on the fleet dashboard, live over /ws/alerts/.
+        add_dashboard_panel(event_views.dashboard_panel)

@@ -9,10 +9,10 @@ from datetime import datetime, timedelta
 
 from django.utils import timezone
 
-from alerts import events
-from alerts.choices import Condition, ScopeKind
+from alerts import events, reclaim
+from alerts.choices import Condition
 from alerts.cycle import enabled_rules
-from alerts.evaluate import RuleSpec
+from alerts.evaluate import RuleSpec, scope_allows
 from alerts.services import fingerprint_of
 from quotas.interface import RequestFact, expiring_requests, pending_requests, quota_usage
 
@@ -20,14 +20,6 @@ Found = dict[str, tuple[events.Occurrence, int]]  # fingerprint -> (occurrence, 
 
 DIMENSIONS = {"vgpus": "vGPUs", "compute_pct": "compute %", "memory_mib": "memory MiB",
               "gpu_hours": "GPU-hours"}  # fmt: skip
-
-
-def _scoped(rule: RuleSpec, tenant_id: int, pool_id: int | None) -> bool:
-    if rule.scope_kind == ScopeKind.TENANT:
-        return tenant_id == rule.scope_id
-    if rule.scope_kind == ScopeKind.POOL:
-        return pool_id == rule.scope_id
-    return True
 
 
 def _request_occurrence(rule: RuleSpec, fact: RequestFact, summary: str) -> events.Occurrence:
@@ -89,6 +81,7 @@ CHECKS = {
     Condition.REQUEST_PENDING: _pending,
     Condition.ALLOCATION_EXPIRING: _expiring,
     Condition.QUOTA_USED: _quota,
+    Condition.RECLAIM_WARNING: lambda rule, now: reclaim.reclaim_found(rule),
 }
 
 
@@ -101,7 +94,7 @@ def evaluate_business(*, now: datetime | None = None) -> int:
         if check is None:
             continue
         wanted = {fp: what for fp, (what, pool_id) in check(rule, now).items()
-                  if _scoped(rule, what.tenant_id, pool_id)}  # fmt: skip
+                  if scope_allows(rule, what.tenant_id, pool_id)}  # fmt: skip
         events.reconcile(rule, wanted, now=now)
         total += len(wanted)
     return total

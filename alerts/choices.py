@@ -70,6 +70,8 @@ class Condition(models.TextChoices):
     RECLAIM_WARNING = "reclaim_warning", _("Borrowed capacity to be taken back")
     ALERTMANAGER = "alertmanager", _("Prometheus Alertmanager alert")
     REQUEST_NOTICE = "request_notice", _("GPU request notice")
+    RECLAIM_NOTICE = "reclaim_notice", _("Reclaim notice")
+    IDLE_DIGEST = "idle_digest", _("Daily idle GPU digest")
 
 
 CONDITION_KIND = {
@@ -82,7 +84,8 @@ CONDITION_KIND = {
     **dict.fromkeys(
         (Condition.REQUEST_PENDING, Condition.QUOTA_USED, Condition.ALLOCATION_EXPIRING,
          Condition.RECLAIM_WARNING), RuleKind.BUSINESS),
-    **dict.fromkeys((Condition.ALERTMANAGER, Condition.REQUEST_NOTICE), RuleKind.EXTERNAL),
+    **dict.fromkeys((Condition.ALERTMANAGER, Condition.REQUEST_NOTICE, Condition.RECLAIM_NOTICE,
+                     Condition.IDLE_DIGEST), RuleKind.EXTERNAL),
 }  # fmt: skip
 # Conditions compared with a threshold (the others are true or false by themselves).
 THRESHOLD_CONDITIONS = frozenset({
@@ -105,3 +108,10 @@ class ScopeKind(models.TextChoices):
 
 
 SEVERITY_RANK = {Severity.INFO: 0, Severity.WARNING: 1, Severity.CRITICAL: 2}
+
+
+class NoticeTopic(models.TextChoices):
+    """What a notice delivery (no event) is about; none: a GPU request notice."""
+
+    RECLAIM = "reclaim", _("Reclaim notice")
+    DIGEST = "digest", _("Daily idle GPU digest")

@@ -51,6 +51,15 @@ class RuleSpec:
     scope_id: int | None = None  # the pool's, node's or tenant's id
 
 
+def scope_allows(rule: RuleSpec, tenant_id: int | None, pool_id: int | None) -> bool:
+    """Whether a business fact of this tenant and pool is in the rule's scope."""
+    if rule.scope_kind == ScopeKind.TENANT:
+        return tenant_id == rule.scope_id
+    if rule.scope_kind == ScopeKind.POOL:
+        return pool_id == rule.scope_id
+    return True
+
+
 @dataclass(frozen=True, slots=True)
 class Card:
     """What the portal knows of a card beside its reading."""

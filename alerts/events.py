@@ -21,7 +21,7 @@ from typing import Any
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from alerts import routing
+from alerts import live, routing
 from alerts.choices import OPEN_EVENT_STATES, EventState
 from alerts.evaluate import RuleSpec
 from alerts.models import Event
@@ -80,11 +80,17 @@ def fire(rule: RuleSpec, what: Occurrence, *, now: datetime | None = None) -> tu
 def _open_or_reopen(rule: RuleSpec, what: Occurrence, now: datetime) -> Event:
     events = Event.objects.select_for_update()
     event = events.filter(fingerprint=what.fingerprint, state__in=OPEN_EVENT_STATES).first()
-    if event is not None:
-        event.last_seen_at, event.summary = now, what.summary[:2000]
-        event.labels = what.labels
-        event.save(update_fields=["last_seen_at", "summary", "labels"])
+    if event is None:
+        event = _reopen_or_create(rule, what, now, events)
+        live.publish_on_commit(event.pk, event.state, event.tenant_id)
         return event
+    event.last_seen_at, event.summary = now, what.summary[:2000]
+    event.labels = what.labels
+    event.save(update_fields=["last_seen_at", "summary", "labels"])
+    return event
+
+
+def _reopen_or_create(rule: RuleSpec, what: Occurrence, now: datetime, events) -> Event:
     if rule.renotify_seconds:
         since = now - timedelta(seconds=rule.renotify_seconds)
         event = (
@@ -116,6 +122,7 @@ def clear(event_id: int, *, now: datetime | None = None) -> bool:
             return False
         event.state, event.resolved_at, event.last_seen_at = EventState.RESOLVED, now, now
         event.save(update_fields=["state", "resolved_at", "last_seen_at"])
+        live.publish_on_commit(event.pk, event.state, event.tenant_id)
         if event.routed_state == EventState.FIRING:
             routing.route(event.pk, now=now)
     return True
@@ -149,6 +156,7 @@ def acknowledge(event_id: int, *, actor, address: str | None) -> bool:
         event.state, event.acknowledged_at = EventState.ACKNOWLEDGED, timezone.now()
         event.acknowledged_by = actor if getattr(actor, "is_authenticated", False) else None
         event.save(update_fields=["state", "acknowledged_at", "acknowledged_by"])
+        live.publish_on_commit(event.pk, event.state, event.tenant_id)
         record("alerts.event.acknowledge", event, actor=actor, address=address,
                tenant_id=event.tenant_id, before={"state": EventState.FIRING},
                after={"state": EventState.ACKNOWLEDGED})  # fmt: skip

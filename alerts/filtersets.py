@@ -26,12 +26,15 @@ class EventFilterSet(django_filters.FilterSet):
     rule = django_filters.NumberFilter(field_name="rule_id")
     tenant = django_filters.CharFilter(field_name="tenant__slug")
     scope = django_filters.CharFilter(lookup_expr="icontains", max_length=255)
+    # The node's name and the pool's slug, as the event's labels carry them.
+    node = django_filters.CharFilter(field_name="labels__node", max_length=255)
+    pool = django_filters.CharFilter(field_name="labels__pool", max_length=100)
     since = django_filters.IsoDateTimeFilter(field_name="started_at", lookup_expr="gte")
     until = django_filters.IsoDateTimeFilter(field_name="started_at", lookup_expr="lt")
 
     class Meta:
         model = Event
-        fields = ["state", "severity", "rule", "tenant", "scope", "since", "until"]
+        fields = ["state", "severity", "rule", "tenant", "node", "pool", "scope", "since", "until"]
 
 
 class RuleFilterSet(django_filters.FilterSet):

@@ -30,6 +30,7 @@ from alerts.choices import (
     ScopeKind,
     Severity,
 )
+from alerts.defaults import rule_description, rule_label
 from pools.models import Pool
 from portal import crypto
 from quotas.models import Tenant
@@ -147,6 +148,15 @@ class Rule(models.Model):
     def kind(self) -> str:
         return CONDITION_KIND.get(self.condition, RuleKind.EXTERNAL)
 
+    @property
+    def label(self) -> str:
+        """The name in the reader's language (alerts.defaults.rule_label)."""
+        return rule_label(self.key, self.name)
+
+    @property
+    def explanation(self) -> str:
+        return rule_description(self.key, self.description)
+
 
 class Event(models.Model):
     """Something that fired. Open events are unique per fingerprint: firing again while
@@ -200,7 +210,15 @@ class Event(models.Model):
         ]
 
     def __str__(self) -> str:
-        return f"{self.rule_name} ({self.scope})" if self.scope else self.rule_name
+        return f"{self.rule_label} ({self.scope})" if self.scope else self.rule_label
+
+    def get_absolute_url(self) -> str:
+        return reverse("alerts:event_detail", args=[self.pk])
+
+    @property
+    def rule_label(self) -> str:
+        """The rule's name in the reader's language, as the event recorded it."""
+        return rule_label(self.rule_key, self.rule_name)
 
 
 class Delivery(models.Model):

@@ -12,7 +12,8 @@ from __future__ import annotations
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from django.db.models import Q, QuerySet
 
-from alerts.models import Channel, Event, Subscription
+from alerts.live import ALL_GROUP, PLATFORM_GROUP, tenant_group
+from alerts.models import Channel, Event, Rule, Subscription
 from quotas.choices import Role
 from quotas.models import Tenant
 
@@ -82,3 +83,35 @@ def visible_subscriptions(user: User) -> QuerySet[Subscription]:
 
 def manages_rules(user: User) -> bool:
     return user.is_authenticated and user.is_superuser
+
+
+def member_tenant_ids(user: User) -> set[int]:
+    if not user.is_authenticated:
+        return set()
+    return set(Tenant.objects.filter(memberships__user=user).values_list("pk", flat=True))
+
+
+def visible_rules(user: User) -> QuerySet[Rule]:
+    """The rules that apply to the reader: every rule not scoped to a tenant, and those of
+    the reader's tenants (another tenant's rule would tell its name); all for the
+    platform admin."""
+    if not user.is_authenticated:
+        return Rule.objects.none()
+    if user.is_superuser:
+        return Rule.objects.all()
+    return Rule.objects.filter(
+        Q(tenant__isnull=True) | Q(tenant__memberships__user=user)
+    ).distinct()
+
+
+def event_groups(user: User) -> list[str]:
+    """The live groups (alerts.live) a dashboard joins: exactly the events
+    ``visible_events`` lets the user see."""
+    if not user.is_authenticated:
+        return []
+    if user.is_superuser:
+        return [ALL_GROUP]
+    groups = [tenant_group(pk) for pk in sorted(member_tenant_ids(user))]
+    if sees_platform_events(user):
+        groups.append(PLATFORM_GROUP)
+    return groups

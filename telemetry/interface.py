@@ -17,6 +17,7 @@ from typing import Any
 from agents.gpu_agent.schema import GPU_FIELDS, HISTORY_GPU_FIELDS, HISTORY_PROCESS_FIELDS
 from telemetry import history, readings
 from telemetry.interval_usage import Interval, IntervalUsage, interval_usage
+from telemetry.panels import DashboardPanel, add_dashboard_panel
 from telemetry.permissions import OwnerGrant, grant_owners
 from telemetry.signals import PollCycle, poll_cycle_recorded
 
@@ -26,12 +27,14 @@ __all__ = [
     "HISTORY_PROCESS_FIELDS",
     "CardReading",
     "CardUsage",
+    "DashboardPanel",
     "Interval",
     "IntervalUsage",
     "NodeReading",
     "OwnerGrant",
     "OwnerUsage",
     "PollCycle",
+    "add_dashboard_panel",
     "card_series",
     "card_usage",
     "grant_owners",

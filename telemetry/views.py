@@ -10,6 +10,7 @@ from agents.models import GPU, Node
 from agents.permissions import can_see_agent_details
 from telemetry import readings
 from telemetry.history import RANGES
+from telemetry.panels import dashboard_panels
 from telemetry.slices import may_see_owners, slices_report
 
 
@@ -58,6 +59,7 @@ def dashboard(request: HttpRequest) -> HttpResponse:
             "labels": _labels(),
             "can_manage_nodes": details,
             "agent_errors": {str(pk): text for pk, text in errors.items()} if details else None,
+            "panels": dashboard_panels(request),
         },
     )
 

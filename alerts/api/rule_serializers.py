@@ -4,12 +4,13 @@ holds the rules and audits); its field errors come back as DRF's."""
 from __future__ import annotations
 
 from django.core.exceptions import ValidationError as DjangoValidationError
+from django.utils.translation import gettext
 from rest_framework import serializers
 
 from alerts import config
 from alerts.choices import Comparison, Condition, ScopeKind, Severity
 from alerts.models import Event, Rule, Subscription
-from alerts.permissions import managed_tenants
+from alerts.permissions import managed_tenants, visible_rules
 
 
 def _service(call):
@@ -29,10 +30,13 @@ class RuleSerializer(serializers.ModelSerializer):
         help_text="The pool's, node's or tenant's id when scope_kind is one of them.",
     )  # fmt: skip
     kind = serializers.CharField(read_only=True)
+    label = serializers.CharField(
+        read_only=True, help_text="The name in the request's language (default rules)."
+    )
 
     class Meta:
         model = Rule
-        fields = ["id", "key", "name", "description", "kind", "condition", "comparison",
+        fields = ["id", "key", "name", "label", "description", "kind", "condition", "comparison",
                   "threshold", "for_seconds", "severity", "scope_kind", "scope_id", "pool",
                   "node", "tenant", "renotify_seconds", "enabled", "builtin", "created",
                   "updated"]  # fmt: skip
@@ -78,6 +82,12 @@ class SubscriptionSerializer(serializers.ModelSerializer):
                   "updated"]  # fmt: skip
         read_only_fields = ["id", "owner", "created", "updated"]
 
+    def validate_rules(self, value: list[Rule]) -> list[Rule]:
+        visible = set(visible_rules(self.context["request"].user).values_list("pk", flat=True))
+        if any(rule.pk not in visible for rule in value):
+            raise serializers.ValidationError(gettext("Choose rules that exist."))
+        return value
+
     def validate_tenant(self, value: int | None) -> int | None:
         if (
             value is not None
@@ -117,10 +127,13 @@ class SubscriptionSerializer(serializers.ModelSerializer):
 
 class EventSerializer(serializers.ModelSerializer):
     tenant = serializers.SlugRelatedField(slug_field="slug", read_only=True)
+    rule_label = serializers.CharField(
+        read_only=True, help_text="The rule's name in the request's language."
+    )
 
     class Meta:
         model = Event
-        fields = ["id", "rule", "rule_key", "rule_name", "severity", "scope", "state", "tenant",
-                  "labels", "summary", "started_at", "last_seen_at", "acknowledged_at",
-                  "acknowledged_by", "resolved_at"]  # fmt: skip
+        fields = ["id", "rule", "rule_key", "rule_name", "rule_label", "severity", "scope",
+                  "state", "tenant", "labels", "summary", "started_at", "last_seen_at",
+                  "acknowledged_at", "acknowledged_by", "resolved_at"]  # fmt: skip
         read_only_fields = fields

@@ -23,6 +23,7 @@ from alerts.permissions import (
     can_acknowledge,
     manages_rules,
     visible_events,
+    visible_rules,
     visible_subscriptions,
 )
 
@@ -36,10 +37,12 @@ class RuleViewSet(viewsets.ModelViewSet):
     """Alert rules: everyone signed in reads them (to subscribe); the platform admin
     edits them. Built-in rules can be disabled, not deleted."""
 
-    queryset = Rule.objects.order_by("name", "pk")
     serializer_class = RuleSerializer
     filterset_class = RuleFilterSet
     permission_classes = [permissions.IsAuthenticated, RulesEditedByPlatformAdmins]
+
+    def get_queryset(self):
+        return visible_rules(self.request.user).order_by("name", "pk")
 
     def perform_destroy(self, instance: Rule) -> None:
         try:

@@ -1,0 +1,27 @@
+"""Panels that apps above telemetry add to the fleet dashboard (the alerts app's strip
+of firing events), registered from their ``AppConfig.ready``: telemetry cannot import
+them, and the dashboard must not know what they show or who may see it."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from django.http import HttpRequest
+from django.utils.safestring import SafeString, mark_safe
+
+# Given the page's request, the panel's HTML (rendered by its app's templates, with its
+# own permission check), or "" to show nothing.
+DashboardPanel = Callable[[HttpRequest], str]
+
+_panels: list[DashboardPanel] = []
+
+
+def add_dashboard_panel(panel: DashboardPanel) -> DashboardPanel:
+    if panel not in _panels:
+        _panels.append(panel)
+    return panel
+
+
+def dashboard_panels(request: HttpRequest) -> list[SafeString]:
+    # The panels' HTML comes from their apps' auto-escaping templates.
+    return [mark_safe(html) for panel in _panels if (html := panel(request))]  # noqa: S308
