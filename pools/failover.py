@@ -21,17 +21,16 @@ from django.db.models import F, Q
 from django.utils import timezone
 
 from agents.choices import GpuHealth, NodeState
-from agents.models import GPU, Node
+from agents.models import Node
 from audit.interface import record
-from pools import placement
+from pools import statements
 from pools.choices import AgentSync, AllocationState, LeaseState
 from pools.models import Allocation, PoolCard
-from pools.services import _give_back, _take, ask_of, notify_nodes, pool_cards
+from pools.services import _give_back, ask_of, notify_nodes, picks
 from pools.signals import AllocationMove, CardCordon, announce_cordon, announce_moves
 
 logger = logging.getLogger(__name__)
 
-PLACE_ATTEMPTS = 8
 REASON_CHARS = 255
 
 
@@ -41,17 +40,13 @@ class FailoverResult:
     stranded: list[AllocationMove]
 
 
-class _Lost(Exception):
-    """A racing transaction took the chosen card's capacity first."""
-
-
-def _choose(allocation: Allocation, exclude: set[int]) -> tuple[int, int] | None:
+def _choose(allocation: Allocation, exclude: set[int]) -> tuple[int, int, int] | None:
     """Take one vGPU of the allocation's lease on a healthy card of its pool (not one of
-    ``exclude``); returns (gpu id, physical MiB) of the card taken, or None."""
+    ``exclude``), through the allocation service's own statements; returns (gpu id, node
+    id, physical MiB) of the card taken, or None."""
     lease, pool = allocation.lease, allocation.pool
-    ask = replace(ask_of(lease, pool), count=1)
+    ask = replace(ask_of(lease, pool), count=1, same_node=False)
     if lease.same_node:
-        # The lease's other slices fix the node: a slice moves only beside them.
         # The lease's other slices that stay (healthy card, online node) fix the node.
         sibling = (
             lease.allocations.filter(
@@ -64,19 +59,11 @@ def _choose(allocation: Allocation, exclude: set[int]) -> tuple[int, int] | None
         )  # fmt: skip
         if sibling:
             ask = replace(ask, node=sibling)
-    for _attempt in range(PLACE_ATTEMPTS):
-        cards = [c for c in pool_cards(pool, schedulable_only=True) if c.id not in exclude]
-        chosen = placement.place(cards, ask)
-        if not chosen:
-            return None
-        card = next(c for c in cards if c.id == chosen[0])
-        try:
-            with transaction.atomic():
-                if not _take({"pool": pool, "gpu_id": card.id}, card, ask):
-                    raise _Lost
-                return card.id, card.memory_physical_mib
-        except _Lost:
-            continue
+    for pick, params, count in picks(pool, ask, exclude):
+        if taken := statements.take(
+            pick, params, count, ask.whole_card, ask.compute_pct, ask.memory_mib
+        ):
+            return taken[0]
     return None
 
 
@@ -110,7 +97,7 @@ def replace_allocation(allocation_id: int, reason: str, *, actor=None) -> Alloca
             )  # fmt: skip
         now = timezone.now()
         if taken is not None:
-            gpu_id, physical = taken
+            gpu_id, _, physical = taken
             allocation.gpu_id, allocation.stranded_reason = gpu_id, ""
             allocation.state = AllocationState.ACTIVE
             if allocation.whole_card:
@@ -133,7 +120,7 @@ def replace_allocation(allocation_id: int, reason: str, *, actor=None) -> Alloca
         )  # fmt: skip
         nodes = {old_node} if old_node else set()
         if taken is not None:
-            nodes.add(GPU.objects.filter(pk=taken[0]).values_list("node_id", flat=True).get())
+            nodes.add(taken[1])
         notify_nodes(nodes)
         announce_moves([move])
     return move

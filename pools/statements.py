@@ -35,7 +35,7 @@ from pools.models import Allocation, Lease, PoolCard
 _PC = PoolCard._meta.db_table
 _GPU = GPU._meta.db_table
 
-# The fit of one vGPU on a card, on the card row's own columns (cf. services._take), and
+# The fit of one vGPU on a card, on the card row's own columns (cf. placement.fits), and
 # the taking of it; values are parameters (compute, memory), so the statement's text is
 # the same for every ask of a kind and a server-side prepared plan can be reused.
 _FITS_SLICE = (
@@ -116,6 +116,23 @@ def place(
         cursor.execute(sql, [*pick_params, count, *take_params, *fits_params, *lease_params,
                              *alloc_params])  # fmt: skip
         return cursor.fetchall()
+
+
+def take(pick_sql: str, pick_params: list, count: int, whole: bool, compute: int, memory: int):
+    """Take ``count`` vGPUs' capacity on the cards ``pick_sql`` selects and locks, as
+    ``place`` does, without a lease (a failover moves a slice it already has). Returns
+    ``(gpu id, node id, physical MiB)`` per card, or ``[]`` (then nothing changed)."""
+    fits, fits_params = _fits(whole, int(compute), int(memory))
+    take_sql, take_params = (_TAKE_WHOLE, []) if whole else (_TAKE_SLICE, [compute, memory])
+    sql = f"""
+        WITH pick AS ({pick_sql}),
+        ok AS (SELECT count(*) = %s::integer AS ok FROM pick)
+        UPDATE {_PC} pc SET {take_sql} FROM pick, ok
+         WHERE ok.ok AND pc.id = pick.id AND {fits}
+        RETURNING pc.gpu_id, pick.node_id, pick.physical"""  # noqa: S608 (model names only)
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [*pick_params, count, *take_params, *fits_params])
+        return sorted(cursor.fetchall())
 
 
 def lock_chosen(pool_id: int, gpu_ids: list[int], whole: bool, compute: int, memory: int):
