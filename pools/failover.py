@@ -103,10 +103,10 @@ def replace_allocation(allocation_id: int, reason: str, *, actor=None) -> Alloca
             if allocation.whole_card:
                 allocation.compute_pct, allocation.memory_mib = 100, physical
             allocation.placed_at = now
-            action = "pools.allocation.moved"
+            action = "allocation.moved"
         else:
             allocation.state, allocation.stranded_reason = AllocationState.STRANDED, reason
-            action = "pools.allocation.stranded"
+            action = "allocation.stranded"
         allocation.agent_sync, allocation.agent_error, allocation.agent_attempts = (
             AgentSync.PENDING, "", 0)  # fmt: skip
         allocation.save()
@@ -212,11 +212,28 @@ def drain_node(node: Node, actor=None, *, address: str | None = None) -> Failove
             before = {"state": locked.state}
             Node.objects.filter(pk=node.pk).update(state=NodeState.DRAINING)
             record(
-                "pools.node.drain", locked, actor=actor, address=address,
+                "node.drained", locked, actor=actor, address=address,
                 before=before, after={"state": NodeState.DRAINING},
             )  # fmt: skip
     node.state = NodeState.DRAINING
     return _move_all(_active(gpu__node_id=node.pk), "node drained", actor)
+
+
+def undrain_node(node: Node, actor=None, *, address: str | None = None) -> bool:
+    """End a drain: the node is online again (the next poll sets what it really is) and
+    takes new slices. Slices moved away stay where they went. False when it was not
+    draining (nothing changes)."""
+    with transaction.atomic():
+        locked = Node.objects.select_for_update().get(pk=node.pk)
+        if locked.state != NodeState.DRAINING:
+            return False
+        Node.objects.filter(pk=node.pk).update(state=NodeState.ONLINE)
+        record(
+            "node.undrained", locked, actor=actor, address=address,
+            before={"state": NodeState.DRAINING}, after={"state": NodeState.ONLINE},
+        )  # fmt: skip
+    node.state = NodeState.ONLINE
+    return True
 
 
 def cordon_card(card_id: int, reason: str, *, actor=None, address: str | None = None) -> bool:
@@ -228,7 +245,7 @@ def cordon_card(card_id: int, reason: str, *, actor=None, address: str | None = 
         card.cordoned_at, card.cordon_reason = timezone.now(), reason[:REASON_CHARS]
         card.save(update_fields=["cordoned_at", "cordon_reason"])
         record(
-            "pools.card.cordon", card, actor=actor, address=address, message=card.cordon_reason,
+            "pool_card.cordoned", card, actor=actor, address=address, message=card.cordon_reason,
             after={"cordoned_at": card.cordoned_at, "cordon_reason": card.cordon_reason},
         )  # fmt: skip
         leases = sorted(
@@ -253,7 +270,7 @@ def clear_cordon(card: PoolCard, actor, *, address: str | None = None) -> bool:
         locked.cordoned_at, locked.cordon_reason = None, ""
         locked.save(update_fields=["cordoned_at", "cordon_reason"])
         record(
-            "pools.card.clear_cordon", locked, actor=actor, address=address,
+            "pool_card.cordon_cleared", locked, actor=actor, address=address,
             before=before, after={"cordoned_at": None, "cordon_reason": ""},
         )  # fmt: skip
     card.cordoned_at, card.cordon_reason = None, ""
