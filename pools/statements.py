@@ -26,6 +26,8 @@ change here.
 
 from __future__ import annotations
 
+from functools import cache
+
 from django.db import connection, models
 
 from agents.models import GPU
@@ -58,22 +60,31 @@ def _fits(whole: bool, compute: int, memory: int) -> tuple[str, list]:
     return (_FITS_WHOLE, []) if whole else (_FITS_SLICE, [compute, memory])
 
 
+@cache
+def _columns(model: type[models.Model], computed: tuple[tuple[str, str], ...]):
+    """The column list, the select list and the fields whose values are parameters, per
+    model and computed columns: built once (the casts cost more than the insert's run)."""
+    quote, given = connection.ops.quote_name, dict(computed)
+    columns, select, fields = [], [], []
+    for field in model._meta.concrete_fields:
+        if field.primary_key:
+            continue
+        columns.append(quote(field.column))
+        if field.column in given:
+            select.append(given[field.column])
+        else:
+            select.append(f"%s::{field.cast_db_type(connection)}")
+            fields.append(field)
+    return ", ".join(columns), ", ".join(select), tuple(fields)
+
+
 def _insert(obj: models.Model, computed: dict[str, str]) -> tuple[str, str, list]:
     """``(columns, select list, params)`` to insert ``obj``'s row with INSERT ... SELECT;
     the columns named in ``computed`` take those SQL expressions instead of its values.
     Each value is cast to its column's type (a NULL has none of its own)."""
-    quote = connection.ops.quote_name
-    columns, select, params = [], [], []
-    for field in obj._meta.concrete_fields:
-        if field.primary_key:
-            continue
-        columns.append(quote(field.column))
-        if field.column in computed:
-            select.append(computed[field.column])
-        else:
-            select.append(f"%s::{field.cast_db_type(connection)}")
-            params.append(field.get_db_prep_save(field.pre_save(obj, True), connection))
-    return ", ".join(columns), ", ".join(select), params
+    columns, select, fields = _columns(type(obj), tuple(sorted(computed.items())))
+    params = [f.get_db_prep_save(f.pre_save(obj, True), connection) for f in fields]
+    return columns, select, params
 
 
 def place(
