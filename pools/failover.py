@@ -21,17 +21,16 @@ from django.db.models import F, Q
 from django.utils import timezone
 
 from agents.choices import GpuHealth, NodeState
-from agents.models import GPU, Node
+from agents.models import Node
 from audit.interface import record
-from pools import placement
+from pools import statements
 from pools.choices import AgentSync, AllocationState, LeaseState
 from pools.models import Allocation, PoolCard
-from pools.services import _give_back, _take, ask_of, notify_nodes, pool_cards
+from pools.services import _give_back, ask_of, notify_nodes, picks
 from pools.signals import AllocationMove, CardCordon, announce_cordon, announce_moves
 
 logger = logging.getLogger(__name__)
 
-PLACE_ATTEMPTS = 8
 REASON_CHARS = 255
 
 
@@ -41,17 +40,13 @@ class FailoverResult:
     stranded: list[AllocationMove]
 
 
-class _Lost(Exception):
-    """A racing transaction took the chosen card's capacity first."""
-
-
-def _choose(allocation: Allocation, exclude: set[int]) -> tuple[int, int] | None:
+def _choose(allocation: Allocation, exclude: set[int]) -> tuple[int, int, int] | None:
     """Take one vGPU of the allocation's lease on a healthy card of its pool (not one of
-    ``exclude``); returns (gpu id, physical MiB) of the card taken, or None."""
+    ``exclude``), through the allocation service's own statements; returns (gpu id, node
+    id, physical MiB) of the card taken, or None."""
     lease, pool = allocation.lease, allocation.pool
-    ask = replace(ask_of(lease, pool), count=1)
+    ask = replace(ask_of(lease, pool), count=1, same_node=False)
     if lease.same_node:
-        # The lease's other slices fix the node: a slice moves only beside them.
         # The lease's other slices that stay (healthy card, online node) fix the node.
         sibling = (
             lease.allocations.filter(
@@ -64,19 +59,11 @@ def _choose(allocation: Allocation, exclude: set[int]) -> tuple[int, int] | None
         )  # fmt: skip
         if sibling:
             ask = replace(ask, node=sibling)
-    for _attempt in range(PLACE_ATTEMPTS):
-        cards = [c for c in pool_cards(pool, schedulable_only=True) if c.id not in exclude]
-        chosen = placement.place(cards, ask)
-        if not chosen:
-            return None
-        card = next(c for c in cards if c.id == chosen[0])
-        try:
-            with transaction.atomic():
-                if not _take({"pool": pool, "gpu_id": card.id}, card, ask):
-                    raise _Lost
-                return card.id, card.memory_physical_mib
-        except _Lost:
-            continue
+    for pick, params, count in picks(pool, ask, exclude):
+        if taken := statements.take(
+            pick, params, count, ask.whole_card, ask.compute_pct, ask.memory_mib
+        ):
+            return taken[0]
     return None
 
 
@@ -110,16 +97,16 @@ def replace_allocation(allocation_id: int, reason: str, *, actor=None) -> Alloca
             )  # fmt: skip
         now = timezone.now()
         if taken is not None:
-            gpu_id, physical = taken
+            gpu_id, _, physical = taken
             allocation.gpu_id, allocation.stranded_reason = gpu_id, ""
             allocation.state = AllocationState.ACTIVE
             if allocation.whole_card:
                 allocation.compute_pct, allocation.memory_mib = 100, physical
             allocation.placed_at = now
-            action = "pools.allocation.moved"
+            action = "allocation.moved"
         else:
             allocation.state, allocation.stranded_reason = AllocationState.STRANDED, reason
-            action = "pools.allocation.stranded"
+            action = "allocation.stranded"
         allocation.agent_sync, allocation.agent_error, allocation.agent_attempts = (
             AgentSync.PENDING, "", 0)  # fmt: skip
         allocation.save()
@@ -133,7 +120,7 @@ def replace_allocation(allocation_id: int, reason: str, *, actor=None) -> Alloca
         )  # fmt: skip
         nodes = {old_node} if old_node else set()
         if taken is not None:
-            nodes.add(GPU.objects.filter(pk=taken[0]).values_list("node_id", flat=True).get())
+            nodes.add(taken[1])
         notify_nodes(nodes)
         announce_moves([move])
     return move
@@ -225,11 +212,28 @@ def drain_node(node: Node, actor=None, *, address: str | None = None) -> Failove
             before = {"state": locked.state}
             Node.objects.filter(pk=node.pk).update(state=NodeState.DRAINING)
             record(
-                "pools.node.drain", locked, actor=actor, address=address,
+                "node.drained", locked, actor=actor, address=address,
                 before=before, after={"state": NodeState.DRAINING},
             )  # fmt: skip
     node.state = NodeState.DRAINING
     return _move_all(_active(gpu__node_id=node.pk), "node drained", actor)
+
+
+def undrain_node(node: Node, actor=None, *, address: str | None = None) -> bool:
+    """End a drain: the node is online again (the next poll sets what it really is) and
+    takes new slices. Slices moved away stay where they went. False when it was not
+    draining (nothing changes)."""
+    with transaction.atomic():
+        locked = Node.objects.select_for_update().get(pk=node.pk)
+        if locked.state != NodeState.DRAINING:
+            return False
+        Node.objects.filter(pk=node.pk).update(state=NodeState.ONLINE)
+        record(
+            "node.undrained", locked, actor=actor, address=address,
+            before={"state": NodeState.DRAINING}, after={"state": NodeState.ONLINE},
+        )  # fmt: skip
+    node.state = NodeState.ONLINE
+    return True
 
 
 def cordon_card(card_id: int, reason: str, *, actor=None, address: str | None = None) -> bool:
@@ -241,7 +245,7 @@ def cordon_card(card_id: int, reason: str, *, actor=None, address: str | None = 
         card.cordoned_at, card.cordon_reason = timezone.now(), reason[:REASON_CHARS]
         card.save(update_fields=["cordoned_at", "cordon_reason"])
         record(
-            "pools.card.cordon", card, actor=actor, address=address, message=card.cordon_reason,
+            "pool_card.cordoned", card, actor=actor, address=address, message=card.cordon_reason,
             after={"cordoned_at": card.cordoned_at, "cordon_reason": card.cordon_reason},
         )  # fmt: skip
         leases = sorted(
@@ -266,7 +270,7 @@ def clear_cordon(card: PoolCard, actor, *, address: str | None = None) -> bool:
         locked.cordoned_at, locked.cordon_reason = None, ""
         locked.save(update_fields=["cordoned_at", "cordon_reason"])
         record(
-            "pools.card.clear_cordon", locked, actor=actor, address=address,
+            "pool_card.cordon_cleared", locked, actor=actor, address=address,
             before=before, after={"cordoned_at": None, "cordon_reason": ""},
         )  # fmt: skip
     card.cordoned_at, card.cordon_reason = None, ""

@@ -7,7 +7,7 @@ point at pools and leases. Everything else in pools is private.
 from __future__ import annotations
 
 from pools.agent_reports import agent_report
-from pools.failover import clear_cordon, drain_node
+from pools.failover import clear_cordon, drain_node, undrain_node
 from pools.placement import Ask
 from pools.reconcile import Drift, drift
 from pools.services import (
@@ -42,4 +42,5 @@ __all__ = [
     "place_lease",
     "release_lease",
     "resize_lease",
+    "undrain_node",
 ]

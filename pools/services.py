@@ -162,28 +162,28 @@ def candidate_cards(
         return [_card(row) for row in cursor.fetchall()]
 
 
-def _take(pool_card_filter: dict, card: placement.Card, ask: placement.Ask) -> bool:
-    """Take one vGPU's capacity on a card if it is still there; False when it is not."""
-    rows = PoolCard.objects.filter(**pool_card_filter, cordoned_at=None, held_whole=False)
-    if ask.whole_card:
-        return bool(
-            rows.filter(slices=0).update(
-                held_whole=True,
-                slices=1,
-                compute_allocated=F("compute_capacity"),
-                memory_allocated_mib=F("memory_capacity_mib"),
-            )
+def picks(pool: Pool, ask: placement.Ask, exclude: Iterable[int] = ()):
+    """The ways to lock cards for ``ask``, best first: ``(pick SQL, params, count)`` for
+    ``statements.place`` or ``statements.take``. The one path to capacity for placements
+    and failover alike; stops when placement finds no cards (the caller then decides)."""
+    exclude = list(exclude)
+    whole = ask.whole_card
+    if _ordered(ask):
+        # Binpack first takes the best cards no racing transaction holds, locked as read:
+        # racing requests then fill the next best cards instead of queueing on one.
+        sql, params = _candidates_sql(pool, ask, exclude, ask.count)
+        yield ("SELECT pc.id, pc.gpu_id, g.node_id, g.memory_total_mib AS physical "
+               + " ".join(sql) + " FOR UPDATE OF pc SKIP LOCKED"), params, ask.count  # fmt: skip
+    for _attempt in range(PLACE_ATTEMPTS):
+        # Read without locking, choose, then wait for the chosen cards (in id order, so
+        # two multi-card requests cannot deadlock); a card that no longer fits: again.
+        chosen = placement.place(candidate_cards(pool, ask, exclude), ask)
+        if chosen is None:
+            return
+        pick, params = statements.lock_chosen(
+            pool.pk, sorted(chosen), whole, ask.compute_pct, ask.memory_mib
         )
-    return bool(
-        rows.filter(
-            compute_allocated__lte=F("compute_capacity") - ask.compute_pct,
-            memory_allocated_mib__lte=F("memory_capacity_mib") - ask.memory_mib,
-        ).update(
-            slices=F("slices") + 1,
-            compute_allocated=F("compute_allocated") + ask.compute_pct,
-            memory_allocated_mib=F("memory_allocated_mib") + ask.memory_mib,
-        )
-    )
+        yield pick, params, len(chosen)
 
 
 def _placed(
@@ -194,25 +194,8 @@ def _placed(
     PlacementError, having changed nothing, when it does not fit."""
     if not ask.valid:
         raise PlacementError("no card in this pool could ever hold this request", never=True)
-    whole = ask.whole_card
-    if _ordered(ask):
-        # Binpack first takes the best cards no racing transaction holds, locked as read:
-        # racing requests then fill the next best cards instead of queueing on one.
-        sql, params = _candidates_sql(pool, ask, (), ask.count)
-        pick = ("SELECT pc.id, pc.gpu_id, g.node_id, g.memory_total_mib AS physical "
-                + " ".join(sql) + " FOR UPDATE OF pc SKIP LOCKED")  # fmt: skip
-        if rows := statements.place(pick, params, ask.count, whole, lease, template):
-            return rows
-    for _attempt in range(PLACE_ATTEMPTS):
-        # Read without locking, choose, then wait for the chosen cards (in id order, so
-        # two multi-card requests cannot deadlock); a card that no longer fits: again.
-        chosen = placement.place(candidate_cards(pool, ask), ask)
-        if chosen is None:
-            break
-        pick, params = statements.lock_chosen(
-            pool.pk, sorted(chosen), whole, template.compute_pct, template.memory_mib
-        )
-        if rows := statements.place(pick, params, len(chosen), whole, lease, template):
+    for pick, params, count in picks(pool, ask):
+        if rows := statements.place(pick, params, count, ask.whole_card, lease, template):
             return rows
     if not could_ever_fit(pool, ask):
         raise PlacementError("no card in this pool could ever hold this request", never=True)

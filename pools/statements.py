@@ -26,6 +26,8 @@ change here.
 
 from __future__ import annotations
 
+from functools import cache
+
 from django.db import connection, models
 
 from agents.models import GPU
@@ -35,7 +37,7 @@ from pools.models import Allocation, Lease, PoolCard
 _PC = PoolCard._meta.db_table
 _GPU = GPU._meta.db_table
 
-# The fit of one vGPU on a card, on the card row's own columns (cf. services._take), and
+# The fit of one vGPU on a card, on the card row's own columns (cf. placement.fits), and
 # the taking of it; values are parameters (compute, memory), so the statement's text is
 # the same for every ask of a kind and a server-side prepared plan can be reused.
 _FITS_SLICE = (
@@ -58,22 +60,31 @@ def _fits(whole: bool, compute: int, memory: int) -> tuple[str, list]:
     return (_FITS_WHOLE, []) if whole else (_FITS_SLICE, [compute, memory])
 
 
+@cache
+def _columns(model: type[models.Model], computed: tuple[tuple[str, str], ...]):
+    """The column list, the select list and the fields whose values are parameters, per
+    model and computed columns: built once (the casts cost more than the insert's run)."""
+    quote, given = connection.ops.quote_name, dict(computed)
+    columns, select, fields = [], [], []
+    for field in model._meta.concrete_fields:
+        if field.primary_key:
+            continue
+        columns.append(quote(field.column))
+        if field.column in given:
+            select.append(given[field.column])
+        else:
+            select.append(f"%s::{field.cast_db_type(connection)}")
+            fields.append(field)
+    return ", ".join(columns), ", ".join(select), tuple(fields)
+
+
 def _insert(obj: models.Model, computed: dict[str, str]) -> tuple[str, str, list]:
     """``(columns, select list, params)`` to insert ``obj``'s row with INSERT ... SELECT;
     the columns named in ``computed`` take those SQL expressions instead of its values.
     Each value is cast to its column's type (a NULL has none of its own)."""
-    quote = connection.ops.quote_name
-    columns, select, params = [], [], []
-    for field in obj._meta.concrete_fields:
-        if field.primary_key:
-            continue
-        columns.append(quote(field.column))
-        if field.column in computed:
-            select.append(computed[field.column])
-        else:
-            select.append(f"%s::{field.cast_db_type(connection)}")
-            params.append(field.get_db_prep_save(field.pre_save(obj, True), connection))
-    return ", ".join(columns), ", ".join(select), params
+    columns, select, fields = _columns(type(obj), tuple(sorted(computed.items())))
+    params = [f.get_db_prep_save(f.pre_save(obj, True), connection) for f in fields]
+    return columns, select, params
 
 
 def place(
@@ -116,6 +127,23 @@ def place(
         cursor.execute(sql, [*pick_params, count, *take_params, *fits_params, *lease_params,
                              *alloc_params])  # fmt: skip
         return cursor.fetchall()
+
+
+def take(pick_sql: str, pick_params: list, count: int, whole: bool, compute: int, memory: int):
+    """Take ``count`` vGPUs' capacity on the cards ``pick_sql`` selects and locks, as
+    ``place`` does, without a lease (a failover moves a slice it already has). Returns
+    ``(gpu id, node id, physical MiB)`` per card, or ``[]`` (then nothing changed)."""
+    fits, fits_params = _fits(whole, int(compute), int(memory))
+    take_sql, take_params = (_TAKE_WHOLE, []) if whole else (_TAKE_SLICE, [compute, memory])
+    sql = f"""
+        WITH pick AS ({pick_sql}),
+        ok AS (SELECT count(*) = %s::integer AS ok FROM pick)
+        UPDATE {_PC} pc SET {take_sql} FROM pick, ok
+         WHERE ok.ok AND pc.id = pick.id AND {fits}
+        RETURNING pc.gpu_id, pick.node_id, pick.physical"""  # noqa: S608 (model names only)
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [*pick_params, count, *take_params, *fits_params])
+        return sorted(cursor.fetchall())
 
 
 def lock_chosen(pool_id: int, gpu_ids: list[int], whole: bool, compute: int, memory: int):

@@ -16,5 +16,12 @@ urlpatterns = [
         views.pool_card_remove,
         name="pool_card_remove",
     ),
+    path("pools/<slug:slug>/nodes/<int:node_id>/drain/", views.node_drain, name="node_drain"),
+    path("pools/<slug:slug>/nodes/<int:node_id>/undrain/", views.node_undrain, name="node_undrain"),
+    path(
+        "pools/<slug:slug>/cards/<int:gpu_id>/clear-cordon/",
+        views.card_clear_cordon,
+        name="card_clear_cordon",
+    ),
     path("allocations/<int:pk>/", views.allocation_detail, name="allocation_detail"),
 ]

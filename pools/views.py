@@ -21,13 +21,13 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.utils.translation import gettext as _
 from django.views.decorators.http import require_POST
 
-from agents.choices import GpuHealth, NodeState
-from agents.models import GPU
-from pools import capacity, launch, membership, permissions
+from agents.choices import GpuHealth, NodeSource, NodeState
+from agents.models import GPU, Node
+from pools import capacity, failover, launch, membership, permissions
 from pools.agent_reports import agent_report
 from pools.choices import AgentSync, AllocationState
 from pools.forms import PoolCardsForm, PoolForm
-from pools.models import Pool
+from pools.models import Pool, PoolCard
 from portal.security import client_ip
 
 View = Callable[..., HttpResponse]
@@ -169,7 +169,24 @@ def _detail(request: HttpRequest, pool: Pool, cards_form: PoolCardsForm | None =
         "can_delete": permissions.can_delete_pools(request.user),
         "cards_form": cards_form if can_change else None,
     }
+    if can_change:
+        context["nodes"] = _nodes(context["picture"]["cards"])
     return render(request, "pools/pool_detail.html", context, status=status)
+
+
+def _nodes(cards: list[dict]) -> list[dict]:
+    """The pool's nodes (name, state, cards) for the drain buttons, in the cards' order."""
+    nodes: dict[int, dict] = {}
+    for card in cards:
+        node = nodes.setdefault(card["node_id"], {
+            "id": card["node_id"], "name": card["node"], "state": card["node_state"],
+            "draining": card["node_state"] == NodeState.DRAINING, "cards": 0, "slices": 0,
+        })  # fmt: skip
+        node["cards"] += 1
+        node["slices"] += card["slice_count"]
+    for node in nodes.values():
+        node["state_label"] = NodeState(node["state"]).label
+    return list(nodes.values())
 
 
 @require_POST
@@ -199,6 +216,50 @@ def pool_card_remove(request: HttpRequest, slug: str, gpu_id: int) -> HttpRespon
             messages.error(request, message)
     else:
         messages.success(request, _("Card removed from the pool."))
+    return redirect(pool)
+
+
+def _pool_node(pool: Pool, node_id: int) -> Node:
+    """A node that holds a card of ``pool`` (404 otherwise: the page acts on its own)."""
+    return get_object_or_404(Node, pk=node_id, source=NodeSource.AGENT, gpus__pool_card__pool=pool)
+
+
+@require_POST
+@allowed_if(permissions.can_change_pools)
+def node_drain(request: HttpRequest, slug: str, node_id: int) -> HttpResponse:
+    """The page's drain button: the same operation as ``POST /api/v1/pool-nodes/<id>/drain/``."""
+    pool = get_object_or_404(Pool, slug=slug)
+    node = _pool_node(pool, node_id)
+    result = failover.drain_node(node, **_who(request))
+    messages.success(
+        request,
+        _("Node %(node)s is draining: %(moved)s vGPU(s) moved, %(stranded)s waiting for room.")
+        % {"node": node.name, "moved": len(result.moved), "stranded": len(result.stranded)},
+    )
+    return redirect(pool)
+
+
+@require_POST
+@allowed_if(permissions.can_change_pools)
+def node_undrain(request: HttpRequest, slug: str, node_id: int) -> HttpResponse:
+    pool = get_object_or_404(Pool, slug=slug)
+    node = _pool_node(pool, node_id)
+    if failover.undrain_node(node, **_who(request)):
+        messages.success(request, _("Node %(node)s takes new vGPUs again.") % {"node": node.name})
+    else:
+        messages.error(request, _("Node %(node)s is not draining.") % {"node": node.name})
+    return redirect(pool)
+
+
+@require_POST
+@allowed_if(permissions.can_change_pools)
+def card_clear_cordon(request: HttpRequest, slug: str, gpu_id: int) -> HttpResponse:
+    pool = get_object_or_404(Pool, slug=slug)
+    card = get_object_or_404(PoolCard, pool=pool, gpu_id=gpu_id)
+    if failover.clear_cordon(card, request.user, address=client_ip(request)):
+        messages.success(request, _("The card takes new vGPUs again."))
+    else:
+        messages.error(request, _("This card is not cordoned."))
     return redirect(pool)
 
 

@@ -86,8 +86,8 @@ def test_drain_moves_slices_to_another_node_and_tells_owners(
     [move] = moves
     assert (move.lease_id, move.from_gpu_id, move.to_gpu_id) == (lease.pk, a.pk, b.pk)
     actions = set(AuditEntry.objects.values_list("action", flat=True))
-    assert {"pools.node.drain", "pools.allocation.moved"} <= actions
-    assert AuditEntry.objects.get(action="pools.node.drain").address == "192.0.2.1"
+    assert {"node.drained", "allocation.moved"} <= actions
+    assert AuditEntry.objects.get(action="node.drained").address == "192.0.2.1"
     with pytest.raises(PlacementError):  # a draining node takes no new slices
         place(pool, node=a.node.name)
 
@@ -188,7 +188,7 @@ def test_a_critical_xid_or_uncorrectable_ecc_cordons_the_card_until_cleared(
     services.record_poll_results([fault_answer(a, **values)])
     assert agent_reports.compare([a.node_id]).cordons == []
     place(pool, node=a.node.name)
-    assert {"pools.card.cordon", "pools.card.clear_cordon"} <= set(
+    assert {"pool_card.cordoned", "pool_card.cordon_cleared"} <= set(
         AuditEntry.objects.values_list("action", flat=True)
     )
 

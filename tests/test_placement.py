@@ -33,14 +33,14 @@ GIB = 1024
 
 
 @st.composite
-def cards(draw, n: int | None = None) -> list[Card]:
+def cards(draw, n: int | None = None, nodes: int = 4, most: int = 14) -> list[Card]:
     """A pool: a few nodes, two models, oversubscription or not, cards part used."""
     compute_ratio = draw(st.sampled_from([1, 1.5, 2]))
     memory_ratio = draw(st.sampled_from([1, 1.5]))
-    count = n if n is not None else draw(st.integers(0, 14))
+    count = n if n is not None else draw(st.integers(0, most))
     made = []
     for card_id in range(1, count + 1):
-        node = draw(st.integers(1, 4))
+        node = draw(st.integers(1, nodes))
         model = draw(st.sampled_from([A100, T4]))
         physical = PHYSICAL[model]
         compute_cap, memory_cap = int(100 * compute_ratio), int(physical * memory_ratio)
@@ -225,6 +225,30 @@ def test_the_index_places_exactly_like_the_function_as_cards_fill_and_empty(pool
             )  # fmt: skip
             current[emptied.id] = emptied
             index.update(emptied)
+
+
+@given(
+    cards(nodes=12, most=60),
+    st.lists(asks().map(lambda ask: replace(ask, same_node=True, node="")), min_size=1,
+             max_size=10),
+)  # fmt: skip
+@settings(max_examples=150)
+def test_the_index_picks_the_same_node_as_the_function_among_many_nodes(pool, sequence):
+    """One-node asks are answered by ranking nodes by a bound per size class and stopping
+    early: among a dozen nodes, through placements and releases, the same node and cards."""
+    index = CardIndex(pool)
+    current = {c.id: c for c in pool}
+    for ask in sequence:
+        chosen = place(list(current.values()), ask)
+        assert index.place(ask) == chosen
+        for card_id in chosen or ():
+            current[card_id] = after(current[card_id], ask)
+            index.update(current[card_id])
+    for card_id in list(current)[::3]:  # cards go away: their nodes are ranked without them
+        del current[card_id]
+        index.remove(card_id)
+    for ask in sequence:
+        assert index.place(ask) == place(list(current.values()), ask)
 
 
 # --- examples --------------------------------------------------------------------------

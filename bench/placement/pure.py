@@ -69,6 +69,16 @@ def mixed_ask(rnd: random.Random, policy: str) -> Ask:
     return replace(base, node_labels={"rack": f"r{rnd.randrange(40)}"})
 
 
+def kind_of(ask: Ask) -> str:
+    if ask.whole_card:
+        return "whole cards"
+    if ask.same_node:
+        return "one node"
+    if ask.node_labels:
+        return "label"
+    return "several" if ask.count > 1 else "one slice"
+
+
 def taken(card: Card, ask: Ask, sign: int = 1) -> Card:
     compute, memory = ask.take(card)
     return replace(
@@ -86,12 +96,15 @@ def run(count: int, asks: int, policy: str, seed: int) -> dict:
     build_s = time.perf_counter() - started
     held: list[tuple[Ask, tuple[int, ...]]] = []
     times, cpu, reference, misses = [], [], [], 0
+    updates: list[float] = []  # CPU of one card's update in the index
+    by_kind: dict[str, list[float]] = {}
     for n in range(asks):
         ask = mixed_ask(rnd, policy)
         t0, c0 = time.perf_counter(), time.thread_time()
         chosen = index.place(ask)
         times.append(time.perf_counter() - t0)
         cpu.append(time.thread_time() - c0)
+        by_kind.setdefault(kind_of(ask), []).append(cpu[-1])
         if n % 50 == 0:  # the plain function on the whole list, for comparison
             t0 = time.perf_counter()
             assert place(list(index.cards.values()), ask) == chosen
@@ -100,7 +113,10 @@ def run(count: int, asks: int, policy: str, seed: int) -> dict:
             misses += 1
         else:
             for card_id in chosen:
-                index.update(taken(index.cards[card_id], ask))
+                card = taken(index.cards[card_id], ask)
+                c0 = time.thread_time()
+                index.update(card)
+                updates.append(time.thread_time() - c0)
             held.append((ask, chosen))
         if len(held) > 50 and rnd.random() < 0.5:  # an old lease ends
             old_ask, old = held.pop(rnd.randrange(len(held)))
@@ -116,6 +132,12 @@ def run(count: int, asks: int, policy: str, seed: int) -> dict:
         # CPU time of this thread: the same calls without the time other processes took.
         "index_place_cpu_p50_ms": round(percentile(cpu, 0.5) * 1e3, 3),
         "index_place_cpu_p99_ms": round(percentile(cpu, 0.99) * 1e3, 3),
+        "index_update_cpu_p50_ms": round(percentile(updates, 0.5) * 1e3, 3),
+        "index_update_cpu_p99_ms": round(percentile(updates, 0.99) * 1e3, 3),
+        "index_place_cpu_p50_p99_ms_by_kind": {
+            kind: [round(percentile(v, 0.5) * 1e3, 3), round(percentile(v, 0.99) * 1e3, 3)]
+            for kind, v in sorted(by_kind.items())
+        },
         "list_place_p50_ms": round(percentile(reference, 0.5) * 1e3, 2),
         "list_place_p99_ms": round(percentile(reference, 0.99) * 1e3, 2),
     }  # fmt: skip

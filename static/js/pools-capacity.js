@@ -148,3 +148,9 @@ connect(`/ws/pools/${poolId}/`, (message) => {
     drawUsage();
   }
 });
+
+// Drain, undrain, clear cordon: ask before a button marked data-confirm submits its form.
+document.addEventListener("submit", (event) => {
+  const button = event.submitter;
+  if (button?.dataset.confirm && !window.confirm(button.dataset.confirm)) event.preventDefault();
+});

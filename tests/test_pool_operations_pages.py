@@ -1,0 +1,128 @@
+"""Drain, undrain and clear a cordon from the pool page: POST forms with CSRF, only for
+those with ``pools.change_pool`` (as the API operations), audited; refused ones change
+nothing."""
+
+from __future__ import annotations
+
+import pytest
+from django.test import Client
+from django.urls import reverse
+from django.utils import timezone
+
+from agents.choices import NodeState
+from audit.models import AuditEntry
+from pools.choices import AllocationState
+from pools.models import PoolCard
+from tests.factories import PoolFactory, online_cards, placed_lease
+
+pytestmark = pytest.mark.django_db
+
+
+def browser_for(user, **kwargs) -> Client:
+    client = Client(**kwargs)
+    client.force_login(user)
+    return client
+
+
+@pytest.fixture
+def cards():
+    return online_cards(1), online_cards(1)
+
+
+@pytest.fixture
+def pool(cards):
+    return PoolFactory(name="train", slug="train", cards=[*cards[0], *cards[1]])
+
+
+@pytest.fixture
+def lease(pool, bob):
+    return placed_lease(pool, bob, compute_pct=30, memory_mib=8192, label="bert")
+
+
+def _urls(pool, node, gpu) -> dict[str, str]:
+    return {
+        "drain": reverse("pools:node_drain", args=[pool.slug, node.pk]),
+        "undrain": reverse("pools:node_undrain", args=[pool.slug, node.pk]),
+        "clear": reverse("pools:card_clear_cordon", args=[pool.slug, gpu.pk]),
+    }
+
+
+def test_an_admin_drains_a_node_from_the_page_and_its_vgpus_move(alice, pool, lease):
+    allocation = lease.allocations.get()
+    node = allocation.gpu.node
+    page = browser_for(alice).get(pool.get_absolute_url()).content.decode()
+    assert reverse("pools:node_drain", args=[pool.slug, node.pk]) in page
+    response = browser_for(alice).post(_urls(pool, node, allocation.gpu)["drain"], follow=True)
+    assert response.status_code == 200
+    node.refresh_from_db()
+    allocation.refresh_from_db()
+    assert node.state == NodeState.DRAINING
+    assert allocation.state == AllocationState.ACTIVE and allocation.gpu.node_id != node.pk
+    assert AuditEntry.objects.filter(action="node.drained", actor=alice).count() == 1
+    assert "1 vGPU(s) moved" in response.content.decode()
+    # The page now offers to undrain it; undraining lets it take slices again.
+    assert _urls(pool, node, allocation.gpu)["undrain"] in response.content.decode()
+    browser_for(alice).post(_urls(pool, node, allocation.gpu)["undrain"])
+    node.refresh_from_db()
+    assert node.state == NodeState.ONLINE
+    assert AuditEntry.objects.filter(action="node.undrained", actor=alice).count() == 1
+
+
+def test_an_admin_clears_a_cordon_from_the_page(alice, pool, cards):
+    (gpu,), _ = cards
+    PoolCard.objects.filter(gpu=gpu).update(cordoned_at=timezone.now(), cordon_reason="XID 79")
+    page = browser_for(alice).get(pool.get_absolute_url()).content.decode()
+    url = _urls(pool, gpu.node, gpu)["clear"]
+    assert url in page
+    assert browser_for(alice).post(url).status_code == 302
+    assert PoolCard.objects.get(gpu=gpu).cordoned_at is None
+    assert AuditEntry.objects.filter(action="pool_card.cordon_cleared", actor=alice).exists()
+    assert url not in browser_for(alice).get(pool.get_absolute_url()).content.decode()
+
+
+@pytest.mark.parametrize("name", ["bob", "carol", "dave"])
+def test_without_the_pool_permission_the_buttons_are_absent_and_posts_refused(
+    request, name, pool, cards, lease
+):
+    user = request.getfixturevalue(name)
+    (gpu,), _ = cards
+    PoolCard.objects.filter(gpu=gpu).update(cordoned_at=timezone.now(), cordon_reason="XID 79")
+    urls = _urls(pool, gpu.node, gpu)
+    client = browser_for(user)  # signing in is audited: count after it
+    page = client.get(pool.get_absolute_url()).content.decode()
+    assert not any(url in page for url in urls.values())
+    before = list(AuditEntry.objects.values_list("pk", flat=True))
+    for url in urls.values():
+        assert client.post(url).status_code == 403
+    gpu.node.refresh_from_db()
+    assert gpu.node.state == NodeState.ONLINE
+    assert PoolCard.objects.get(gpu=gpu).cordoned_at is not None
+    assert lease.allocations.get().state == AllocationState.ACTIVE
+    assert list(AuditEntry.objects.values_list("pk", flat=True)) == before
+
+
+def test_the_forms_need_the_csrf_token_and_a_post(alice, pool, cards):
+    (gpu,), _ = cards
+    urls = _urls(pool, gpu.node, gpu)
+    guarded = browser_for(alice, enforce_csrf_checks=True)
+    assert guarded.post(urls["drain"]).status_code == 403
+    assert browser_for(alice).get(urls["drain"]).status_code == 405
+    gpu.node.refresh_from_db()
+    assert gpu.node.state == NodeState.ONLINE
+
+
+def test_a_node_or_card_outside_the_pool_is_not_found_and_nothing_changes(alice, pool):
+    (other,) = online_cards(1)
+    urls = _urls(pool, other.node, other)
+    for url in urls.values():
+        assert browser_for(alice).post(url).status_code == 404
+    other.node.refresh_from_db()
+    assert other.node.state == NodeState.ONLINE
+    assert not AuditEntry.objects.filter(action__startswith="node.").exists()
+
+
+def test_undraining_a_node_that_is_not_draining_says_so_and_changes_nothing(alice, pool, cards):
+    (gpu,), _ = cards
+    response = browser_for(alice).post(_urls(pool, gpu.node, gpu)["undrain"], follow=True)
+    assert "is not draining" in response.content.decode()
+    assert not AuditEntry.objects.filter(action="node.undrained").exists()
