@@ -40,7 +40,7 @@ def _concerns(message: dict, request_id: int) -> bool:
 
 async def _wait(layer, request_id: int, tenant_id: int, seconds: float, read) -> None:
     group = tenant_group(tenant_id)
-    channel = await layer.new_channel("wait.")
+    channel = await layer.new_channel("wait")
     await layer.group_add(group, channel)
     try:
         deadline = time.monotonic() + seconds
