@@ -68,7 +68,7 @@ def test_bad_settings_are_400_naming_the_field_and_change_nothing(bob, data):
     before = rows()
     response = api(bob).post(URL, data, format="json")
     assert response.status_code == 400, response.content
-    assert set(response.json()) <= {"name", "kind", "settings"}
+    assert set(error_fields(response)) <= {"name", "kind", "settings"}
     assert rows() == before
 
 
