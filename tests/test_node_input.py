@@ -208,7 +208,7 @@ def _entry_errors(client, user, *, token: str = "", labels: dict[str, str] | Non
     page = client.post(reverse("agents:node_add"), node | {"state": "offline", "labels": text})
     found["page"] = sorted(page.context["form"].errors) if page.status_code == 200 else []
     api = _api(user).post("/api/v1/nodes/", node | {"labels": labels}, format="json")
-    found["api"] = sorted(api.json()) if api.status_code == 400 else []
+    found["api"] = sorted(error_fields(api)) if api.status_code == 400 else []
     cells = f"n-1,http://10.0.9.1:9400,{token},{';'.join(text.splitlines())}\n"
     report = registration.import_nodes(node_files.parse(HEADER + cells, "csv"))
     found["import"] = sorted({e.field for e in report.errors})
