@@ -34,10 +34,18 @@ REPORTS_BEAT = {
 }  # fmt: skip
 
 
+# The API: forget Idempotency-Keys older than IDEMPOTENCY_KEY_HOURS.
+API_BEAT = {
+    "prune-idempotency-keys": {"task": "portal.tasks.prune_idempotency_keys",
+                               "schedule": 3600.0, "options": {"expires": 3600}},
+}  # fmt: skip
+
+
 @app.on_after_configure.connect
 def add_requests_beat(sender: Celery, **kwargs) -> None:
     sender.conf.beat_schedule = {
         **(sender.conf.beat_schedule or {}),
         **REQUESTS_BEAT,
         **REPORTS_BEAT,
+        **API_BEAT,
     }

@@ -281,7 +281,13 @@ REST_FRAMEWORK = {
     "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.LimitOffsetPagination",
     "PAGE_SIZE": 100,
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    # Every error in one shape: {"error": {"code", "message", "fields"}} (docs/api.md).
+    "EXCEPTION_HANDLER": "portal.api_errors.exception_handler",
 }
+# Idempotency-Key (docs/api.md): how long a key's answer is kept, and how long a retry
+# waits for the first request with its key before 409 idempotency_in_progress.
+IDEMPOTENCY_KEY_HOURS = env_int("IDEMPOTENCY_KEY_HOURS", 24, minimum=1)
+IDEMPOTENCY_WAIT_SECONDS = env_float("IDEMPOTENCY_WAIT_SECONDS", 30.0, minimum=0.1)
 SPECTACULAR_SETTINGS = {
     "TITLE": "GPU Portal API",
     "VERSION": "0.1.0",
@@ -294,6 +300,18 @@ SPECTACULAR_SETTINGS = {
     "REDOC_DIST": "SIDECAR",
     # One name for a choice set used by fields of several names (severity, min_severity).
     "ENUM_NAME_OVERRIDES": {"SeverityEnum": "alerts.choices.Severity"},
+    # The API documents JSON bodies (and the node import's CSV and YAML). Forms still parse,
+    # but daphne's HTTP layer answers a malformed multipart body itself, outside the API.
+    "PARSER_WHITELIST": [
+        "rest_framework.parsers.JSONParser",
+        "agents.api.node_registration.CSVParser",
+        "agents.api.node_registration.YAMLParser",
+    ],
+    # The Error component and the error answers of every operation (portal/api_schema.py).
+    "POSTPROCESSING_HOOKS": [
+        "drf_spectacular.hooks.postprocess_schema_enums",
+        "portal.api_schema.document_errors",
+    ],
 }
 
 # --- Celery ------------------------------------------------------------------

@@ -45,3 +45,7 @@ urlpatterns = [
     path("api/redoc/", redoc_view, name="api-redoc"),
     path("admin/", admin.site.urls),
 ]
+
+# Paths under /api/ answer in the API's error shape even when no view was reached.
+handler404 = "portal.api_errors.not_found"
+handler500 = "portal.api_errors.server_error"

@@ -23,6 +23,7 @@ from agents import connection_test, node_files, registration
 from agents.models import Node
 from portal import env
 from telemetry import poller
+from tests.api import error_fields
 from tests.recorder import recorder_fixture  # noqa: F401 (the recorder fixture)
 
 pytestmark = pytest.mark.django_db
@@ -101,7 +102,7 @@ def test_the_api_and_an_import_refuse_a_denied_url(alice):
     client.force_authenticate(alice)
     body = {"name": "gpu-md", "agent_url": "http://169.254.169.254", "token": TOKEN}
     response = client.post("/api/v1/nodes/", body, format="json")
-    assert response.status_code == 400 and set(response.json()) == {"agent_url"}
+    assert response.status_code == 400 and set(error_fields(response)) == {"agent_url"}
     rows = node_files.parse("name,agent_url\ngpu-md,http://169.254.169.254:80\n", "csv")
     report = registration.import_nodes(rows)
     assert [(e.row, e.field) for e in report.errors] == [(1, "agent_url")]

@@ -9,6 +9,7 @@ from rest_framework.test import APIClient
 from alerts import cycle
 from alerts.models import Event, Rule, Subscription
 from audit.models import AuditEntry
+from tests.api import error_fields
 from tests.factories import (
     ChannelFactory,
     EventFactory,
@@ -157,7 +158,7 @@ def test_subscriptions_are_their_owners_own(db, alice, bob, carol):
     # Someone else's channel is not yours to subscribe.
     response = client_for(carol).post("/api/v1/alert-subscriptions/", {"channel": channel.pk},
                                       format="json")  # fmt: skip
-    assert response.status_code == 400 and "channel" in response.json()
+    assert response.status_code == 400 and "channel" in error_fields(response)
     assert Subscription.objects.count() == 1
 
 

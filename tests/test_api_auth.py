@@ -53,7 +53,7 @@ def test_session_writes_still_need_the_csrf_token(admin_user):
     body = {"name": "gpu-x", "agent_url": "http://gpu-x:9400"}
     response = client.post("/api/v1/nodes/", body, format="json")
     assert response.status_code == 403
-    assert "CSRF" in response.json()["detail"]
+    assert "CSRF" in response.json()["error"]["message"]
     assert not Node.objects.exists()
     # The same write with the token the page would send goes through.
     client.get("/accounts/login/")  # any page with a form sets the cookie

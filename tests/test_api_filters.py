@@ -6,6 +6,7 @@ import pytest
 from rest_framework.test import APIClient
 
 from agents.models import GPU, Node
+from tests.api import error_fields
 
 pytestmark = pytest.mark.django_db
 
@@ -79,7 +80,7 @@ def test_the_gpu_list_filters_and_refuses_an_unknown_health(api, nodes):
     assert uuids(model="NVIDIA A100") == ["GPU-b0"]
     assert uuids(node="nope") == []
     response = api.get("/api/v1/gpus/", {"health": "melted"})
-    assert response.status_code == 400 and "health" in response.json()
+    assert response.status_code == 400 and "health" in error_fields(response)
 
 
 def _parameters(api: APIClient, path: str) -> dict[str, dict]:

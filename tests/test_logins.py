@@ -150,7 +150,12 @@ def test_every_bad_token_gets_the_same_answer(bob, header):
     bob.save()
     response = _api(header.replace("{inactive}", key)).get("/api/v1/nodes/")
     assert response.status_code == 401
-    assert response.json() == {"detail": "Invalid, expired or revoked API token."}
+    assert response.json() == {
+        "error": {
+            "code": "authentication_failed",
+            "message": "Invalid, expired or revoked API token.",
+        }
+    }
     assert response["WWW-Authenticate"].startswith("Bearer")
 
 
@@ -162,7 +167,8 @@ def test_an_address_guessing_tokens_is_stopped_and_logged(bob, caplog):
     # Now even a good token from that address waits, so guesses cannot hide among good calls.
     blocked = _api(f"Bearer {good}").get("/api/v1/nodes/")
     assert blocked.status_code == 429
-    assert "Too many invalid API tokens" in blocked.json()["detail"]
+    assert blocked.json()["error"]["code"] == "throttled"
+    assert "Too many invalid API tokens" in blocked.json()["error"]["message"]
     assert int(blocked["Retry-After"]) > 0
     # Another address is not affected.
     assert _api(f"Bearer {good}", "198.51.100.4").get("/api/v1/nodes/").status_code == 200

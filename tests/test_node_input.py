@@ -13,6 +13,7 @@ from rest_framework.test import APIClient
 
 from agents import node_files, registration
 from agents.models import Node
+from tests.api import error_fields
 
 pytestmark = pytest.mark.django_db
 
@@ -48,7 +49,7 @@ def test_a_yaml_alias_bomb_is_refused_at_once_naming_its_line(alice, client):
     # a loaded machine must not fail it).
     response = _post_yaml(alice, _alias_bomb(9))
     assert response.status_code == 400
-    [error] = response.json()["errors"]
+    [error] = error_fields(response)["rows"]
     assert "Line 7" in error["message"] and "aliases" in error["message"]
     client.force_login(alice)
     page = client.post(
@@ -64,7 +65,7 @@ def test_a_yaml_cell_holding_a_list_is_refused_before_it_is_turned_into_text(ali
     # Within the alias limit (9^6 values), but a token must be text, and no str() is taken.
     response = _post_yaml(alice, _alias_bomb(6))
     assert response.status_code == 400
-    [error] = response.json()["errors"]
+    [error] = error_fields(response)["rows"]
     assert (error["row"], error["field"]) == (1, "token")
     assert error["message"] == "Enter text, not a list or a mapping."
     for cell in ("name", "agent_url", "state"):
@@ -79,7 +80,7 @@ def test_an_update_import_refuses_a_list_for_a_name_without_turning_it_into_text
         IMPORT + "?update=1", text.encode(), content_type="application/yaml"
     )
     assert response.status_code == 400
-    assert [(e["row"], e["field"]) for e in response.json()["errors"]] == [(1, "name")]
+    assert [(e["row"], e["field"]) for e in error_fields(response)["rows"]] == [(1, "name")]
 
 
 @pytest.mark.parametrize(
@@ -90,7 +91,7 @@ def test_an_update_import_refuses_a_list_for_a_name_without_turning_it_into_text
 def test_deeply_nested_yaml_is_a_400_naming_the_line(alice, text):
     response = _post_yaml(alice, text)
     assert response.status_code == 400
-    [error] = response.json()["errors"]
+    [error] = error_fields(response)["rows"]
     assert "nested deeper than 10 levels" in error["message"] and "Line " in error["message"]
 
 
@@ -103,7 +104,7 @@ def test_a_key_written_twice_in_yaml_is_refused_with_both_lines(alice):
     text = "- name: gpu-y\n  agent_url: http://10.0.2.1:9400\n  token: first\n  token: second\n"
     response = _post_yaml(alice, text)
     assert response.status_code == 400
-    [error] = response.json()["errors"]
+    [error] = error_fields(response)["rows"]
     assert error["message"] == (
         "Line 4, column 3: the key “token” appears twice in this mapping (first on line 3)."
     )
@@ -143,7 +144,7 @@ def test_a_csv_cell_over_the_csv_modules_limit_is_a_400_naming_row_and_column(al
     text = HEADER + "gpu-a,http://10.0.1.1:9400,t-a,\n" + f'gpu-b,http://10.0.1.2:9400,"{huge}",\n'
     response = _api(alice).post(IMPORT, text.encode(), content_type="text/csv")
     assert response.status_code == 400
-    [error] = response.json()["errors"]
+    [error] = error_fields(response)["rows"]
     assert (error["row"], error["field"]) == (2, "token")
     assert "Row 2, column token: a cell is longer than" in error["message"]
     client.force_login(alice)
@@ -168,7 +169,7 @@ def test_a_stray_carriage_return_in_a_csv_row_is_a_row_error_not_a_500(alice, cl
     text = HEADER + "gpu-a\r,http://10.0.1.1:9400,t-a,\n"
     response = _api(alice).post(IMPORT, text.encode(), content_type="text/csv")
     assert response.status_code == 400
-    assert {(e["row"], e["field"]) for e in response.json()["errors"]} == {
+    assert {(e["row"], e["field"]) for e in error_fields(response)["rows"]} == {
         (1, "agent_url"),
         (2, "name"),
     }
@@ -207,7 +208,7 @@ def _entry_errors(client, user, *, token: str = "", labels: dict[str, str] | Non
     page = client.post(reverse("agents:node_add"), node | {"state": "offline", "labels": text})
     found["page"] = sorted(page.context["form"].errors) if page.status_code == 200 else []
     api = _api(user).post("/api/v1/nodes/", node | {"labels": labels}, format="json")
-    found["api"] = sorted(api.json()) if api.status_code == 400 else []
+    found["api"] = sorted(error_fields(api)) if api.status_code == 400 else []
     cells = f"n-1,http://10.0.9.1:9400,{token},{';'.join(text.splitlines())}\n"
     report = registration.import_nodes(node_files.parse(HEADER + cells, "csv"))
     found["import"] = sorted({e.field for e in report.errors})

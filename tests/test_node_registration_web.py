@@ -8,6 +8,7 @@ from rest_framework.test import APIClient
 
 from agents import registration
 from agents.models import Node
+from tests.api import error_fields
 
 pytestmark = pytest.mark.django_db
 
@@ -195,9 +196,9 @@ def test_an_invalid_api_write_is_a_400_that_changes_nothing(alice, node):
     client = _api(alice)
     response = client.post("/api/v1/nodes/", {"name": "gpu-01", "agent_url": "nope"}, format="json")
     assert response.status_code == 400
-    assert set(response.json()) == {"name", "agent_url"}
+    assert set(error_fields(response)) == {"name", "agent_url"}
     response = client.patch(f"/api/v1/nodes/{node.pk}/", {"labels": {"a b": 1}}, format="json")
-    assert response.status_code == 400 and "labels" in response.json()
+    assert response.status_code == 400 and "labels" in error_fields(response)
     node.refresh_from_db()
     assert Node.objects.count() == 1 and node.labels == {"rack": "r1"}
 
@@ -254,7 +255,7 @@ def test_an_api_import_with_a_bad_row_is_a_400_that_writes_nothing(alice):
         "/api/v1/nodes/import/", {"format": "csv", "content": content}, format="json"
     )
     assert response.status_code == 400
-    assert response.json()["errors"] == [
+    assert error_fields(response)["rows"] == [
         {"row": 2, "field": "agent_url", "message": "Same agent URL as row 1."}
     ]
     assert not Node.objects.exists()
@@ -273,11 +274,11 @@ def test_an_api_import_with_update_changes_registered_nodes_and_a_bad_one_is_a_4
         "/api/v1/nodes/import/", {"format": "csv", "content": bad, "update": True}, format="json"
     )
     assert response.status_code == 400
-    assert {(e["row"], e["field"]) for e in response.json()["errors"]} == {
+    assert {(e["row"], e["field"]) for e in error_fields(response)["rows"]} == {
         (2, "agent_url"), (2, "state")
     }  # fmt: skip
     response = client.post("/api/v1/nodes/import/?update=maybe", moved, content_type="text/csv")
-    assert response.status_code == 400 and "update" in response.json()
+    assert response.status_code == 400 and "update" in error_fields(response)
     node.refresh_from_db()
     assert (node.state, node.agent_token) == ("offline", TOKEN) and Node.objects.count() == 1
     response = client.post("/api/v1/nodes/import/?update=1", moved, content_type="text/csv")

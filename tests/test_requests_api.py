@@ -10,6 +10,7 @@ from rest_framework.test import APIClient
 from quotas.choices import RequestState
 from quotas.models import GpuRequest
 from quotas.services import create_request
+from tests.api import error_fields
 from tests.factories import gpu_team
 
 pytestmark = pytest.mark.django_db
@@ -77,7 +78,7 @@ def test_a_ci_job_asks_is_approved_and_sees_its_allocation(
 def test_bad_input_is_a_400_on_the_field_and_changes_nothing(team, changes, field):
     response = api(team.dev).post(URL, body(team, **changes), format="json")
     assert response.status_code == 400
-    assert field in response.data, response.data
+    assert field in error_fields(response), response.data
     assert GpuRequest.objects.count() == 0
 
 
@@ -92,7 +93,7 @@ def test_over_quota_not_a_member_and_pool_not_open_are_400s(team):
         if quota:
             type(team.quota).objects.filter(pk=team.quota.pk).update(guaranteed_vgpus=1, **quota)
         response = api(user).post(URL, data, format="json")
-        assert response.status_code == 400 and field in response.data, response.data
+        assert response.status_code == 400 and field in error_fields(response), response.data
     assert GpuRequest.objects.count() == 0
 
 
@@ -143,4 +144,4 @@ def test_a_decision_on_a_decided_request_is_a_400(team):
     req = create_request(team.dev, **team.ask())
     api(team.approver).post(f"{URL}{req.pk}/reject/", {"comment": "no"}, format="json")
     response = api(team.approver).post(f"{URL}{req.pk}/approve/")
-    assert response.status_code == 400 and "state" in response.data
+    assert response.status_code == 400 and "state" in error_fields(response)

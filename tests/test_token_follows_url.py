@@ -12,6 +12,7 @@ from rest_framework.test import APIClient
 
 from agents import node_files, registration
 from agents.models import Node
+from tests.api import error_fields
 from tests.recorder import recorder_fixture  # noqa: F401 (the recorder fixture)
 
 pytestmark = pytest.mark.django_db
@@ -110,7 +111,7 @@ def test_an_api_patch_of_the_url_without_the_token_is_a_400(carol, node, recorde
     client.force_authenticate(carol)
     url = f"/api/v1/nodes/{node.pk}/"
     response = client.patch(url, {"agent_url": recorder.url}, format="json")
-    assert response.status_code == 400 and set(response.json()) == {"token"}
+    assert response.status_code == 400 and set(error_fields(response)) == {"token"}
     assert _unchanged(node)
     response = client.patch(url, {"agent_url": recorder.url, "token": ""}, format="json")
     assert response.status_code == 400 and _unchanged(node)

@@ -22,8 +22,18 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from agents import connection_test, node_audit, node_files, permissions, registration
+from portal.api_errors import error_response
 
 MAX_IMPORT_BYTES = 2 * 1024 * 1024
+
+
+def _rows_refused(rows: list[dict]) -> Response:
+    """400 in the API's error shape, each row at fault (row, field, message) in fields.rows;
+    built here because DRF would turn the row numbers into strings."""
+    return error_response(
+        "invalid", _("The import has errors; nothing was written."),
+        status.HTTP_400_BAD_REQUEST, fields={"rows": rows},
+    )  # fmt: skip
 
 
 class _TextParser(BaseParser):
@@ -146,7 +156,7 @@ class NodeRegistrationMixin:
             rows = node_files.parse(text, fmt, update=update)
         except node_files.ParseError as exc:
             error = {"row": exc.row, "field": exc.field, "message": str(exc)}
-            return Response({"errors": [error]}, status.HTTP_400_BAD_REQUEST)
+            return _rows_refused([error])
         report = registration.import_nodes(
             rows, dry_run=dry_run, update=update, **node_audit.who(request)
         )
@@ -157,7 +167,7 @@ class NodeRegistrationMixin:
             "dry_run": report.dry_run,
             "errors": [asdict(error) for error in report.errors],
         }
-        if not report.ok:
-            return Response(body, status.HTTP_400_BAD_REQUEST)
+        if not report.ok:  # all or nothing: each row at fault, under fields.rows
+            return _rows_refused(body["errors"])
         wrote_new = report.created and not dry_run
         return Response(body, status.HTTP_201_CREATED if wrote_new else status.HTTP_200_OK)

@@ -7,6 +7,7 @@ import hmac
 
 from django.conf import settings
 from django.core.exceptions import ValidationError as DjangoValidationError
+from django.utils.translation import gettext_lazy as _
 from drf_spectacular.utils import extend_schema
 from rest_framework import permissions, status, viewsets
 from rest_framework.decorators import action
@@ -26,6 +27,7 @@ from alerts.permissions import (
     visible_rules,
     visible_subscriptions,
 )
+from portal.api_errors import Conflict, error_response
 
 
 class RulesEditedByPlatformAdmins(permissions.BasePermission):
@@ -83,10 +85,9 @@ class EventViewSet(viewsets.ReadOnlyModelViewSet):
     def _act(self, request: Request, step) -> Response:
         event = self.get_object()
         if not can_acknowledge(request.user, event):
-            raise PermissionDenied("Only who answers for this event may change it.")
+            raise PermissionDenied(_("Only who answers for this event may change it."))
         if not step(event.pk, actor=request.user, address=request.META.get("REMOTE_ADDR")):
-            return Response({"state": ["The event is not in a state that allows this."]},
-                            status=status.HTTP_409_CONFLICT)  # fmt: skip
+            raise Conflict(_("The event is not in a state that allows this."))
         event.refresh_from_db()
         return Response(EventSerializer(event).data)
 
@@ -123,10 +124,13 @@ class AlertmanagerWebhookView(APIView):
     def post(self, request: Request) -> Response:
         if not self._authorized(request):
             challenge = {"WWW-Authenticate": 'Bearer realm="alertmanager"'}
-            return Response({"detail": "Missing or wrong bearer token."},
-                            status=status.HTTP_401_UNAUTHORIZED, headers=challenge)  # fmt: skip
+            # Built here: a view without authentication classes cannot raise a 401 in DRF.
+            return error_response(
+                "authentication_failed", _("Missing or wrong bearer token."),
+                status.HTTP_401_UNAUTHORIZED, headers=challenge,
+            )  # fmt: skip
         try:
             counts = alertmanager.receive(request.data)
         except DjangoValidationError as exc:
-            return Response(exc.message_dict, status=status.HTTP_400_BAD_REQUEST)
+            raise ValidationError(exc.message_dict) from exc
         return Response(counts)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from django.utils.functional import Promise
 from django.utils.translation import gettext_lazy as _
+from drf_spectacular.utils import OpenApiExample
 
 POOL_OPERATIONS: dict[str, Promise] = {
     "list": _(
@@ -53,3 +54,46 @@ ALLOCATION_OPERATIONS: dict[str, Promise] = {
     ),
     "retrieve": _("One vGPU, as in the list; 404 when you may not see it."),
 }
+
+_UUID = "GPU-5fd4a1c2-0b3e-4f7a-9c1d-2e8b6a7f0c11"
+_ENV = {
+    "CUDA_VISIBLE_DEVICES": _UUID, "CUDA_DEVICE_MEMORY_LIMIT": "8192m",
+    "CUDA_DEVICE_SM_LIMIT": "30", "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": "30",
+    "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT": "0=8192M", "GPU_PORTAL_ALLOCATION": "alloc-97",
+}  # fmt: skip
+
+ALLOCATION_EXAMPLES = [
+    OpenApiExample(
+        "A 30 % slice of an A100, ready to use",
+        response_only=True,
+        status_codes=["200"],
+        value={
+            "id": 97,
+            "agent_id": "alloc-97",
+            "lease": 51,
+            "pool": 1,
+            "gpu": 12,
+            "gpu_uuid": _UUID,
+            "node": "gpu-node-07",
+            "compute_pct": 30,
+            "memory_mib": 8192,
+            "whole_card": False,
+            "state": "active",
+            "stranded_reason": "",
+            "agent_sync": "confirmed",
+            "holder": "ci-bot",
+            "label": "request 42",
+            "unix_user": "ci",
+            "created": "2026-12-01T09:00:01Z",
+            "placed_at": "2026-12-01T09:00:01Z",
+            "released_at": None,
+            "launch_env": _ENV,
+            "export": "\n".join(f"export {name}={value}" for name, value in _ENV.items()),
+            "kubernetes_limits": {
+                "nvidia.com/gpu": 1,
+                "nvidia.com/gpumem": 8192,
+                "nvidia.com/gpucores": 30,
+            },
+        },
+    )
+]

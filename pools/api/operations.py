@@ -9,7 +9,7 @@ from __future__ import annotations
 from django.shortcuts import get_object_or_404
 from django.utils.translation import gettext_lazy as _
 from drf_spectacular.utils import extend_schema, inline_serializer
-from rest_framework import permissions, serializers, status
+from rest_framework import permissions, serializers
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -18,6 +18,8 @@ from agents.choices import NodeSource
 from agents.models import Node
 from pools.failover import clear_cordon, drain_node
 from pools.models import PoolCard
+from portal.api_errors import Conflict
+from portal.api_schema import ERROR
 from portal.security import client_ip
 
 CHANGE_POOL = "pools.change_pool"
@@ -78,12 +80,10 @@ class PoolCardClearCordonView(APIView):
         summary="Clear a card's cordon",
         description="Let a cordoned card take new slices again. 409 when it is not cordoned.",
         request=None,
-        responses={200: PoolCardOperationSerializer, 409: None},
+        responses={200: PoolCardOperationSerializer, 409: ERROR},
     )
     def post(self, request: Request, pk: int) -> Response:
         card = get_object_or_404(PoolCard, pk=pk)
         if not clear_cordon(card, request.user, address=client_ip(request)):
-            return Response(
-                {"detail": _("This card is not cordoned.")}, status=status.HTTP_409_CONFLICT
-            )
+            raise Conflict(_("This card is not cordoned."))
         return Response(PoolCardOperationSerializer(card).data)

@@ -4,12 +4,18 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema, extend_schema_view
 from rest_framework import status, viewsets
 from rest_framework.decorators import action
+from rest_framework.exceptions import ValidationError
 from rest_framework.filters import OrderingFilter
 from rest_framework.request import Request
 from rest_framework.response import Response
 
 from pools import capacity, membership
-from pools.api.docs import ALLOCATION_OPERATIONS, POOL_CARD_OPERATIONS, POOL_OPERATIONS
+from pools.api.docs import (
+    ALLOCATION_EXAMPLES,
+    ALLOCATION_OPERATIONS,
+    POOL_CARD_OPERATIONS,
+    POOL_OPERATIONS,
+)
 from pools.api.serializers import (
     AllocationSerializer,
     PoolCardsChangeSerializer,
@@ -24,6 +30,7 @@ from pools.permissions import (
     PoolReadPermissions,
     visible_allocations,
 )
+from portal.api_errors import Conflict
 from portal.security import client_ip
 
 FILTERS = [DjangoFilterBackend, OrderingFilter]
@@ -49,7 +56,7 @@ class PoolViewSet(viewsets.ModelViewSet):
         try:
             membership.delete_pool(pool.pk, actor=request.user, address=client_ip(request))
         except membership.PoolError as exc:
-            return Response(exc.errors, status=status.HTTP_409_CONFLICT)
+            raise Conflict(" ".join(m for msgs in exc.errors.values() for m in msgs)) from exc
         return Response(status=status.HTTP_204_NO_CONTENT)
 
     def _change_cards(self, request: Request, change) -> Response:
@@ -60,7 +67,7 @@ class PoolViewSet(viewsets.ModelViewSet):
             count = change(pool.pk, body.validated_data["gpus"], actor=request.user,
                            address=client_ip(request))  # fmt: skip
         except membership.PoolError as exc:
-            return Response(exc.errors, status=status.HTTP_400_BAD_REQUEST)
+            raise ValidationError(exc.errors) from exc
         return Response({"changed": count})
 
     @extend_schema(request=PoolCardsChangeSerializer, responses=OpenApiTypes.OBJECT)
@@ -100,6 +107,7 @@ class PoolCardViewSet(viewsets.ReadOnlyModelViewSet):
     permission_classes = [PoolReadPermissions]
 
 
+@extend_schema_view(retrieve=extend_schema(examples=ALLOCATION_EXAMPLES))
 @_documented(ALLOCATION_OPERATIONS)
 class AllocationViewSet(viewsets.ReadOnlyModelViewSet):
     serializer_class = AllocationSerializer

@@ -16,7 +16,9 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from pools.models import Allocation, Pool
-from quotas import lifecycle, request_rules
+from portal.idempotency import IdempotentMixin
+from quotas import lifecycle, request_rules, waiting
+from quotas.api.docs import CREATE_EXAMPLES, READ_EXAMPLES, WAIT_PARAMETER
 from quotas.choices import RequestState
 from quotas.models import GpuRequest, Tenant
 from quotas.request_views import allocation_url
@@ -135,7 +137,12 @@ def _drf_error(exc: DjangoValidationError) -> ValidationError:
     return ValidationError({"non_field_errors": exc.messages})
 
 
+class WaitSerializer(serializers.Serializer):
+    wait = serializers.IntegerField(min_value=0, max_value=waiting.MAX_WAIT_SECONDS, default=0)
+
+
 class GpuRequestViewSet(
+    IdempotentMixin,
     mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.CreateModelMixin,
     viewsets.GenericViewSet,
 ):  # fmt: skip
@@ -164,6 +171,18 @@ class GpuRequestViewSet(
         fresh = self.get_queryset().get(pk=req.pk)
         return Response(self.get_serializer(fresh).data, status=status_code)
 
+    @extend_schema(parameters=[WAIT_PARAMETER], examples=READ_EXAMPLES)
+    def retrieve(self, request: Request, *args, **kwargs) -> Response:
+        """Read a request. With wait, first wait until it is no longer pending or approved."""
+        params = WaitSerializer(data=request.query_params)
+        params.is_valid(raise_exception=True)
+        req = self.get_object()
+        if params.validated_data["wait"]:
+            waiting.wait_while_waiting(req, params.validated_data["wait"])
+            req = self.get_object()
+        return Response(self.get_serializer(req).data)
+
+    @extend_schema(examples=CREATE_EXAMPLES)
     def create(self, request: Request, *args, **kwargs) -> Response:
         serializer = self.get_serializer(data=request.data)
         serializer.is_valid(raise_exception=True)
