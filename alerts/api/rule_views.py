@@ -25,6 +25,7 @@ from alerts.permissions import (
     visible_events,
     visible_subscriptions,
 )
+from audit.interface import request_address
 
 
 class RulesEditedByPlatformAdmins(permissions.BasePermission):
@@ -44,7 +45,7 @@ class RuleViewSet(viewsets.ModelViewSet):
     def perform_destroy(self, instance: Rule) -> None:
         try:
             config.delete_rule(instance.pk, actor=self.request.user,
-                               address=self.request.META.get("REMOTE_ADDR"))  # fmt: skip
+                               address=request_address(self.request))  # fmt: skip
         except DjangoValidationError as exc:
             raise ValidationError(exc.message_dict) from None
 
@@ -60,7 +61,7 @@ class SubscriptionViewSet(viewsets.ModelViewSet):
 
     def perform_destroy(self, instance) -> None:
         config.delete_subscription(instance.pk, actor=self.request.user,
-                                   address=self.request.META.get("REMOTE_ADDR"))  # fmt: skip
+                                   address=request_address(self.request))  # fmt: skip
 
 
 class EventViewSet(viewsets.ReadOnlyModelViewSet):
@@ -81,7 +82,7 @@ class EventViewSet(viewsets.ReadOnlyModelViewSet):
         event = self.get_object()
         if not can_acknowledge(request.user, event):
             raise PermissionDenied("Only who answers for this event may change it.")
-        if not step(event.pk, actor=request.user, address=request.META.get("REMOTE_ADDR")):
+        if not step(event.pk, actor=request.user, address=request_address(request)):
             return Response({"state": ["The event is not in a state that allows this."]},
                             status=status.HTTP_409_CONFLICT)  # fmt: skip
         event.refresh_from_db()
