@@ -24,6 +24,7 @@ from pools.signals import (
     card_cordoned,
     desired_state_changed,
 )
+from pools.what_if import release_plan
 
 __all__ = [
     "AllocationMove",
@@ -41,5 +42,6 @@ __all__ = [
     "drift",
     "place_lease",
     "release_lease",
+    "release_plan",
     "resize_lease",
 ]
