@@ -105,7 +105,13 @@ def _detail(request: HttpRequest, req: GpuRequest, *, status: int = 200, **forms
         or ResizeForm(initial={"compute_pct": req.compute_pct, "memory_mib": req.memory_mib}),
         "decision_form": DecisionForm(),
     }
-    return render(request, "quotas/request_detail.html", context, status=status)
+    # ?part=1: the live part alone, which the page's script swaps in on a socket event.
+    template = (
+        "quotas/request_detail_part.html"
+        if request.GET.get("part") and request.method == "GET"
+        else "quotas/request_detail.html"
+    )
+    return render(request, template, context, status=status)
 
 
 @login_required
