@@ -113,9 +113,10 @@ def _warn_for(req: GpuRequest, now: datetime) -> int:
     pool = req.pool
     taken = ReclaimWarning.objects.filter(needed_by_id=req.pk, state__in=OPEN_WARNINGS)
     already = set(taken.values_list("lease_id", flat=True))
+    # Leases already warned (for this or another reason) or exempt are not picked again.
     busy = set(
         ReclaimWarning.objects.filter(state__in=OPEN_WARNINGS).values_list("lease_id", flat=True)
-    )
+    ) | exempt_lease_ids(now)
     candidates = [
         lease_id
         for lease_id in GpuRequest.objects.filter(
@@ -125,7 +126,7 @@ def _warn_for(req: GpuRequest, now: datetime) -> int:
         .exclude(tenant_id=req.tenant_id)
         .order_by("-placed_at", "-pk")
         .values_list("lease_id", flat=True)
-        if lease_id not in busy and lease_id not in exempt_lease_ids(now)
+        if lease_id not in busy
     ]  # fmt: skip
     if not candidates:
         return 0

@@ -16,6 +16,7 @@ from typing import Any
 
 from agents.gpu_agent.schema import GPU_FIELDS, HISTORY_GPU_FIELDS, HISTORY_PROCESS_FIELDS
 from telemetry import history, readings
+from telemetry.attributed import AttributedUse, Attribution, attributed_use, owners_seen
 from telemetry.interval_usage import Interval, IntervalUsage, interval_usage
 from telemetry.permissions import OwnerGrant, grant_owners
 from telemetry.signals import PollCycle, poll_cycle_recorded
@@ -24,6 +25,8 @@ __all__ = [
     "GPU_FIELDS",
     "HISTORY_GPU_FIELDS",
     "HISTORY_PROCESS_FIELDS",
+    "AttributedUse",
+    "Attribution",
     "CardReading",
     "CardUsage",
     "Interval",
@@ -32,6 +35,7 @@ __all__ = [
     "OwnerGrant",
     "OwnerUsage",
     "PollCycle",
+    "attributed_use",
     "card_series",
     "card_usage",
     "grant_owners",
@@ -39,6 +43,7 @@ __all__ = [
     "latest",
     "owner_series",
     "owner_usage",
+    "owners_seen",
     "poll_cycle_recorded",
 ]
 
