@@ -65,18 +65,22 @@ s AS (
     SELECT id, LEAST(floor(EXTRACT(EPOCH FROM bucket - %(start)s) / %(step)s)::int,
                      %(last)s) AS i, avg(COALESCE(util, 0.0)) AS u
       FROM m WHERE %(points)s > 0 GROUP BY 1, 2
+),
+spark AS (SELECT id, array_agg(ARRAY[i, u]) AS steps FROM s GROUP BY id),
+summed AS (
+    SELECT m.id,
+           max(m.bucket) FILTER (WHERE COALESCE(m.util, 0.0) >= m.util_min
+                                    OR COALESCE(m.mem, 0.0) >= m.mem_min) AS last_busy,
+           min(m.bucket) AS first_read,
+           count(*) FILTER (WHERE m.bucket >= m.win_start) AS in_window,
+           {p95}
+      FROM m GROUP BY m.id
 )
-SELECT m.id,
-       max(m.bucket) FILTER (WHERE COALESCE(m.util, 0.0) >= m.util_min
-                                OR COALESCE(m.mem, 0.0) >= m.mem_min),
-       min(m.bucket),
-       count(*) FILTER (WHERE m.bucket >= m.win_start),
-       {p95},
-       (SELECT array_agg(ARRAY[s.i, s.u]) FROM s WHERE s.id = m.id)
-  FROM m GROUP BY m.id
+-- The steps joined once per allocation (a correlated lookup was quadratic).
+SELECT summed.*, spark.steps FROM summed LEFT JOIN spark ON spark.id = summed.id
 """
-_P95 = ("percentile_disc(0.95) WITHIN GROUP (ORDER BY m.util), "
-        "percentile_disc(0.95) WITHIN GROUP (ORDER BY m.mem)")  # fmt: skip
+_P95 = ("percentile_disc(0.95) WITHIN GROUP (ORDER BY m.util) AS p95_util, "
+        "percentile_disc(0.95) WITHIN GROUP (ORDER BY m.mem) AS p95_mem")  # fmt: skip
 _TABLES = {"1m": (GpuMinute, OwnerMinute), "1h": (GpuHour, OwnerHour)}
 
 
@@ -90,7 +94,7 @@ def attributed_use(
         return {}
     card, owner = _TABLES[resolution]
     sql = _SQL.format(card=card._meta.db_table, owner=owner._meta.db_table,
-                      p95=_P95 if p95 else "NULL, NULL")  # fmt: skip
+                      p95=_P95 if p95 else "NULL AS p95_util, NULL AS p95_mem")  # fmt: skip
     points = max(spark_points, 0)
     params = {
         "ids": [a.allocation_id for a in allocations],
