@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from django.db import connection
+from django.db import connection, transaction
 
 from telemetry.models import GpuHour, GpuMinute, OwnerHour, OwnerMinute
 
@@ -81,6 +81,9 @@ SELECT summed.*, spark.steps FROM summed LEFT JOIN spark ON spark.id = summed.id
 """
 _P95 = ("percentile_disc(0.95) WITHIN GROUP (ORDER BY m.util) AS p95_util, "
         "percentile_disc(0.95) WITHIN GROUP (ORDER BY m.mem) AS p95_mem")  # fmt: skip
+# The statement hashes and groups ~2 M rows at fleet scale: with the default 4 MB it
+# spilled to disk in batches (54 s against 39 s under the same load).
+WORK_MEM = "256MB"
 _TABLES = {"1m": (GpuMinute, OwnerMinute), "1h": (GpuHour, OwnerHour)}
 
 
@@ -108,7 +111,8 @@ def attributed_use(
         "step": max((end - start).total_seconds() / points, 1e-9) if points else 1.0,
     }  # fmt: skip
     out = {}
-    with connection.cursor() as cursor:
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute("SET LOCAL work_mem = %s", [WORK_MEM])
         cursor.execute(sql, params)
         for alloc_id, last_busy, first, in_window, p95_util, p95_mem, steps in cursor:
             spark: list[float | None] = [None] * points
