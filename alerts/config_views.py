@@ -26,10 +26,11 @@ from alerts.permissions import (
     visible_rules,
     visible_subscriptions,
 )
+from audit.interface import request_address
 
 
 def _address(request: HttpRequest) -> str | None:
-    return request.META.get("REMOTE_ADDR")
+    return request_address(request)
 
 
 def _rule_for_admin(request: HttpRequest, pk: int) -> Rule:

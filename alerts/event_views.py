@@ -26,6 +26,7 @@ from alerts.choices import EventState, Severity
 from alerts.filtersets import EventFilterSet
 from alerts.models import DeliveryAttempt, Event
 from alerts.permissions import can_acknowledge, visible_channels, visible_events, visible_rules
+from audit.interface import request_address
 from quotas.models import Tenant
 
 PAGE_SIZE = 50
@@ -91,7 +92,7 @@ def _step(request: HttpRequest, pk: int, step, done: str) -> HttpResponse:
     event = get_object_or_404(_visible(request), pk=pk)
     if not can_acknowledge(request.user, event):
         raise PermissionDenied(_("Only who answers for this event may change it."))
-    if not step(event.pk, actor=request.user, address=request.META.get("REMOTE_ADDR")):
+    if not step(event.pk, actor=request.user, address=request_address(request)):
         messages.error(request, _("The event is not in a state that allows this."))
         return _detail(request, event, status=409)
     messages.success(request, done)

@@ -19,16 +19,13 @@ from alerts.forms import ChannelForm
 from alerts.models import Channel, DeliveryAttempt
 from alerts.permissions import managed_tenants, visible_channels
 from alerts.transports import TRANSPORTS
+from audit.interface import request_address
 
 DELIVERIES_SHOWN = 50
 
 
 def _channel(request: HttpRequest, pk: int) -> Channel:
     return get_object_or_404(visible_channels(request.user), pk=pk)
-
-
-def _address(request: HttpRequest) -> str | None:
-    return request.META.get("REMOTE_ADDR")
 
 
 @login_required
@@ -45,7 +42,7 @@ def channel_add(request: HttpRequest) -> HttpResponse:
         tenant = data.get("tenant")
         try:
             channel_id = services.create_channel(
-                actor=request.user, address=_address(request), name=data["name"],
+                actor=request.user, address=request_address(request), name=data["name"],
                 kind=data["kind"], settings_values=form.settings_values(),
                 owner_id=None if tenant else request.user.pk,
                 tenant_id=tenant.pk if tenant else None,
@@ -72,7 +69,7 @@ def channel_edit(request: HttpRequest, pk: int) -> HttpResponse:
         }  # fmt: skip
         try:
             services.update_channel(
-                channel.pk, actor=request.user, address=_address(request), changes=changes
+                channel.pk, actor=request.user, address=request_address(request), changes=changes
             )
         except ValidationError as exc:
             form.add_service_errors(exc)
@@ -99,7 +96,7 @@ def channel_detail(request: HttpRequest, pk: int) -> HttpResponse:
 @require_POST
 def channel_test(request: HttpRequest, pk: int) -> HttpResponse:
     channel = _channel(request, pk)
-    services.send_test(channel.pk, actor=request.user, address=_address(request))
+    services.send_test(channel.pk, actor=request.user, address=request_address(request))
     messages.success(request, _("Test message queued; its attempts appear below."))
     return redirect("alerts:channel_detail", channel.pk)
 
@@ -108,6 +105,6 @@ def channel_test(request: HttpRequest, pk: int) -> HttpResponse:
 @require_POST
 def channel_delete(request: HttpRequest, pk: int) -> HttpResponse:
     channel = _channel(request, pk)
-    services.delete_channel(channel.pk, actor=request.user, address=_address(request))
+    services.delete_channel(channel.pk, actor=request.user, address=request_address(request))
     messages.success(request, _("Channel %(name)s deleted.") % {"name": channel.name})
     return redirect("alerts:channel_list")

@@ -24,6 +24,7 @@ from pools.signals import (
     card_cordoned,
     desired_state_changed,
 )
+from pools.what_if import release_plan
 
 __all__ = [
     "AllocationMove",
@@ -41,6 +42,7 @@ __all__ = [
     "drift",
     "place_lease",
     "release_lease",
+    "release_plan",
     "resize_lease",
     "undrain_node",
 ]

@@ -27,6 +27,8 @@ REQUESTS_BEAT = {
 REPORTS_BEAT = {
     "scan-idle": {"task": "reports.tasks.scan_and_reclaim", "schedule": 300.0,
                   "options": {"expires": 300}},
+    "take-back-borrowed": {"task": "reports.tasks.take_back_borrowed", "schedule": 60.0,
+                           "options": {"expires": 60}},
     "account-days": {"task": "reports.tasks.account_days", "schedule": 900.0,
                      "options": {"expires": 900}},
     "idle-digest": {"task": "reports.tasks.send_idle_digest",

@@ -45,3 +45,6 @@ class NoticeKind(models.TextChoices):
     EXTENSION_ASKED = "extension_asked", _("Extension waiting for approval")
     EXTENSION_REJECTED = "extension_rejected", _("Extension rejected")
     RESIZED = "resized", _("Resized")
+    # Borrowed capacity (reports' take-back): the lender is warned; the waiting one told.
+    TAKE_BACK = "take_back", _("Borrowed GPUs to be taken back")
+    TAKING_BACK = "taking_back", _("Borrowed capacity being taken back for you")

@@ -7,8 +7,10 @@ capability rules (``quotas.permissions``). Everything else in quotas is private.
 from __future__ import annotations
 
 from quotas.lifecycle import release_lease_request
+from quotas.notices import announce_id
 from quotas.notices import text_of as notice_text
 from quotas.queries import RequestFact, expiring_requests, pending_requests
+from quotas.services import ask_of
 from quotas.signals import request_event
 from quotas.tenancy import add_member
 from quotas.usage import (
@@ -31,6 +33,8 @@ __all__ = [
     "RequestFact",
     "Usage",
     "add_member",
+    "announce_id",
+    "ask_of",
     "expiring_requests",
     "gpu_hours_left",
     "gpu_hours_used",

@@ -22,13 +22,13 @@ from quotas.models import GpuRequest, Membership, Quota
 from quotas.notices import announce
 from quotas.request_rules import can_decide, can_manage
 from quotas.services import (
-    Usage,
     _over,
     allocated_usage,
     budget_problem,
     end_request,
     within_policy,
 )
+from quotas.usage import Usage
 
 MAX_HOURS = 24 * 366
 

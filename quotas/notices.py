@@ -40,6 +40,14 @@ TEXTS = {
     NoticeKind.EXTENSION_ASKED: _("The extension waits for an approver."),
     NoticeKind.EXTENSION_REJECTED: _("The extension was rejected."),
     NoticeKind.RESIZED: _("The GPUs were resized."),
+    NoticeKind.TAKE_BACK: _(
+        "These GPUs were lent above your tenant's guarantee and another tenant needs them "
+        "now: they will be released at the end of the grace period."
+    ),
+    NoticeKind.TAKING_BACK: _(
+        "Capacity lent to other tenants is being taken back for this request; it is placed "
+        "when their grace period ends."
+    ),
 }  # fmt: skip
 
 
@@ -85,6 +93,12 @@ def announce(
         request_event.send_robust(sender=GpuRequest, **details)
 
     transaction.on_commit(after_commit)
+
+
+def announce_id(request_id: int, kind: str, *, comment: str = "") -> None:
+    """``announce`` for the apps above quotas, which hold a request's id (the reports'
+    take-back of borrowed capacity): the requester is told, in the caller's transaction."""
+    announce(GpuRequest.objects.get(pk=request_id), kind, comment=comment)
 
 
 def publish(tenant_id: int | None, user_ids: Iterable[int], event: dict) -> None:

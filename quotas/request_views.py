@@ -18,7 +18,7 @@ from django.urls import reverse
 from django.utils.translation import gettext as _
 from django.views.decorators.http import require_POST
 
-from audit.interface import history_of
+from audit.interface import history_of, request_address
 from pools.models import Allocation
 from quotas import lifecycle, request_rules
 from quotas.choices import OPEN_STATES, RequestState
@@ -30,10 +30,6 @@ from quotas.services import create_request, decide, queue_position
 
 def allocation_url(allocation_id: int) -> str:
     return reverse("pools:allocation_detail", args=[allocation_id])
-
-
-def _address(request: HttpRequest) -> str | None:
-    return request.META.get("REMOTE_ADDR")
 
 
 def _rows(requests) -> list[dict]:
@@ -79,7 +75,7 @@ def request_new(request: HttpRequest) -> HttpResponse:
     form = GpuRequestForm(request.POST or None, user=request.user)
     if request.method == "POST" and form.is_valid():
         try:
-            req = create_request(request.user, address=_address(request), **form.ask())
+            req = create_request(request.user, address=request_address(request), **form.ask())
         except ValidationError as exc:
             form.add_service_errors(exc)
         else:
@@ -109,7 +105,13 @@ def _detail(request: HttpRequest, req: GpuRequest, *, status: int = 200, **forms
         or ResizeForm(initial={"compute_pct": req.compute_pct, "memory_mib": req.memory_mib}),
         "decision_form": DecisionForm(),
     }
-    return render(request, "quotas/request_detail.html", context, status=status)
+    # ?part=1: the live part alone, which the page's script swaps in on a socket event.
+    template = (
+        "quotas/request_detail_part.html"
+        if request.GET.get("part") and request.method == "GET"
+        else "quotas/request_detail.html"
+    )
+    return render(request, template, context, status=status)
 
 
 @login_required
@@ -143,7 +145,7 @@ def request_release(request: HttpRequest, pk: int) -> HttpResponse:
     failed = _act(
         request,
         req,
-        lambda: lifecycle.release_request(req.pk, request.user, address=_address(request)),
+        lambda: lifecycle.release_request(req.pk, request.user, address=request_address(request)),
         done,
     )
     return failed or _back(request, req)
@@ -172,7 +174,7 @@ def request_extend(request: HttpRequest, pk: int) -> HttpResponse:
         req,
         ExtendForm(request.POST),
         lambda data: lifecycle.extend_request(
-            req.pk, request.user, data["hours"], address=_address(request)
+            req.pk, request.user, data["hours"], address=request_address(request)
         ),
         _("Extension recorded."),
         "extend_form",
@@ -188,7 +190,7 @@ def request_resize(request: HttpRequest, pk: int) -> HttpResponse:
         req,
         ResizeForm(request.POST),
         lambda data: lifecycle.resize_request(
-            req.pk, request.user, address=_address(request), **data
+            req.pk, request.user, address=request_address(request), **data
         ),
         _("Resized."),
         "resize_form",
@@ -210,7 +212,7 @@ def request_decide(request: HttpRequest, pk: int) -> HttpResponse:
         request,
         req,
         lambda: decide(
-            req.pk, request.user, approve=approve, comment=comment, address=_address(request)
+            req.pk, request.user, approve=approve, comment=comment, address=request_address(request)
         ),
         _("Approved.") if approve else _("Rejected."),
     )
@@ -232,7 +234,7 @@ def extension_decide(request: HttpRequest, pk: int) -> HttpResponse:
         request,
         req,
         lambda: lifecycle.decide_extension(
-            req.pk, request.user, approve=approve, comment=comment, address=_address(request)
+            req.pk, request.user, approve=approve, comment=comment, address=request_address(request)
         ),
         _("Extension approved.") if approve else _("Extension rejected."),
     )

@@ -9,7 +9,6 @@ then taken by the pools service in the same transaction.
 from __future__ import annotations
 
 import contextlib
-from dataclasses import dataclass
 from datetime import timedelta
 
 from django.core.exceptions import ValidationError
@@ -25,19 +24,12 @@ from quotas.budget import ask_hours, gpu_hours_left
 from quotas.choices import OPEN_STATES, NoticeKind, RequestState, Role
 from quotas.models import GpuRequest, Membership, Quota, Tenant
 from quotas.notices import announce, publish
-from quotas.usage import LIVE
+from quotas.usage import LIVE, Usage
 
 ASK_FIELDS = (
     "count", "whole_card", "compute_pct", "memory_mib", "gpu_model", "node_name",
     "node_labels", "same_node", "duration_hours", "reason", "priority",
 )  # fmt: skip
-
-
-@dataclass(frozen=True, slots=True)
-class Usage:
-    vgpus: int = 0
-    compute_pct: int = 0
-    memory_mib: int = 0
 
 
 def ask_of(req: GpuRequest) -> Ask:

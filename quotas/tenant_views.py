@@ -21,6 +21,7 @@ from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 from django.views.decorators.http import require_POST
 
+from audit.interface import request_address
 from quotas import permissions, tenancy
 from quotas.choices import Role
 from quotas.forms import MemberAddForm, MemberRoleForm, QuotaForm, TenantForm
@@ -33,10 +34,6 @@ DIMENSION_LABELS = {
     "memory_mib": gettext_lazy("Memory (MiB)"),
     "gpu_hours": gettext_lazy("GPU-hours"),
 }
-
-
-def _address(request: HttpRequest) -> str | None:
-    return request.META.get("REMOTE_ADDR")
 
 
 def _visible_tenant(request: HttpRequest, slug: str) -> Tenant:
@@ -153,7 +150,7 @@ def tenant_add(request: HttpRequest) -> HttpResponse:
     _platform_admin_only(request)
     form = TenantForm(request.POST or None)
     if request.method == "POST" and form.is_valid():
-        tenant = _run(form, tenancy.create_tenant, request.user, address=_address(request),
+        tenant = _run(form, tenancy.create_tenant, request.user, address=request_address(request),
                       **form.cleaned_data)  # fmt: skip
         if tenant is not None:
             messages.success(request, _("Tenant %(name)s created.") % {"name": tenant.name})
@@ -168,7 +165,7 @@ def tenant_edit(request: HttpRequest, slug: str) -> HttpResponse:
     form = TenantForm(request.POST or None, tenant=tenant)
     if request.method == "POST" and form.is_valid():
         saved = _run(form, tenancy.update_tenant, tenant.pk, request.user,
-                     address=_address(request), **form.cleaned_data)  # fmt: skip
+                     address=request_address(request), **form.cleaned_data)  # fmt: skip
         if saved is not None:
             messages.success(request, _("Tenant %(name)s saved.") % {"name": saved.name})
             return redirect(saved)
@@ -184,7 +181,7 @@ def tenant_members(request: HttpRequest, slug: str) -> HttpResponse:
     form = MemberAddForm(request.POST or None)
     if request.method == "POST" and form.is_valid():
         added = _run(form, tenancy.add_member, tenant.pk, request.user,
-                     address=_address(request), **form.cleaned_data)  # fmt: skip
+                     address=request_address(request), **form.cleaned_data)  # fmt: skip
         if added is not None:
             messages.success(request, _("%(user)s added.") % {"user": added.user.get_username()})
             return redirect("quotas:tenant_members", tenant.slug)
@@ -216,7 +213,7 @@ def member_role(request: HttpRequest, slug: str, pk: int) -> HttpResponse:
     else:
         try:
             tenancy.change_role(pk, request.user, role=form.cleaned_data["role"],
-                                address=_address(request))  # fmt: skip
+                                address=request_address(request))  # fmt: skip
         except ValidationError as exc:
             messages.error(request, _first_error(exc))
         except PermissionError:
@@ -233,7 +230,7 @@ def member_role(request: HttpRequest, slug: str, pk: int) -> HttpResponse:
 def member_remove(request: HttpRequest, slug: str, pk: int) -> HttpResponse:
     membership = _member_of(request, slug, pk)
     try:
-        tenancy.remove_member(pk, request.user, address=_address(request))
+        tenancy.remove_member(pk, request.user, address=request_address(request))
     except ValidationError as exc:
         messages.error(request, _first_error(exc))
     except PermissionError:
@@ -251,7 +248,7 @@ def quota_add(request: HttpRequest, slug: str) -> HttpResponse:
     if request.method == "POST" and form.is_valid():
         data = dict(form.cleaned_data)
         quota = _run(form, tenancy.create_quota, request.user, tenant=tenant,
-                     address=_address(request), **data)  # fmt: skip
+                     address=request_address(request), **data)  # fmt: skip
         if quota is not None:
             messages.success(request, _("Quota in %(pool)s saved.") % {"pool": quota.pool.name})
             return redirect(tenant)
@@ -267,7 +264,7 @@ def quota_edit(request: HttpRequest, slug: str, pk: int) -> HttpResponse:
     form = QuotaForm(request.POST or None, tenant=tenant, quota=quota)
     if request.method == "POST" and form.is_valid():
         saved = _run(form, tenancy.update_quota, quota.pk, request.user,
-                     address=_address(request), **form.cleaned_data)  # fmt: skip
+                     address=request_address(request), **form.cleaned_data)  # fmt: skip
         if saved is not None:
             messages.success(request, _("Quota in %(pool)s saved.") % {"pool": quota.pool.name})
             return redirect(tenant)
@@ -281,6 +278,6 @@ def quota_delete(request: HttpRequest, slug: str, pk: int) -> HttpResponse:
     tenant = _visible_tenant(request, slug)
     _platform_admin_only(request)
     quota = get_object_or_404(Quota.objects.select_related("pool"), pk=pk, tenant=tenant)
-    tenancy.delete_quota(quota.pk, request.user, address=_address(request))
+    tenancy.delete_quota(quota.pk, request.user, address=request_address(request))
     messages.success(request, _("Quota in %(pool)s removed.") % {"pool": quota.pool.name})
     return redirect(tenant)

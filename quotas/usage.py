@@ -55,7 +55,8 @@ REQUESTER = "lease__gpu_request__requester_id"
 
 @dataclass(slots=True)
 class Usage:
-    """What is held now and what was used in the budget period."""
+    """What is held now and what was used in the budget period (the request service
+    uses the first three alone, for what is held or asked)."""
 
     vgpus: int = 0
     compute_pct: int = 0

@@ -13,6 +13,14 @@ class WarningState(models.TextChoices):
     WITHDRAWN = "withdrawn", _("Withdrawn")
 
 
+class WarningCause(models.TextChoices):
+    """Why a lease is taken back: it sat idle, or it was borrowed above its tenant's
+    guarantee and another tenant within its guarantee waits for the capacity."""
+
+    IDLE = "idle", _("Idle")
+    BORROWED = "borrowed", _("Borrowed capacity needed")
+
+
 OPEN_WARNINGS = (WarningState.WARNED, WarningState.APPEALED)
 
 

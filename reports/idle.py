@@ -77,24 +77,47 @@ def memory_limit(use: AllocationUse, thresholds: Thresholds) -> float:
     return use.memory_mib * thresholds.memory_pct / 100
 
 
+@dataclass(frozen=True, slots=True)
+class Seen:
+    """What an allocation's minutes read in the scan's range say, summed: by ``summarize``
+    here, or by ``telemetry.interface.attributed_use`` in SQL at fleet scale."""
+
+    last_busy: datetime | None  # the last minute at or over either threshold
+    first_read: datetime | None
+    read_in_window: int  # minutes read since max(placed_at, now - window)
+
+
+def summarize(use: AllocationUse, thresholds: Thresholds, now: datetime) -> Seen:
+    limit = memory_limit(use, thresholds)
+    start = max(use.placed_at, now - thresholds.window)
+    read = [m for m in use.minutes if use.placed_at <= m.at < now]
+    return Seen(
+        last_busy=max((m.at for m in read if busy(m, limit, thresholds)), default=None),
+        first_read=min((m.at for m in read), default=None),
+        read_in_window=len({m.at for m in read if m.at >= start}),
+    )
+
+
 def verdict(use: AllocationUse, thresholds: Thresholds, now: datetime) -> Verdict:
     """Idle when every minute read since ``idle_since`` was under both thresholds, the run
     is at least the window long, enough of the window was read, and the agent's latest
     report (when there is one) does not show the allocation's memory in use."""
+    return judge(use, summarize(use, thresholds, now), thresholds, now)
+
+
+def judge(use: AllocationUse, seen: Seen, thresholds: Thresholds, now: datetime) -> Verdict:
+    """``verdict`` from the minutes' summary (``use.minutes`` is not read)."""
     limit = memory_limit(use, thresholds)
     start = max(use.placed_at, now - thresholds.window)
-    read = [m for m in use.minutes if use.placed_at <= m.at < now]
-    last_busy = max((m.at for m in read if busy(m, limit, thresholds)), default=None)
-    if last_busy is not None:
-        since = last_busy + MINUTE
+    if seen.last_busy is not None:
+        since = seen.last_busy + MINUTE
     elif use.previous_since is not None:
         since = max(use.previous_since, use.placed_at)
     else:
-        since = max(use.placed_at, min((m.at for m in read), default=now))
+        since = max(use.placed_at, seen.first_read or now)
     since = min(since, now)
-    in_window = {m.at for m in read if m.at >= start}
     span = max(math.ceil((now - start) / MINUTE), 1)
-    coverage = min(len(in_window) / span, 1.0)
+    coverage = min(seen.read_in_window / span, 1.0)
     live_busy = use.live_memory_mib is not None and use.live_memory_mib >= max(limit, 1.0)
     idle = not live_busy and now - since >= thresholds.window and coverage >= MIN_COVERAGE
     minutes = int((now - since) / MINUTE) if idle else 0

@@ -17,7 +17,7 @@ from django.db import models
 from django.utils.translation import gettext_lazy as _
 
 from pools.models import Allocation, Lease, Pool
-from reports.choices import WarningState
+from reports.choices import WarningCause, WarningState
 
 
 class ReclaimPolicy(models.Model):
@@ -83,9 +83,7 @@ class AllocationIdle(models.Model):
     class Meta:
         # The report's default order, so a page of it is read from the index's head.
         indexes = [
-            models.Index(
-                fields=["-idle", "-wasted_gpu_hours", "allocation"], name="idle_wasted"
-            )
+            models.Index(fields=["-idle", "-wasted_gpu_hours", "allocation"], name="idle_wasted")
         ]
 
     def __str__(self) -> str:
@@ -128,11 +126,19 @@ class Exemption(models.Model):
 
 
 class ReclaimWarning(models.Model):
-    """The owner of an idle lease was warned: released after ``release_after`` unless it
-    is busy again, exempted, or an approver grants the owner's appeal."""
+    """The owner of an idle (or borrowed, ``cause``) lease was warned: released after
+    ``release_after`` unless it is busy again (idle) or no longer needed (borrowed),
+    exempted, or an approver grants the owner's appeal."""
 
     lease = models.ForeignKey(Lease, on_delete=models.CASCADE, related_name="reclaim_warnings")
     tenant_id = models.IntegerField(null=True, db_index=True)
+    cause = models.CharField(
+        _("cause"), max_length=16, choices=WarningCause, default=WarningCause.IDLE
+    )
+    # The owner's words for a take-back (never the other tenant's name: tenants stay apart).
+    reason = models.CharField(_("reason"), max_length=500, blank=True)
+    # A take-back's waiting request (quotas.GpuRequest): withdrawn once it no longer waits.
+    needed_by_id = models.IntegerField(null=True, blank=True, db_index=True)
     state = models.CharField(
         _("state"), max_length=16, choices=WarningState, default=WarningState.WARNED
     )

@@ -8,9 +8,10 @@ from collections.abc import Iterable, Iterator
 from io import StringIO
 from typing import Any
 
-from django.db.models import QuerySet
+from django.db.models import OuterRef, QuerySet, Subquery
 from django.utils import timezone
 
+from agents.models import GPU, Node
 from quotas.models import Tenant
 from quotas.permissions import can_approve
 from reports import permissions
@@ -29,7 +30,16 @@ def visible_rows(user) -> QuerySet[AllocationIdle]:
 def visible_cards(user) -> QuerySet[IdleCard]:
     if not permissions.sees_everything(user):
         return IdleCard.objects.none()
-    return IdleCard.objects.select_related("pool").order_by("state", "pool__name", "gpu_id")
+    # The card and node are plain ids in the scan's snapshot: their names are read here,
+    # in the same query, so the table names (and links) them rather than showing ids.
+    return (
+        IdleCard.objects.select_related("pool")
+        .annotate(
+            node_name=Subquery(Node.objects.filter(pk=OuterRef("node_id")).values("name")[:1]),
+            gpu_index=Subquery(GPU.objects.filter(pk=OuterRef("gpu_id")).values("index")[:1]),
+        )
+        .order_by("state", "pool__name", "node_name", "gpu_index", "gpu_id")
+    )
 
 
 def decorate(rows: Iterable[AllocationIdle], user=None) -> list[AllocationIdle]:

@@ -13,7 +13,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from django.db import transaction
+from django.db import connection, transaction
 from django.utils import timezone
 
 from pools.choices import AllocationState
@@ -21,7 +21,14 @@ from pools.models import Allocation, PoolCard
 from reports import idle
 from reports.choices import CardState
 from reports.models import AllocationIdle, IdleCard, ReclaimPolicy
-from telemetry.interface import card_series, latest, owner_series
+from telemetry.interface import (
+    Attribution,
+    attributed_use,
+    card_series,
+    latest,
+    owner_series,
+    owners_seen,
+)
 
 TENANT = "lease__gpu_request__tenant_id"
 P95_RANGE = timedelta(days=7)
@@ -79,8 +86,10 @@ def _week(row: dict, hours: dict, owner_hours: dict, carried: dict) -> dict:
     if row["id"] in carried:
         return carried[row["id"]]
     week = _attributed(row, hours, owner_hours, row["placed_at"].replace(minute=0))
-    p95_util = idle.p95(m.util_pct for m in week)
-    p95_memory = idle.p95(m.memory_mib for m in week)
+    return _advice(row, idle.p95(m.util_pct for m in week), idle.p95(m.memory_mib for m in week))
+
+
+def _advice(row: dict, p95_util: float | None, p95_memory: float | None) -> dict:
     advice = idle.right_size(
         row["compute_pct"], row["memory_mib"], row["whole_card"], p95_util, p95_memory
     )
@@ -90,6 +99,91 @@ def _week(row: dict, hours: dict, owner_hours: dict, carried: dict) -> dict:
         "advice_compute_pct": advice.compute_pct if advice else None,
         "advice_memory_mib": advice.memory_mib if advice else None,
     }  # fmt: skip
+
+
+def _attribution(row: dict, since: datetime, thresholds: idle.Thresholds | None = None,
+                 now: datetime | None = None) -> Attribution:  # fmt: skip
+    owner = None if row["whole_card"] else row["lease__unix_user"]
+    if thresholds is None or now is None:
+        return Attribution(row["id"], row["gpu_id"], owner, since)
+    return Attribution(
+        row["id"], row["gpu_id"], owner, since, util_pct=thresholds.util_pct,
+        memory_mib=row["memory_mib"] * thresholds.memory_pct / 100,
+        window_start=max(since, now - thresholds.window),
+    )  # fmt: skip
+
+
+def _judged_in_sql(rows, policies, default, start, now, previous, live_used, carried):
+    """The verdicts, sparklines and week's p95s summed by PostgreSQL: a few statements
+    over the rollups, and Python per allocation only for the rules' arithmetic."""
+    seen = attributed_use(
+        [_attribution(r, r["placed_at"], policies.get(r["pool_id"], default), now) for r in rows],
+        start, now, "1m", spark_points=SPARK_POINTS,
+    )  # fmt: skip
+    fresh = [r for r in rows if r["id"] not in carried]
+    weeks = attributed_use(
+        [_attribution(r, r["placed_at"].replace(minute=0)) for r in fresh],
+        now - P95_RANGE, now, "1h", p95=True,
+    )  # fmt: skip
+    empty = [None] * SPARK_POINTS
+    for row in rows:
+        thresholds = policies.get(row["pool_id"], default)
+        got = seen.get(row["id"])
+        use = idle.AllocationUse(
+            allocation_id=row["id"], compute_pct=row["compute_pct"],
+            memory_mib=row["memory_mib"], whole_card=row["whole_card"],
+            placed_at=row["placed_at"], minutes=(),
+            live_memory_mib=live_used.get(f"alloc-{row['id']}"),
+            previous_since=previous.get(row["id"]),
+        )  # fmt: skip
+        summary = idle.Seen(
+            got.last_busy if got else None, got.first_read if got else None,
+            got.read_in_window if got else 0,
+        )  # fmt: skip
+        if row["id"] in carried:
+            week = carried[row["id"]]
+        else:
+            hours = weeks.get(row["id"])
+            week = _advice(
+                row, hours.p95_util_pct if hours else None, hours.p95_memory_mib if hours else None
+            )
+        yield (row, idle.judge(use, summary, thresholds, now), week,
+               list(got.sparkline) if got else list(empty))  # fmt: skip
+
+
+def _judged_in_python(rows, policies, default, start, now, previous, live_used, carried):
+    """The same, from the rollups read into Python (the embedded SQLite default)."""
+    gpu_ids = sorted({r["gpu_id"] for r in rows})
+    minutes = card_series(gpu_ids, start, now)
+    owner_minutes = owner_series(gpu_ids, start, now)
+    held = sorted({r["gpu_id"] for r in rows if r["id"] not in carried})
+    hours = card_series(held, now - P95_RANGE, now, "1h") if held else {}
+    owner_hours = owner_series(held, now - P95_RANGE, now, "1h") if held else {}
+    for row in rows:
+        placed = row["placed_at"]
+        use = idle.AllocationUse(
+            allocation_id=row["id"], compute_pct=row["compute_pct"],
+            memory_mib=row["memory_mib"], whole_card=row["whole_card"], placed_at=placed,
+            minutes=tuple(_attributed(row, minutes, owner_minutes, placed)),
+            live_memory_mib=live_used.get(f"alloc-{row['id']}"),
+            previous_since=previous.get(row["id"]),
+        )  # fmt: skip
+        verdict = idle.verdict(use, policies.get(row["pool_id"], default), now)
+        yield (row, verdict, _week(row, hours, owner_hours, carried),
+               idle.sparkline(use.minutes, start, now, SPARK_POINTS))  # fmt: skip
+
+
+def _running(gpu_ids, start, now) -> dict[int, set[str]]:
+    """Per card, the owners whose processes held memory on it in the window."""
+    running: dict[int, set[str]] = defaultdict(set)
+    if connection.vendor == "postgresql":
+        for gpu_id, owner in owners_seen(gpu_ids, start, now):
+            running[gpu_id].add(owner)
+        return running
+    for (gpu_id, owner), series in owner_series(gpu_ids, start, now).items():
+        if any((m or 0) > 0 for _at, m in series):
+            running[gpu_id].add(owner)
+    return running
 
 
 def scan(now: datetime | None = None, *, p95: bool | None = None) -> ScanResult:
@@ -111,8 +205,6 @@ def scan(now: datetime | None = None, *, p95: bool | None = None) -> ScanResult:
     pool_cards = list(PoolCard.objects.values("gpu_id", "pool_id", "gpu__node_id", "gpu__uuid"))
     gpu_ids = sorted({c["gpu_id"] for c in pool_cards} | {r["gpu_id"] for r in rows})
     start = now - longest
-    minutes = card_series(gpu_ids, start, now)
-    owner_minutes = owner_series(gpu_ids, start, now)
     # The week's p95s move slowly: recomputed by the first scan of each hour, and for
     # allocations that have none yet; carried over by the other scans.
     recompute = p95 if p95 is not None else now.minute < P95_EVERY_MINUTES
@@ -123,9 +215,6 @@ def scan(now: datetime | None = None, *, p95: bool | None = None) -> ScanResult:
             "advice_compute_pct", "advice_memory_mib",
         )
     }  # fmt: skip
-    held = sorted({r["gpu_id"] for r in rows if r["id"] not in carried})
-    hours = card_series(held, now - P95_RANGE, now, "1h") if held else {}
-    owner_hours = owner_series(held, now - P95_RANGE, now, "1h") if held else {}
     node_ids = {c["gpu__node_id"] for c in pool_cards} | {r["gpu__node_id"] for r in rows}
     live_used, foreign = _live_memory(latest(node_ids))
     # A run seen by a scan whose range reached this one's carries on (no unread gap).
@@ -138,18 +227,10 @@ def scan(now: datetime | None = None, *, p95: bool | None = None) -> ScanResult:
     states = []
     idle_by_gpu: dict[int, list[bool]] = defaultdict(list)
     owners_by_gpu: dict[int, set[str]] = defaultdict(set)
-    for row in rows:
-        thresholds = policies.get(row["pool_id"], default)
-        placed = row["placed_at"]
-        use = idle.AllocationUse(
-            allocation_id=row["id"], compute_pct=row["compute_pct"],
-            memory_mib=row["memory_mib"], whole_card=row["whole_card"], placed_at=placed,
-            minutes=tuple(_attributed(row, minutes, owner_minutes, placed)),
-            live_memory_mib=live_used.get(f"alloc-{row['id']}"),
-            previous_since=previous.get(row["id"]),
-        )  # fmt: skip
-        verdict = idle.verdict(use, thresholds, now)
-        week = _week(row, hours, owner_hours, carried)
+    judged = _judged_in_sql if connection.vendor == "postgresql" else _judged_in_python
+    for row, verdict, week, spark in judged(
+        rows, policies, default, start, now, previous, live_used, carried
+    ):
         idle_by_gpu[row["gpu_id"]].append(verdict.idle)
         owners_by_gpu[row["gpu_id"]].add(row["lease__unix_user"])
         states.append(
@@ -163,15 +244,11 @@ def scan(now: datetime | None = None, *, p95: bool | None = None) -> ScanResult:
                 over_provisioned=week["over_provisioned"],
                 advice_compute_pct=week["advice_compute_pct"],
                 advice_memory_mib=week["advice_memory_mib"],
-                sparkline=idle.sparkline(use.minutes, start, now, SPARK_POINTS),
-                scanned_at=now,
+                sparkline=spark, scanned_at=now,
             )
         )  # fmt: skip
 
-    running: dict[int, set[str]] = defaultdict(set)
-    for (gpu_id, owner), series in owner_minutes.items():
-        if any((m or 0) > 0 for _at, m in series):
-            running[gpu_id].add(owner)
+    running = _running(gpu_ids, start, now)
     cards = []
     for card in pool_cards:
         gpu_id = card["gpu_id"]

@@ -23,7 +23,7 @@ from pools.interface import release_lease
 from pools.models import Lease
 from quotas.interface import release_lease_request
 from reports import permissions
-from reports.choices import OPEN_WARNINGS, WarningState
+from reports.choices import OPEN_WARNINGS, WarningCause, WarningState
 from reports.models import AllocationIdle, Exemption, ReclaimPolicy, ReclaimWarning
 from reports.signals import appeal_event, reclaim_warned, reclaimed
 
@@ -31,15 +31,14 @@ MAX_TEXT = 500
 MAX_EXEMPTION = timedelta(days=366)
 
 
-def _send(signal, **kwargs: Any) -> None:
-    transaction.on_commit(lambda: signal.send(sender=ReclaimWarning, **kwargs))
-
-
-def _facts(warning: ReclaimWarning) -> dict[str, Any]:
-    return {
+def send_after_commit(signal, warning: ReclaimWarning, **extra: Any) -> None:
+    """Send ``signal`` with the warning's plain facts once the transaction commits."""
+    facts = {
         "warning_id": warning.pk, "lease_id": warning.lease_id,
         "tenant_id": warning.tenant_id, "holder_id": warning.lease.holder_id,
+        "cause": warning.cause, **extra,
     }  # fmt: skip
+    transaction.on_commit(lambda: signal.send(sender=ReclaimWarning, **facts))
 
 
 def exempt_lease_ids(now: datetime) -> set[int]:
@@ -63,12 +62,15 @@ def reclaim(now: datetime | None = None) -> dict[str, int]:
     idle_leases = {lid for lid, flags in by_lease.items() if all(flags)}
     exempt = exempt_lease_ids(now)
     counts = {"warned": 0, "withdrawn": 0, "released": 0}
-    open_warnings = {w.lease_id: w for w in ReclaimWarning.objects.filter(state__in=OPEN_WARNINGS)}
+    open_warnings = {
+        w.lease_id: w
+        for w in ReclaimWarning.objects.filter(state__in=OPEN_WARNINGS, cause=WarningCause.IDLE)
+    }
     for lease_id, warning in open_warnings.items():
         if lease_id not in idle_leases or lease_id in exempt or pools.get(lease_id) not in policies:
-            counts["withdrawn"] += _close(warning.pk, WarningState.WITHDRAWN, now)
+            counts["withdrawn"] += close_warning(warning.pk, WarningState.WITHDRAWN, now)
         elif warning.state == WarningState.WARNED and now >= warning.release_after:
-            counts["released"] += _release(warning.pk, now)
+            counts["released"] += release_warned(warning.pk, now)
     for lease_id in sorted(idle_leases - exempt - set(open_warnings)):
         policy = policies.get(pools[lease_id])
         if policy is not None:
@@ -89,11 +91,11 @@ def _warn(lease_id: int, tenant_id: int | None, policy: ReclaimPolicy, now: date
             release_after=now + timedelta(hours=policy.grace_hours),
         )  # fmt: skip
         record("reclaim.warn", lease, tenant_id=tenant_id, after=snapshot(warning))
-        _send(reclaim_warned, **_facts(warning), release_after=warning.release_after)
+        send_after_commit(reclaim_warned, warning, release_after=warning.release_after)
     return 1
 
 
-def _close(warning_id: int, state: str, now: datetime) -> int:
+def close_warning(warning_id: int, state: str, now: datetime) -> int:
     with transaction.atomic():
         warning = ReclaimWarning.objects.select_for_update().get(pk=warning_id)
         if warning.state not in OPEN_WARNINGS:
@@ -106,7 +108,7 @@ def _close(warning_id: int, state: str, now: datetime) -> int:
     return 1
 
 
-def _release(warning_id: int, now: datetime) -> int:
+def release_warned(warning_id: int, now: datetime) -> int:
     with transaction.atomic():
         warning = ReclaimWarning.objects.select_for_update().get(pk=warning_id)
         if warning.state != WarningState.WARNED:
@@ -120,7 +122,7 @@ def _release(warning_id: int, now: datetime) -> int:
         warning.save()
         record("reclaim.release", warning.lease, tenant_id=warning.tenant_id,
                before=before, after=snapshot(warning))  # fmt: skip
-        _send(reclaimed, **_facts(warning))
+        send_after_commit(reclaimed, warning)
     return 1
 
 
@@ -170,7 +172,7 @@ def add_exemption(
     for warning_id in ReclaimWarning.objects.filter(
         lease_id=lease_id, state__in=OPEN_WARNINGS
     ).values_list("pk", flat=True):
-        _close(warning_id, WarningState.WITHDRAWN, now)
+        close_warning(warning_id, WarningState.WITHDRAWN, now)
     return exemption
 
 
@@ -203,7 +205,7 @@ def appeal(warning_id: int, user, *, reason: Any, address: str | None = None) ->
         record("reclaim.appeal", warning.lease, actor=user, address=address,
                tenant_id=warning.tenant_id, before=before, after=snapshot(warning),
                message=reason)  # fmt: skip
-        _send(appeal_event, **_facts(warning), decided=False, granted=False)
+        send_after_commit(appeal_event, warning, decided=False, granted=False)
     return warning
 
 
@@ -238,5 +240,5 @@ def decide_appeal(
         record("reclaim.appeal_grant" if grant else "reclaim.appeal_refuse", warning.lease,
                actor=user, address=address, tenant_id=warning.tenant_id, before=before,
                after=snapshot(warning), message=comment)  # fmt: skip
-        _send(appeal_event, **_facts(warning), decided=True, granted=grant)
+        send_after_commit(appeal_event, warning, decided=True, granted=grant)
     return warning

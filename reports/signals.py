@@ -5,11 +5,14 @@ from __future__ import annotations
 
 from django.dispatch import Signal
 
-# A lease's owner was warned that it is idle: ``warning_id``, ``lease_id``, ``tenant_id``
-# (None for a lease held outside a request), ``holder_id``, ``release_after`` (datetime).
+# A lease's owner was warned that it will be taken back: ``warning_id``, ``lease_id``,
+# ``tenant_id`` (None for a lease held outside a request), ``holder_id``, ``release_after``
+# (datetime), ``cause`` ("idle", or "borrowed": capacity lent above the tenant's guarantee
+# that another tenant needs; then also ``reason``, the owner's words). Every signal here
+# carries ``cause``.
 reclaim_warned = Signal()
-# An idle lease was released by the reclaim policy: ``warning_id``, ``lease_id``,
-# ``tenant_id``, ``holder_id``.
+# A warned lease (idle, or borrowed) was released after its grace period: ``warning_id``,
+# ``lease_id``, ``tenant_id``, ``holder_id``.
 reclaimed = Signal()
 # An owner appealed (``decided`` False) or an approver decided the appeal (``decided``
 # True, ``granted``): ``warning_id``, ``lease_id``, ``tenant_id``, ``holder_id``.

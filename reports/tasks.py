@@ -8,7 +8,7 @@ from datetime import timedelta
 from celery import shared_task
 from django.utils import timezone
 
-from reports import accounting, digest, scan, services
+from reports import accounting, digest, scan, services, takeback
 
 
 @shared_task(ignore_result=True)
@@ -16,6 +16,12 @@ def scan_and_reclaim() -> dict[str, int]:
     """Judge every allocation and card, then warn, withdraw and release per policy."""
     result = scan.scan()
     return {"allocations": result.allocations, "idle": result.idle, **services.reclaim()}
+
+
+@shared_task(ignore_result=True)
+def take_back_borrowed() -> dict[str, int]:
+    """Borrowed capacity another tenant needs for its guarantee: warn, withdraw, release."""
+    return takeback.take_back()
 
 
 @shared_task(ignore_result=True)

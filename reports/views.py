@@ -13,15 +13,12 @@ from django.shortcuts import redirect, render
 from django.utils.translation import gettext as _
 from django.views.decorators.http import require_POST
 
+from audit.interface import request_address
 from reports import accounting, report, services
 from reports.filtersets import AllocationIdleFilterSet
 from reports.forms import AppealDecisionForm, AppealForm, ExemptionForm
 
 PAGE_SIZE = 100
-
-
-def _address(request: HttpRequest) -> str | None:
-    return request.META.get("REMOTE_ADDR")
 
 
 @login_required
@@ -55,7 +52,7 @@ def idle_report(request: HttpRequest) -> HttpResponse:
 
 def _act(request: HttpRequest, fn, *args, **kwargs) -> HttpResponse:
     try:
-        fn(*args, **kwargs, address=_address(request))
+        fn(*args, **kwargs, address=request_address(request))
     except PermissionError:
         return HttpResponse(status=404)  # as absent: nothing of others' leases leaks
     except ValidationError as exc:

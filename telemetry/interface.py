@@ -16,6 +16,7 @@ from typing import Any
 
 from agents.gpu_agent.schema import GPU_FIELDS, HISTORY_GPU_FIELDS, HISTORY_PROCESS_FIELDS
 from telemetry import history, readings
+from telemetry.attributed import AttributedUse, Attribution, attributed_use, owners_seen
 from telemetry.interval_usage import Interval, IntervalUsage, interval_usage
 from telemetry.panels import DashboardPanel, add_dashboard_panel
 from telemetry.permissions import OwnerGrant, grant_owners
@@ -25,6 +26,8 @@ __all__ = [
     "GPU_FIELDS",
     "HISTORY_GPU_FIELDS",
     "HISTORY_PROCESS_FIELDS",
+    "AttributedUse",
+    "Attribution",
     "CardReading",
     "CardUsage",
     "DashboardPanel",
@@ -35,6 +38,7 @@ __all__ = [
     "OwnerUsage",
     "PollCycle",
     "add_dashboard_panel",
+    "attributed_use",
     "card_series",
     "card_usage",
     "grant_owners",
@@ -42,6 +46,7 @@ __all__ = [
     "latest",
     "owner_series",
     "owner_usage",
+    "owners_seen",
     "poll_cycle_recorded",
 ]
 

@@ -7,6 +7,7 @@
 - dave: staff without permissions, in no tenant (conftest)
 
 Anything of bravo's (its name, members, quotas, usage) must never reach acme's people.
+A test module imports ``teams_fixture`` and asks for ``teams``.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import timedelta
 
+import pytest
 from django.utils import timezone
 
 from pools.models import Pool
@@ -80,3 +82,9 @@ def build_teams(conftest_users: dict) -> Teams:
 
 def memberships_of(tenant: Tenant) -> list[tuple[int, str]]:
     return list(Membership.objects.filter(tenant=tenant).values_list("user_id", "role"))
+
+
+@pytest.fixture(name="teams")
+def teams_fixture(alice, bob, dave) -> Teams:
+    """Both teams, with conftest's alice, bob and dave in their places."""
+    return build_teams({"alice": alice, "bob": bob, "dave": dave})

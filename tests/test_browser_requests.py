@@ -11,6 +11,7 @@ from collections.abc import Iterator
 import pytest
 from playwright.sync_api import Browser, BrowserContext, Page, expect
 
+from quotas.services import create_request
 from tests import procs
 from tests.factories import gpu_team
 
@@ -20,11 +21,13 @@ ARTIFACTS = procs.REPO / "test-artifacts"
 
 @pytest.fixture
 def site(transactional_db, child_env_for_test_db) -> Iterator[tuple[str, dict]]:
+    """The portal served by daphne, a team (``names["team"]``) and its names."""
     team = gpu_team("vision")
     names = {
         "tenant": str(team.tenant.pk), "pool": str(team.pool.pk),
         "dev": team.dev.username, "approver": team.approver.username,
     }  # fmt: skip
+    names["team"] = team
     with procs.daphne(child_env_for_test_db) as (url, _):
         yield url, names
 
@@ -96,6 +99,31 @@ def test_the_approvers_queue_shows_a_new_request_without_reloading(site, browser
         dev.click("#request-form button[type=submit]")
         expect(approver.locator(".approval-row")).to_have_count(1, timeout=10_000)
         assert approver.evaluate("() => window.__notReloaded === true")
+    finally:
+        dev_context.close()
+        approver_context.close()
+
+
+def test_the_request_page_shows_its_approval_and_placement_live(site, browser):
+    url, names = site
+    team = names["team"]
+    request_id = create_request(team.dev, **team.ask(reason="detail page")).pk
+    path = f"/requests/{request_id}/"
+    dev_context, dev = logged_in(browser, url, names["dev"], path)
+    approver_context, approver = logged_in(browser, url, names["approver"], "/approvals/")
+    try:
+        expect(dev.locator("#request")).to_have_attribute("data-state", "pending")
+        expect(dev.locator("#live-status")).to_have_attribute("data-state", "live", timeout=10_000)
+        dev.evaluate("() => { window.__notReloaded = true; }")
+        row = approver.locator(f'.approval-row[data-request-id="{request_id}"]')
+        expect(row).to_have_count(1, timeout=10_000)
+        row.locator(".approve-button").click()
+        expect(dev.locator("#request")).to_have_attribute("data-state", "allocated", timeout=15_000)
+        assert dev.evaluate("() => window.__notReloaded === true"), "the page reloaded"
+        expect(dev.locator("#request .allocation-link").first).to_be_visible()
+        expect(dev.locator(".history-entry[data-action='request.place']")).to_have_count(1)
+        ARTIFACTS.mkdir(exist_ok=True)
+        dev.screenshot(path=str(ARTIFACTS / "request-detail-placed.png"), full_page=True)
     finally:
         dev_context.close()
         approver_context.close()

@@ -196,3 +196,25 @@ def test_gpu_hours_held_match_the_scenario_to_the_minute(world):
     )  # fmt: skip
     held = held_hours((TENANT,), world.now - timedelta(hours=5), world.now)
     assert held[(world.team.tenant.pk,)].gpu_hours == expected.quantize(Decimal("0.0001"))
+
+
+JUDGED = (
+    "idle", "idle_since", "quiet_since", "idle_minutes", "wasted_gpu_hours", "coverage",
+    "over_provisioned", "p95_util_pct", "p95_memory_mib", "advice_compute_pct",
+    "advice_memory_mib", "sparkline",
+)  # fmt: skip
+
+
+def test_the_set_based_scan_judges_every_allocation_as_the_python_path_does(world, monkeypatch):
+    def judged() -> dict:
+        scan.scan(world.now - timedelta(minutes=100), p95=True)
+        scan.scan(world.now, p95=True)
+        rows = AllocationIdle.objects.values("allocation_id", *JUDGED)
+        return {row["allocation_id"]: row for row in rows}
+
+    in_sql = judged()
+    AllocationIdle.objects.all().delete()
+    monkeypatch.setattr(scan, "_judged_in_sql", scan._judged_in_python)
+    assert judged() == in_sql
+    flags = [row["idle"] for row in in_sql.values()]
+    assert any(flags) and not all(flags)  # the scenario has both kinds

@@ -12,7 +12,7 @@ from django.utils import timezone
 from rest_framework.test import APIClient
 
 from audit.interface import AuditEntry
-from pools.models import Allocation
+from pools.models import Allocation, PoolCard
 from reports import scan, services
 from reports.models import Exemption, ReclaimPolicy, ReclaimWarning
 from telemetry.models import GpuMinute
@@ -197,3 +197,21 @@ def test_accounting_shows_a_member_their_tenants_lines_only(teams):
 def test_a_bad_month_is_a_400(teams, month):
     assert api(teams.user("bob")).get("/api/v1/accounting/", {"month": month}).status_code == 400
     assert page(teams.user("bob")).get("/accounting/", {"month": month}).status_code == 400
+
+
+def test_the_idle_cards_table_names_and_links_each_node_and_card(teams):
+    # A card of the pool with no allocation on it: an idle card the next scan lists.
+    gpu = GPUFactory(node__name="rack7-gpu-node-03", index=5)
+    PoolCard.objects.create(pool=teams.pool, gpu=gpu)
+    scan.scan(teams.now)
+    text = page(teams.user("alice")).get("/idle/").content.decode()
+    row = text[text.index(f'data-card="{gpu.pk}"') :].split("</tr>")[0]
+    assert f'<a href="/nodes/{gpu.node_id}/" data-node="{gpu.node_id}">rack7-gpu-node-03</a>' in row
+    assert f'<a href="/gpus/{gpu.pk}/">GPU 5</a>' in row
+    cards = api(teams.user("alice")).get("/api/v1/idle-cards/").json()["results"]
+    card = next(c for c in cards if c["gpu_id"] == gpu.pk)
+    assert (card["node_name"], card["gpu_index"], card["node_id"]) == (
+        "rack7-gpu-node-03",
+        5,
+        gpu.node_id,
+    )

@@ -136,10 +136,22 @@ def test_another_tenants_request_is_not_found_for_a_member(team):
             client.post(f"/requests/{req.pk}/decide/", {"decision": "approve"}).status_code == 404
         )
         assert client.post(f"/requests/{req.pk}/release/").status_code == 404
+        assert client.get(f"/requests/{req.pk}/?part=1").status_code == 404
     part = client_for(other.approver).get("/approvals/?part=1").content.decode()
     assert f'data-request-id="{req.pk}"' not in part
     req.refresh_from_db()
     assert req.state == RequestState.PENDING
+
+
+def test_the_detail_pages_live_part_is_the_request_alone_for_the_socket_to_swap_in(team):
+    req = create_request(team.dev, **team.ask())
+    client = client_for(team.dev)
+    page = client.get(f"/requests/{req.pk}/").content.decode()
+    assert f'data-part-url="/requests/{req.pk}/?part=1" data-request="{req.pk}"' in page
+    assert 'id="live-status"' in page and "js/requests-live.js" in page
+    part = client.get(f"/requests/{req.pk}/?part=1").content.decode()
+    assert 'id="request" data-state="pending"' in part
+    assert "<html" not in part and 'id="live-part"' not in part
 
 
 def test_a_tenant_member_sees_a_teammates_request_but_may_not_act_on_it(team):

@@ -21,16 +21,11 @@ from tests.tenants import (
     MANAGE_ACME_MEMBERS,
     PLATFORM_ADMINS,
     SEE_ACME,
-    build_teams,
     memberships_of,
+    teams_fixture,  # noqa: F401 (the teams fixture)
 )
 
 pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture
-def teams(alice, bob, dave):
-    return build_teams({"alice": alice, "bob": bob, "dave": dave})
 
 
 def _api(teams, name: str | None) -> APIClient:

@@ -13,14 +13,9 @@ from rest_framework.test import APIClient
 from pools.models import Lease
 from quotas import permissions
 from tests.factories import GPUFactory, OwnerMinuteFactory, held_allocation
-from tests.tenants import build_teams
+from tests.tenants import teams_fixture  # noqa: F401 (the teams fixture)
 
 pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture
-def teams(alice, bob, dave):
-    return build_teams({"alice": alice, "bob": bob, "dave": dave})
 
 
 def _owners(user, gpu) -> list[str]:

@@ -11,6 +11,7 @@ from alerts import config
 from alerts.choices import Comparison, Condition, ScopeKind, Severity
 from alerts.models import Event, Rule, Subscription
 from alerts.permissions import managed_tenants, visible_rules
+from audit.interface import request_address
 
 
 def _service(call):
@@ -51,7 +52,7 @@ class RuleSerializer(serializers.ModelSerializer):
             values["scope_id"] = rule.pool_id or rule.node_id or rule.tenant_id
         pk = _service(
             lambda: config.save_rule(
-                rule_id, values, actor=request.user, address=request.META.get("REMOTE_ADDR")
+                rule_id, values, actor=request.user, address=request_address(request)
             )
         )
         return Rule.objects.get(pk=pk)
@@ -109,7 +110,7 @@ class SubscriptionSerializer(serializers.ModelSerializer):
         tenant_id = validated.get("tenant_id")
         pk = _service(lambda: config.save_subscription(
             None, self._values(validated), actor=request.user,
-            address=request.META.get("REMOTE_ADDR"),
+            address=request_address(request),
             owner_id=None if tenant_id else request.user.pk, tenant_id=tenant_id,
         ))  # fmt: skip
         return Subscription.objects.get(pk=pk)
@@ -120,7 +121,7 @@ class SubscriptionSerializer(serializers.ModelSerializer):
             raise serializers.ValidationError({"tenant": ["A subscription's owner cannot change."]})
         _service(lambda: config.save_subscription(
             instance.pk, self._values(validated), actor=request.user,
-            address=request.META.get("REMOTE_ADDR"),
+            address=request_address(request),
         ))  # fmt: skip
         return Subscription.objects.get(pk=instance.pk)
 

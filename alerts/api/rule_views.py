@@ -27,6 +27,7 @@ from alerts.permissions import (
     visible_rules,
     visible_subscriptions,
 )
+from audit.interface import request_address
 from portal.api_errors import Conflict, error_response
 
 
@@ -49,7 +50,7 @@ class RuleViewSet(viewsets.ModelViewSet):
     def perform_destroy(self, instance: Rule) -> None:
         try:
             config.delete_rule(instance.pk, actor=self.request.user,
-                               address=self.request.META.get("REMOTE_ADDR"))  # fmt: skip
+                               address=request_address(self.request))  # fmt: skip
         except DjangoValidationError as exc:
             raise ValidationError(exc.message_dict) from None
 
@@ -65,7 +66,7 @@ class SubscriptionViewSet(viewsets.ModelViewSet):
 
     def perform_destroy(self, instance) -> None:
         config.delete_subscription(instance.pk, actor=self.request.user,
-                                   address=self.request.META.get("REMOTE_ADDR"))  # fmt: skip
+                                   address=request_address(self.request))  # fmt: skip
 
 
 class EventViewSet(viewsets.ReadOnlyModelViewSet):
@@ -86,7 +87,7 @@ class EventViewSet(viewsets.ReadOnlyModelViewSet):
         event = self.get_object()
         if not can_acknowledge(request.user, event):
             raise PermissionDenied(_("Only who answers for this event may change it."))
-        if not step(event.pk, actor=request.user, address=request.META.get("REMOTE_ADDR")):
+        if not step(event.pk, actor=request.user, address=request_address(request)):
             raise Conflict(_("The event is not in a state that allows this."))
         event.refresh_from_db()
         return Response(EventSerializer(event).data)

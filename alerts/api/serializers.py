@@ -12,6 +12,7 @@ from alerts import services
 from alerts.choices import ChannelKind
 from alerts.models import Channel, Delivery, DeliveryAttempt
 from alerts.permissions import managed_tenants
+from audit.interface import request_address
 
 TOP_LEVEL = {"name", "kind", "tenant", "enabled", "language", "settings"}
 
@@ -69,7 +70,7 @@ class ChannelSerializer(serializers.ModelSerializer):
         tenant_id = validated.get("tenant_id")
         try:
             channel_id = services.create_channel(
-                actor=request.user, address=request.META.get("REMOTE_ADDR"),
+                actor=request.user, address=request_address(request),
                 name=validated["name"], kind=validated["kind"],
                 settings_values=validated["settings"],
                 owner_id=None if tenant_id else request.user.pk, tenant_id=tenant_id,
@@ -86,7 +87,7 @@ class ChannelSerializer(serializers.ModelSerializer):
         changes = {k: v for k, v in validated.items() if k != "tenant_id"}
         try:
             services.update_channel(
-                instance.pk, actor=request.user, address=request.META.get("REMOTE_ADDR"),
+                instance.pk, actor=request.user, address=request_address(request),
                 changes=changes,
             )  # fmt: skip
         except DjangoValidationError as exc:

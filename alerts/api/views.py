@@ -10,6 +10,7 @@ from alerts.api.serializers import ChannelSerializer, DeliverySerializer
 from alerts.filtersets import ChannelFilterSet
 from alerts.models import Delivery, DeliveryAttempt
 from alerts.permissions import visible_channels
+from audit.interface import request_address
 
 DELIVERIES_SHOWN = 50
 
@@ -26,7 +27,7 @@ class ChannelViewSet(viewsets.ModelViewSet):
 
     def perform_destroy(self, instance) -> None:
         services.delete_channel(
-            instance.pk, actor=self.request.user, address=self.request.META.get("REMOTE_ADDR")
+            instance.pk, actor=self.request.user, address=request_address(self.request)
         )
 
     @extend_schema(request=None, responses={202: DeliverySerializer})
@@ -35,7 +36,7 @@ class ChannelViewSet(viewsets.ModelViewSet):
         """Queue a test message to the channel; its attempts are listed under deliveries."""
         channel = self.get_object()
         delivery_id = services.send_test(
-            channel.pk, actor=request.user, address=request.META.get("REMOTE_ADDR")
+            channel.pk, actor=request.user, address=request_address(request)
         )
         delivery = Delivery.objects.get(pk=delivery_id)
         return Response(DeliverySerializer(delivery).data, status=status.HTTP_202_ACCEPTED)

@@ -15,6 +15,7 @@ from rest_framework.exceptions import PermissionDenied, ValidationError
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from audit.interface import request_address
 from pools.models import Allocation, Pool
 from portal.idempotency import IdempotentMixin
 from quotas import lifecycle, request_rules, waiting
@@ -159,7 +160,7 @@ class GpuRequestViewSet(
         )
 
     def _address(self) -> str | None:
-        return self.request.META.get("REMOTE_ADDR")
+        return request_address(self.request)
 
     def _run(self, call, *, status_code: int = status.HTTP_200_OK) -> Response:
         try:

@@ -10,6 +10,7 @@ from django.core.exceptions import ValidationError as DjangoValidationError
 from django.utils.translation import gettext as _
 from rest_framework import exceptions, serializers
 
+from audit.interface import request_address
 from pools.models import Pool
 from quotas import permissions, tenancy
 from quotas.choices import Role
@@ -30,7 +31,7 @@ def call_service(fn: Callable[..., Any], *args, **kwargs) -> Any:
 class _ServiceSerializer(serializers.ModelSerializer):
     def actor_and_address(self) -> dict[str, Any]:
         request = self.context["request"]
-        return {"actor": request.user, "address": request.META.get("REMOTE_ADDR")}
+        return {"actor": request.user, "address": request_address(request)}
 
 
 class TenantSerializer(_ServiceSerializer):

@@ -13,6 +13,7 @@ from rest_framework.decorators import action
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from audit.interface import request_address
 from quotas import permissions, tenancy
 from quotas.api.serializers import (
     MembershipSerializer,
@@ -24,10 +25,6 @@ from quotas.api.serializers import (
 from quotas.filtersets import MembershipFilterSet, QuotaFilterSet, TenantFilterSet
 from quotas.models import Membership, Quota
 from quotas.usage import quota_usage
-
-
-def _address(request: Request) -> str | None:
-    return request.META.get("REMOTE_ADDR")
 
 
 class TenantViewSet(viewsets.ModelViewSet):
@@ -48,7 +45,10 @@ class TenantViewSet(viewsets.ModelViewSet):
 
     def perform_destroy(self, instance) -> None:
         call_service(
-            tenancy.delete_tenant, instance.pk, self.request.user, address=_address(self.request)
+            tenancy.delete_tenant,
+            instance.pk,
+            self.request.user,
+            address=request_address(self.request),
         )
 
     @extend_schema(responses=QuotaUsageSerializer(many=True))
@@ -81,7 +81,10 @@ class MembershipViewSet(viewsets.ModelViewSet):
 
     def perform_destroy(self, instance: Membership) -> None:
         call_service(
-            tenancy.remove_member, instance.pk, self.request.user, address=_address(self.request)
+            tenancy.remove_member,
+            instance.pk,
+            self.request.user,
+            address=request_address(self.request),
         )
 
 
@@ -100,5 +103,8 @@ class QuotaViewSet(viewsets.ModelViewSet):
 
     def perform_destroy(self, instance: Quota) -> None:
         call_service(
-            tenancy.delete_quota, instance.pk, self.request.user, address=_address(self.request)
+            tenancy.delete_quota,
+            instance.pk,
+            self.request.user,
+            address=request_address(self.request),
         )

@@ -43,10 +43,15 @@ class AllocationIdleSerializer(serializers.ModelSerializer):
 
 class IdleCardSerializer(serializers.ModelSerializer):
     pool = serializers.SlugRelatedField(slug_field="slug", read_only=True)
+    # Annotated by reports.report.visible_cards.
+    gpu_index = serializers.IntegerField(read_only=True, allow_null=True)
+    node_name = serializers.CharField(read_only=True, allow_null=True)
 
     class Meta:
         model = IdleCard
-        fields = ["gpu_id", "pool", "node_id", "state", "users", "scanned_at"]
+        fields = [
+            "gpu_id", "gpu_index", "pool", "node_id", "node_name", "state", "users", "scanned_at",
+        ]  # fmt: skip
 
 
 class ReclaimWarningSerializer(serializers.ModelSerializer):

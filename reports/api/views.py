@@ -15,6 +15,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from audit.interface import request_address
 from pools.permissions import visible_leases
 from reports import accounting, permissions, report, services
 from reports.api.serializers import (
@@ -28,10 +29,6 @@ from reports.api.serializers import (
 )
 from reports.filtersets import AllocationIdleFilterSet
 from reports.models import Exemption, ReclaimWarning
-
-
-def _address(request: Request) -> str | None:
-    return request.META.get("REMOTE_ADDR")
 
 
 def _visible(queryset, user):
@@ -82,7 +79,11 @@ class ReclaimWarningViewSet(viewsets.ReadOnlyModelViewSet):
         body.is_valid(raise_exception=True)
         reason = body.validated_data["reason"]
         warning = call_service(
-            services.appeal, warning.pk, request.user, reason=reason, address=_address(request)
+            services.appeal,
+            warning.pk,
+            request.user,
+            reason=reason,
+            address=request_address(request),
         )
         return Response(ReclaimWarningSerializer(warning).data)
 
@@ -95,7 +96,8 @@ class ReclaimWarningViewSet(viewsets.ReadOnlyModelViewSet):
         data = body.validated_data
         warning = call_service(
             services.decide_appeal, warning.pk, request.user, grant=data["grant"],
-            comment=data.get("comment", ""), until=data.get("until"), address=_address(request),
+            comment=data.get("comment", ""), until=data.get("until"),
+            address=request_address(request),
         )  # fmt: skip
         return Response(ReclaimWarningSerializer(warning).data)
 
@@ -118,13 +120,13 @@ class ExemptionViewSet(
         data = body.validated_data
         exemption = call_service(
             services.add_exemption, data["lease"].pk, request.user, reason=data["reason"],
-            ends_at=data["ends_at"], address=_address(request),
+            ends_at=data["ends_at"], address=request_address(request),
         )  # fmt: skip
         return Response(ExemptionSerializer(exemption).data, status=status.HTTP_201_CREATED)
 
     def perform_destroy(self, instance: Exemption) -> None:
         call_service(services.end_exemption, instance.pk, self.request.user,
-                     address=_address(self.request))  # fmt: skip
+                     address=request_address(self.request))  # fmt: skip
 
 
 class AccountingView(APIView):

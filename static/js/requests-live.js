@@ -1,4 +1,4 @@
-// The requests pages (mine, approvals): one socket; when it says something changed, the
+// The requests pages (mine, approvals, a request's own page): one socket; when it says something changed, the
 // page fetches its live part again (through the page's own permission check) and swaps it
 // in, without reloading. A part being typed into waits until the field is left.
 const part = document.getElementById("live-part");
@@ -41,6 +41,18 @@ async function refresh() {
   }
 }
 
+// A request's own page (data-request) follows its request and its pool's queue only.
+function concerns(data) {
+  if (!part.dataset.request) return true;
+  try {
+    const event = JSON.parse(data);
+    return String(event.request) === part.dataset.request
+      || (event.kind === "queue" && String(event.pool) === part.dataset.pool);
+  } catch {
+    return true;
+  }
+}
+
 part.addEventListener("focusout", () => { if (pending) setTimeout(refresh, 0); });
 
 function open(attempt) {
@@ -52,7 +64,9 @@ function open(attempt) {
     attempt = 0;
     setStatus("live");
   });
-  socket.addEventListener("message", () => refresh());
+  socket.addEventListener("message", (message) => {
+    if (concerns(message.data)) refresh();
+  });
   socket.addEventListener("close", (event) => {
     setStatus("reconnecting");
     if (event.code === 4401) { location.reload(); return; }  // logged out: log in again
