@@ -14,6 +14,7 @@ from pathlib import Path
 
 import dj_database_url
 from csp.constants import NONE, SELF
+from django.conf import global_settings
 from django.core.exceptions import ImproperlyConfigured
 from django.utils.translation import gettext_lazy as _
 
@@ -164,6 +165,15 @@ if REDIS_URL:
 else:
     CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
     CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
+
+# Tests only (tests/conftest.py sets it for the suite and the processes it starts): hash
+# new passwords with MD5, which costs microseconds instead of PBKDF2's deliberate ~0.5 s of
+# CPU per hash. Django's own hashers stay listed, so either kind of stored hash still checks.
+if env_bool("TEST_FAST_PASSWORD_HASHER"):
+    PASSWORD_HASHERS = [
+        "django.contrib.auth.hashers.MD5PasswordHasher",
+        *global_settings.PASSWORD_HASHERS,
+    ]
 
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},

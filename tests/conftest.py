@@ -5,13 +5,16 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from urllib.parse import urlsplit, urlunsplit
 
 import pytest
 import redis
-from django.conf import settings
+from django.conf import global_settings, settings
+from django.contrib.auth.hashers import get_hashers, get_hashers_by_algorithm
 from django.contrib.auth.models import AbstractBaseUser
 from hypothesis import settings as hypothesis_settings
 from playwright.sync_api import Browser, sync_playwright
+from whitenoise.middleware import WhiteNoiseMiddleware
 
 from portal import redis_client
 from tests import procs, raw_http
@@ -23,6 +26,58 @@ AGENT_TOKEN = "test-agent-token"
 # example for taking longer than hypothesis' default 200 ms (benchmarks live in bench/).
 hypothesis_settings.register_profile("portal", deadline=None)
 hypothesis_settings.load_profile("portal")
+
+# Passwords hashed with MD5 in this process and every one it starts (they inherit the
+# environment): PBKDF2's deliberate ~0.5 s per hash made every user created and every login
+# cost seconds on a busy machine. What a login test proves does not depend on the hasher.
+os.environ["TEST_FAST_PASSWORD_HASHER"] = "1"
+settings.PASSWORD_HASHERS = [
+    "django.contrib.auth.hashers.MD5PasswordHasher",
+    *global_settings.PASSWORD_HASHERS,
+]
+get_hashers.cache_clear()
+get_hashers_by_algorithm.cache_clear()
+
+_finder_scan = WhiteNoiseMiddleware.add_files_from_finders
+_finder_files: dict[str, dict] = {}
+
+
+def _add_files_from_finders_once(self: WhiteNoiseMiddleware) -> None:
+    # Every test client builds its own middleware chain, and WhiteNoise's finder scan stats
+    # the ~6,400 files of the UI kit and its icons each time: a second of CPU (many seconds on
+    # a busy machine) per client. The files do not change during a run: scan them once.
+    if self.static_prefix not in _finder_files:
+        before = dict(self.files)
+        _finder_scan(self)
+        _finder_files[self.static_prefix] = {
+            url: file for url, file in self.files.items() if before.get(url) is not file
+        }
+    self.files.update(_finder_files[self.static_prefix])
+
+
+WhiteNoiseMiddleware.add_files_from_finders = _add_files_from_finders_once
+
+
+def _worker_redis_url(url: str | None) -> str | None:
+    """Under pytest-xdist each worker flushes a Redis database of its own: REDIS_URL's
+    database number plus the worker's index (gw0 keeps it, gw1 takes the next, ...)."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    if not url or not worker.startswith("gw"):
+        return url
+    parts = urlsplit(url)
+    db = int(parts.path.strip("/") or 0) + int(worker[2:])
+    if db > 15:
+        raise pytest.UsageError(f"{worker} would need Redis database {db}: lower REDIS_URL's")
+    return urlunsplit(parts._replace(path=f"/{db}"))
+
+
+if (_url := _worker_redis_url(settings.REDIS_URL)) != settings.REDIS_URL:
+    # Settings were read before this file (pytest-django loads them first): point every
+    # Redis user at the worker's database, and the processes the tests start too.
+    os.environ["REDIS_URL"] = settings.REDIS_URL = _url
+    settings.CACHES["default"]["LOCATION"] = _url
+    settings.CHANNEL_LAYERS["default"]["CONFIG"]["hosts"] = [_url]
+    settings.CELERY_BROKER_URL = settings.CELERY_RESULT_BACKEND = _url
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
