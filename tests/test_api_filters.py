@@ -67,7 +67,7 @@ def test_the_node_list_filters(api, nodes, params, expected):
 def test_a_bad_node_filter_is_a_400_naming_the_parameter(api, nodes, params, field):
     response = api.get("/api/v1/nodes/", params)
     assert response.status_code == 400
-    [message] = response.json()[field]
+    [message] = error_fields(response)[field]
     assert message  # a sentence, e.g. "Select a valid choice. broken is not one of ..."
 
 

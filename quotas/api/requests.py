@@ -147,6 +147,11 @@ class GpuRequestViewSet(
     mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.CreateModelMixin,
     viewsets.GenericViewSet,
 ):  # fmt: skip
+    """GPU requests: ask for vGPUs in a pool of one of your tenants, follow them through
+    approval and placement, and release them. Any POST may carry an Idempotency-Key header:
+    a retry with the same key and body gets the first answer back instead of running again.
+    """
+
     serializer_class = GpuRequestSerializer
     filterset_class = GpuRequestFilterSet
 
