@@ -119,10 +119,11 @@ TEMPLATES = [
 if DATABASE_URL:
     # Under daphne every concurrent request runs on its own thread, and a persistent
     # connection belongs to its thread: with CONN_MAX_AGE > 0, 50 concurrent API clients held
-    # 100+ connections and PostgreSQL refused more (bench/api). So connections are pooled
-    # per process by psycopg's pool (DATABASE_POOL_SIZE connections at most), and returned
-    # at the end of each request; DATABASE_POOL_SIZE=0 opens one per request instead.
-    _pool_size = env_int("DATABASE_POOL_SIZE", 10, minimum=0)
+    # 100+ connections and PostgreSQL refused more (bench/api). So by default a request
+    # opens and closes its own connection. DATABASE_POOL_SIZE > 0 pools them per process
+    # with psycopg's pool instead; not the default, because with the database down a pooled
+    # caller waits DATABASE_POOL_TIMEOUT for a connection where an unpooled one fails at once.
+    _pool_size = env_int("DATABASE_POOL_SIZE", 0, minimum=0)
     DATABASES = {
         "default": dj_database_url.parse(
             DATABASE_URL,
