@@ -76,7 +76,9 @@ def field_errors(detail: Any) -> dict:
     """A ValidationError's detail as ``fields``: a bare list belongs to the whole input."""
     if isinstance(detail, dict):
         # Django's model validation names the whole object "__all__"; DRF's name is the API's.
-        return {"non_field_errors" if name == NON_FIELD_ERRORS else name: errors
+        # A message given bare ({"range": "..."}) is listed like every other field's.
+        return {"non_field_errors" if name == NON_FIELD_ERRORS else name:
+                errors if isinstance(errors, list | dict) else [errors]
                 for name, errors in detail.items()}  # fmt: skip
     return {"non_field_errors": detail if isinstance(detail, list) else [detail]}
 

@@ -29,6 +29,7 @@ from alerts.permissions import (
 )
 from audit.interface import request_address
 from portal.api_errors import Conflict, error_response
+from portal.api_schema import ERROR
 
 
 class RulesEditedByPlatformAdmins(permissions.BasePermission):
@@ -92,13 +93,13 @@ class EventViewSet(viewsets.ReadOnlyModelViewSet):
         event.refresh_from_db()
         return Response(EventSerializer(event).data)
 
-    @extend_schema(request=None, responses={200: EventSerializer})
+    @extend_schema(request=None, responses={200: EventSerializer, 409: ERROR})
     @action(detail=True, methods=["post"])
     def acknowledge(self, request: Request, pk: str | None = None) -> Response:
         """Firing → acknowledged: no more re-notifications until it resolves."""
         return self._act(request, events.acknowledge)
 
-    @extend_schema(request=None, responses={200: EventSerializer})
+    @extend_schema(request=None, responses={200: EventSerializer, 409: ERROR})
     @action(detail=True, methods=["post"])
     def resolve(self, request: Request, pk: str | None = None) -> Response:
         """Close an open event by hand (it reopens if its rule still holds)."""

@@ -31,6 +31,7 @@ from pools.permissions import (
     visible_allocations,
 )
 from portal.api_errors import Conflict
+from portal.api_schema import ERROR
 from portal.security import client_ip
 
 FILTERS = [DjangoFilterBackend, OrderingFilter]
@@ -51,6 +52,7 @@ class PoolViewSet(viewsets.ModelViewSet):
     ordering_fields = ["name", "slug", "created", "updated"]
     permission_classes = [PoolPermissions]
 
+    @extend_schema(responses={204: None, 409: ERROR})
     def destroy(self, request: Request, *args, **kwargs) -> Response:
         pool = self.get_object()
         try:

@@ -71,7 +71,7 @@ class GpuRequestSerializer(serializers.ModelSerializer):
     reason = serializers.CharField(max_length=2000)
     requester = serializers.CharField(source="requester.get_username", read_only=True)
     decided_by = serializers.CharField(
-        source="decided_by.get_username", read_only=True, default=None
+        source="decided_by.get_username", read_only=True, default=None, allow_null=True
     )
     queue_position = serializers.SerializerMethodField()
     allocations = serializers.SerializerMethodField()

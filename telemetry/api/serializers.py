@@ -1,4 +1,3 @@
-from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
@@ -38,7 +37,7 @@ class GPUSerializer(serializers.ModelSerializer):
         latest = self.context.get("latest", {}).get(gpu.node_id, {})
         return readings.card_reading(latest.get("gpus", {}).get(gpu.uuid))
 
-    @extend_schema_field(OpenApiTypes.DATETIME)
+    @extend_schema_field({"type": "string", "format": "date-time", "nullable": True})
     def get_last_seen(self, gpu: GPU) -> str | None:
         latest = self.context.get("latest", {}).get(gpu.node_id)
         moment = readings.seen_at(gpu.last_seen, latest, gpu.uuid)

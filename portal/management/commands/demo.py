@@ -175,9 +175,7 @@ class Command(BaseCommand):
         ready.wait(AGENT_START_TIMEOUT_S)
         if len(listening) < nodes:
             agent.kill()
-            raise CommandError(
-                f"the simulated agents did not start (ports {port}+ in use?)"
-            )
+            raise CommandError(f"the simulated agents did not start (ports {port}+ in use?)")
         return agent
 
     def _serve(self, options: dict, password: str) -> None:
