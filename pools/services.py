@@ -194,12 +194,59 @@ def _placed(
     PlacementError, having changed nothing, when it does not fit."""
     if not ask.valid:
         raise PlacementError("no card in this pool could ever hold this request", never=True)
+    if connection.vendor != "postgresql":
+        if rows := _placed_one_writer(pool, ask, lease, template):
+            return rows
+        return _not_placed(pool, ask)
     for pick, params, count in picks(pool, ask):
         if rows := statements.place(pick, params, count, ask.whole_card, lease, template):
             return rows
+    return _not_placed(pool, ask)
+
+
+def _not_placed(pool: Pool, ask: placement.Ask):
     if not could_ever_fit(pool, ask):
         raise PlacementError("no card in this pool could ever hold this request", never=True)
     raise PlacementError("not enough free capacity in this pool now")
+
+
+def _placed_one_writer(
+    pool: Pool, ask: placement.Ask, lease: Lease, template: Allocation
+) -> list[tuple[int, int, int, int]]:
+    """The embedded default's placement (SQLite, whose IMMEDIATE transactions admit one
+    writer at a time, so nothing races between the read and the writes): the pure function
+    over every card of the pool, then plain ORM writes. PostgreSQL takes the statements."""
+    fields = ("gpu_id", "gpu__node_id", "gpu__node__name", "gpu__model", "compute_capacity",
+              "memory_capacity_mib", "gpu__memory_total_mib", "compute_allocated",
+              "memory_allocated_mib", "slices", "held_whole", "cordoned_at", "gpu__health",
+              "gpu__node__state", "gpu__node__labels")  # fmt: skip
+    cards = [_card(row) for row in PoolCard.objects.filter(pool=pool).values_list(*fields)]
+    chosen = placement.place(cards, ask)
+    if chosen is None:
+        return []
+    nodes = dict(GPU.objects.filter(pk__in=chosen).values_list("pk", "node_id"))
+    physical = dict(GPU.objects.filter(pk__in=chosen).values_list("pk", "memory_total_mib"))
+    with transaction.atomic():
+        lease.save()
+        rows = []
+        for gpu_id in sorted(chosen):
+            card = PoolCard.objects.filter(pool=pool, gpu_id=gpu_id)
+            if ask.whole_card:
+                card.update(held_whole=True, slices=1, compute_allocated=F("compute_capacity"),
+                            memory_allocated_mib=F("memory_capacity_mib"))  # fmt: skip
+            else:
+                card.update(
+                    slices=F("slices") + 1,
+                    compute_allocated=F("compute_allocated") + template.compute_pct,
+                    memory_allocated_mib=F("memory_allocated_mib") + template.memory_mib,
+                )
+            allocation = Allocation.objects.create(
+                lease=lease, pool=pool, gpu_id=gpu_id, compute_pct=template.compute_pct,
+                memory_mib=physical[gpu_id] if ask.whole_card else template.memory_mib,
+                whole_card=template.whole_card, placed_at=template.placed_at,
+            )  # fmt: skip
+            rows.append((lease.pk, allocation.pk, gpu_id, nodes[gpu_id]))
+    return rows
 
 
 def could_ever_fit(pool: Pool, ask: placement.Ask) -> bool:

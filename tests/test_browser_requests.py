@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from playwright.sync_api import Browser, BrowserContext, Page, expect
@@ -107,7 +108,10 @@ def test_the_approvers_queue_shows_a_new_request_without_reloading(site, browser
 def test_the_request_page_shows_its_approval_and_placement_live(site, browser):
     url, names = site
     team = names["team"]
-    request_id = create_request(team.dev, **team.ask(reason="detail page")).pk
+    # On a thread of its own: the session's Playwright loop makes this one async to Django.
+    with ThreadPoolExecutor(1) as thread:
+        ask = team.ask(reason="detail page")
+        request_id = thread.submit(lambda: create_request(team.dev, **ask).pk).result()
     path = f"/requests/{request_id}/"
     dev_context, dev = logged_in(browser, url, names["dev"], path)
     approver_context, approver = logged_in(browser, url, names["approver"], "/approvals/")

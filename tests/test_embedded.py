@@ -22,8 +22,13 @@ def _gpus(url: str, token: str) -> list[dict]:
         return json.load(response)["results"]
 
 
+def _active_slices(url: str, token: str) -> list[dict]:
+    return [a for a in _gpus(url, token) if a["state"] == "active"]
+
+
 def test_embedded_demo_serves_live_readings(tmp_path):
-    """Readings reach the API from the in-process store, and keep changing as polls land."""
+    """Readings reach the API from the in-process store, and keep changing as polls land;
+    the demo pool's slices are placed."""
     # Two nodes, and the demo's hot node on the port after theirs.
     port, agent_port = procs.free_port(), procs.free_ports(3)
     env = procs.child_env(
@@ -56,6 +61,12 @@ def test_embedded_demo_serves_live_readings(tmp_path):
                     seen.setdefault(gpu["uuid"], set()).add(gpu["latest"]["utilization_gpu_pct"])
             time.sleep(0.5)
         assert len(seen) == 6
+        # The demo pool's slices, placed on SQLite (one writer, no PostgreSQL statements).
+        allocations = f"http://127.0.0.1:{port}/api/v1/allocations/"
+        while not _active_slices(allocations, token):
+            assert time.monotonic() < deadline + 30, "".join(demo.lines[-30:])
+            time.sleep(0.5)
+        assert "Traceback" not in "".join(demo.lines), "".join(demo.lines[-30:])
     finally:
         # Its exit waits for the simulator's and for a task in flight: on a loaded machine
         # that has taken more than stop()'s default 10 s.
