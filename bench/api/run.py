@@ -2,11 +2,11 @@
 releasing GPU requests through the REST API with its own token, while the poller polls a
 simulated fleet.
 
-    DATABASE_CONN_MAX_AGE=0 DATABASE_URL=postgres://postgres@127.0.0.1:5432/gpuportal_bench \\
+    DATABASE_URL=postgres://postgres@127.0.0.1:5432/gpuportal_bench \\
     REDIS_URL=redis://127.0.0.1:6379/8 SECRET_KEY=bench python -m bench.api
 
-(``DATABASE_CONN_MAX_AGE=0``: with persistent connections, daphne's one thread per
-concurrent request keeps one PostgreSQL connection each; docs/performance.md.)
+(Keep ``DATABASE_CONN_MAX_AGE`` at its default 0: with persistent connections, daphne's
+one thread per concurrent request keeps one PostgreSQL connection each; docs/performance.md.)
 
 One simulator process serves the virtual nodes and a poller process polls them every
 ``--interval`` seconds (as bench/requests does); daphne serves the portal. Each client
