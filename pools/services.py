@@ -216,16 +216,10 @@ def _placed_one_writer(
     """The embedded default's placement (SQLite, whose IMMEDIATE transactions admit one
     writer at a time, so nothing races between the read and the writes): the pure function
     over every card of the pool, then plain ORM writes. PostgreSQL takes the statements."""
-    fields = ("gpu_id", "gpu__node_id", "gpu__node__name", "gpu__model", "compute_capacity",
-              "memory_capacity_mib", "gpu__memory_total_mib", "compute_allocated",
-              "memory_allocated_mib", "slices", "held_whole", "cordoned_at", "gpu__health",
-              "gpu__node__state", "gpu__node__labels")  # fmt: skip
-    cards = [_card(row) for row in PoolCard.objects.filter(pool=pool).values_list(*fields)]
-    chosen = placement.place(cards, ask)
+    cards = {card.id: card for card in pool_cards(pool)}
+    chosen = placement.place(list(cards.values()), ask)
     if chosen is None:
         return []
-    nodes = dict(GPU.objects.filter(pk__in=chosen).values_list("pk", "node_id"))
-    physical = dict(GPU.objects.filter(pk__in=chosen).values_list("pk", "memory_total_mib"))
     with transaction.atomic():
         lease.save()
         rows = []
@@ -242,10 +236,11 @@ def _placed_one_writer(
                 )
             allocation = Allocation.objects.create(
                 lease=lease, pool=pool, gpu_id=gpu_id, compute_pct=template.compute_pct,
-                memory_mib=physical[gpu_id] if ask.whole_card else template.memory_mib,
+                memory_mib=cards[gpu_id].memory_physical_mib if ask.whole_card
+                else template.memory_mib,
                 whole_card=template.whole_card, placed_at=template.placed_at,
             )  # fmt: skip
-            rows.append((lease.pk, allocation.pk, gpu_id, nodes[gpu_id]))
+            rows.append((lease.pk, allocation.pk, gpu_id, cards[gpu_id].node_id))
     return rows
 
 
@@ -337,10 +332,32 @@ def release_lease(lease_id: int) -> bool:
     card's was given back when they were stranded): they are only marked released. One
     SQL statement (``pools.statements.release``): the lease is claimed by a conditional
     UPDATE, so of two racing releases exactly one goes on."""
-    claimed, nodes = statements.release(lease_id, timezone.now())
+    if connection.vendor == "postgresql":
+        claimed, nodes = statements.release(lease_id, timezone.now())
+    else:
+        claimed, nodes = _release_one_writer(lease_id, timezone.now())
     if claimed:
         notify_nodes(nodes)
     return claimed
+
+
+def _release_one_writer(lease_id: int, now) -> tuple[bool, set[int]]:
+    """``statements.release`` for the embedded default (SQLite: one writer at a time)."""
+    with transaction.atomic():
+        if not Lease.objects.filter(pk=lease_id, state=LeaseState.ACTIVE).update(
+            state=LeaseState.RELEASED, released_at=now
+        ):
+            return False, set()
+        live = list(
+            Allocation.objects.filter(lease_id=lease_id).exclude(state=AllocationState.RELEASED)
+        )
+        for a in live:
+            if a.state == AllocationState.ACTIVE:
+                _give_back(a.gpu_id, a.pool_id, a.compute_pct, a.memory_mib, a.whole_card)
+        Allocation.objects.filter(pk__in=[a.pk for a in live]).update(
+            state=AllocationState.RELEASED, released_at=now
+        )
+    return True, _nodes_of(live)
 
 
 def resize_lease(lease_id: int, *, compute_pct: int, memory_mib: int) -> Lease:

@@ -28,8 +28,7 @@ from __future__ import annotations
 
 from functools import cache
 
-from django.db import connection, models, transaction
-from django.db.models import F
+from django.db import connection, models
 
 from agents.models import GPU
 from pools.choices import AllocationState, LeaseState
@@ -204,8 +203,6 @@ _RELEASE_SQL = f"""
 def release(lease_id: int, now) -> tuple[bool, set[int]]:
     """Release a lease in one statement: (whether this call released it, the nodes whose
     slices changed). Stranded allocations are only marked released (they hold nothing)."""
-    if connection.vendor != "postgresql":
-        return _release_one_writer(lease_id, now)
     params = {
         "lease": lease_id, "now": now, "lease_released": LeaseState.RELEASED,
         "lease_active": LeaseState.ACTIVE, "released": AllocationState.RELEASED,
@@ -216,30 +213,3 @@ def release(lease_id: int, now) -> tuple[bool, set[int]]:
         rows = cursor.fetchall()
     claimed = bool(rows and rows[0][0])
     return claimed, {row[1] for row in rows if row[1] is not None}
-
-
-def _release_one_writer(lease_id: int, now) -> tuple[bool, set[int]]:
-    """``release`` for the embedded default (SQLite: one writer at a time), with the ORM."""
-    with transaction.atomic():
-        if not Lease.objects.filter(pk=lease_id, state=LeaseState.ACTIVE).update(
-            state=LeaseState.RELEASED, released_at=now
-        ):
-            return False, set()
-        live = list(Allocation.objects.filter(lease_id=lease_id)
-                    .exclude(state=AllocationState.RELEASED).select_related("gpu"))  # fmt: skip
-        for allocation in live:
-            if allocation.state == AllocationState.ACTIVE and allocation.gpu_id is not None:
-                card = PoolCard.objects.filter(gpu_id=allocation.gpu_id, pool_id=allocation.pool_id)
-                if allocation.whole_card:
-                    card.update(held_whole=False, slices=0, compute_allocated=0,
-                                memory_allocated_mib=0)  # fmt: skip
-                else:
-                    card.update(
-                        slices=F("slices") - 1,
-                        compute_allocated=F("compute_allocated") - allocation.compute_pct,
-                        memory_allocated_mib=F("memory_allocated_mib") - allocation.memory_mib,
-                    )
-        Allocation.objects.filter(pk__in=[a.pk for a in live]).update(
-            state=AllocationState.RELEASED, released_at=now
-        )
-    return True, {a.gpu.node_id for a in live if a.gpu_id is not None}
