@@ -29,10 +29,6 @@ from alerts.permissions import (
 from audit.interface import request_address
 
 
-def _address(request: HttpRequest) -> str | None:
-    return request_address(request)
-
-
 def _rule_for_admin(request: HttpRequest, pk: int) -> Rule:
     rule = get_object_or_404(visible_rules(request.user), pk=pk)
     if not manages_rules(request.user):
@@ -66,7 +62,7 @@ def _rule_form(request: HttpRequest, rule: Rule | None) -> HttpResponse:
         if form.is_valid():
             try:
                 config.save_rule(rule.pk if rule else None, form.values(), actor=request.user,
-                                 address=_address(request))  # fmt: skip
+                                 address=request_address(request))  # fmt: skip
             except ValidationError as exc:
                 form.add_service_errors(exc)
             else:
@@ -84,7 +80,7 @@ def rule_toggle(request: HttpRequest, pk: int) -> HttpResponse:
     # The service takes the scope's target with every change (as the API's serializer).
     values = {"enabled": not rule.enabled,
               "scope_id": rule.pool_id or rule.node_id or rule.tenant_id}  # fmt: skip
-    config.save_rule(rule.pk, values, actor=request.user, address=_address(request))
+    config.save_rule(rule.pk, values, actor=request.user, address=request_address(request))
     text = _("Rule %(name)s enabled.") if not rule.enabled else _("Rule %(name)s disabled.")
     messages.success(request, text % {"name": rule.label})
     return redirect("alerts:rule_list")
@@ -95,7 +91,7 @@ def rule_toggle(request: HttpRequest, pk: int) -> HttpResponse:
 def rule_delete(request: HttpRequest, pk: int) -> HttpResponse:
     rule = _rule_for_admin(request, pk)
     try:
-        config.delete_rule(rule.pk, actor=request.user, address=_address(request))
+        config.delete_rule(rule.pk, actor=request.user, address=request_address(request))
     except ValidationError as exc:
         messages.error(request, " ".join(exc.messages))
         return redirect("alerts:rule_list")
@@ -135,7 +131,7 @@ def subscription_add(request: HttpRequest) -> HttpResponse:
             tenant = form.cleaned_data.get("tenant")
             try:
                 config.save_subscription(
-                    None, form.values(), actor=request.user, address=_address(request),
+                    None, form.values(), actor=request.user, address=request_address(request),
                     owner_id=None if tenant else request.user.pk,
                     tenant_id=tenant.pk if tenant else None,
                 )  # fmt: skip
@@ -158,7 +154,7 @@ def subscription_edit(request: HttpRequest, pk: int) -> HttpResponse:
         if form.is_valid():
             try:
                 config.save_subscription(sub.pk, form.values(), actor=request.user,
-                                         address=_address(request))  # fmt: skip
+                                         address=request_address(request))  # fmt: skip
             except ValidationError as exc:
                 form.add_service_errors(exc)
             else:
@@ -173,6 +169,6 @@ def subscription_edit(request: HttpRequest, pk: int) -> HttpResponse:
 @require_POST
 def subscription_delete(request: HttpRequest, pk: int) -> HttpResponse:
     sub = get_object_or_404(visible_subscriptions(request.user), pk=pk)
-    config.delete_subscription(sub.pk, actor=request.user, address=_address(request))
+    config.delete_subscription(sub.pk, actor=request.user, address=request_address(request))
     messages.success(request, _("Subscription deleted."))
     return redirect("alerts:subscription_list")
