@@ -34,7 +34,7 @@ from collections import defaultdict
 from pathlib import Path
 
 from bench.ingest.run import REPO, percentile, production_stack, start_simulator
-from bench.requests.run import empty_requests, poller
+from bench.requests.run import empty_requests, poller, simulated_nodes, start_daphne, stop
 
 OPS = ("create", "read", "read_allocation", "release")
 
@@ -128,24 +128,6 @@ class Client:
         self.connection.close()
 
 
-def start_daphne(port: int, env: dict, log: Path | None) -> subprocess.Popen:
-    out = log.open("w") if log else subprocess.DEVNULL
-    daphne = subprocess.Popen(
-        [str(Path(sys.executable).parent / "daphne"), "-b", "127.0.0.1", "-p", str(port),
-         "portal.asgi:application"], cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT,
-    )  # fmt: skip
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            http.client.HTTPConnection("127.0.0.1", port, timeout=2).request("GET", "/healthz")
-            return daphne
-        except OSError:
-            if time.monotonic() > deadline:
-                daphne.kill()
-                raise SystemExit("daphne did not start") from None
-            time.sleep(0.3)
-
-
 def summary(times: list[float]) -> dict:
     if not times:
         return {"calls": 0}
@@ -173,22 +155,14 @@ def main(argv: list[str] | None = None) -> int:
 
     production_stack("bench/api")
     empty_requests()
-    from agents.models import GPU, Node
     from quotas.choices import OPEN_STATES
     from quotas.models import GpuRequest
-    from telemetry import services
 
     load = os.getloadavg()[0]
     agent = start_simulator(args.nodes, args.gpus, args.first_port, args.interval)
     children = [agent]
     try:
-        Node.objects.bulk_create(
-            Node(name=f"bench-{i:04d}", agent_url=f"http://127.0.0.1:{args.first_port + i}",
-                 agent_token="bench-token")
-            for i in range(args.nodes)
-        )  # fmt: skip
-        services.poll_fleet()  # creates the cards, online
-        assert GPU.objects.count() == args.nodes * args.gpus
+        simulated_nodes(args.nodes, args.gpus, args.first_port)
         keys, tenants, pool = setup(args.clients, args.tenants)
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
         children.append(subprocess.Popen(
@@ -209,12 +183,7 @@ def main(argv: list[str] | None = None) -> int:
         wall = time.monotonic() - started
         left_open = GpuRequest.objects.filter(state__in=OPEN_STATES).count()
     finally:
-        for child in reversed(children):
-            child.terminate()
-            try:
-                child.wait(10)
-            except subprocess.TimeoutExpired:
-                child.kill()
+        stop(children)
     every = [t for c in clients for op in OPS for t in c.timings[op]]
     errors = [e for c in clients for e in c.errors]
     result = {

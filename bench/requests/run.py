@@ -106,6 +106,48 @@ def approve_all(port: int, token: str, ids: list[int], latencies: list[float]) -
     connection.close()
 
 
+def simulated_nodes(nodes: int, gpus: int, first_port: int) -> None:
+    """The nodes of the simulator on ``first_port``..., polled once: their cards, online."""
+    from agents.models import GPU, Node
+    from telemetry import services
+
+    Node.objects.bulk_create(
+        Node(name=f"bench-{i:04d}", agent_url=f"http://127.0.0.1:{first_port + i}",
+             agent_token="bench-token")
+        for i in range(nodes)
+    )  # fmt: skip
+    services.poll_fleet()
+    assert GPU.objects.count() == nodes * gpus
+
+
+def start_daphne(port: int, env: dict, log: Path | None = None) -> subprocess.Popen:
+    """daphne serving the portal on ``port``, once it answers /healthz."""
+    out = log.open("w") if log else subprocess.DEVNULL
+    daphne = subprocess.Popen(
+        [str(Path(sys.executable).parent / "daphne"), "-b", "127.0.0.1", "-p", str(port),
+         "portal.asgi:application"], cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT,
+    )  # fmt: skip
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            http.client.HTTPConnection("127.0.0.1", port, timeout=2).request("GET", "/healthz")
+            return daphne
+        except OSError:
+            if time.monotonic() > deadline:
+                daphne.kill()
+                raise SystemExit("daphne did not start") from None
+            time.sleep(0.3)
+
+
+def stop(children: list[subprocess.Popen]) -> None:
+    for child in reversed(children):
+        child.terminate()
+        try:
+            child.wait(10)
+        except subprocess.TimeoutExpired:
+            child.kill()
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--requests", type=int, default=1000)
@@ -123,21 +165,13 @@ def main(argv: list[str] | None = None) -> int:
 
     production_stack("bench/requests")
     empty_requests()
-    from agents.models import GPU, Node
     from quotas.choices import RequestState
     from quotas.models import GpuRequest
-    from telemetry import services
 
     agent = start_simulator(args.nodes, args.gpus, args.first_port, args.interval)
     children = [agent]
     try:
-        Node.objects.bulk_create(
-            Node(name=f"bench-{i:04d}", agent_url=f"http://127.0.0.1:{args.first_port + i}",
-                 agent_token="bench-token")
-            for i in range(args.nodes)
-        )  # fmt: skip
-        services.poll_fleet()  # creates the cards, online
-        assert GPU.objects.count() == args.nodes * args.gpus
+        simulated_nodes(args.nodes, args.gpus, args.first_port)
         tokens, ids = setup(args.requests, args.approvers)
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
         children.append(subprocess.Popen(
@@ -145,21 +179,7 @@ def main(argv: list[str] | None = None) -> int:
             cwd=REPO, env=env,
         ))  # fmt: skip
         port = args.first_port + args.nodes + 10
-        daphne = subprocess.Popen(
-            [str(Path(sys.executable).parent / "daphne"), "-b", "127.0.0.1", "-p", str(port),
-             "portal.asgi:application"], cwd=REPO, env=env,
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        )  # fmt: skip
-        children.append(daphne)
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                http.client.HTTPConnection("127.0.0.1", port, timeout=2).request("GET", "/healthz")
-                break
-            except OSError:
-                if time.monotonic() > deadline:
-                    raise SystemExit("daphne did not start") from None
-                time.sleep(0.3)
+        children.append(start_daphne(port, env))
         time.sleep(args.interval)  # the poller is in its stride
         latencies: list[float] = []
         shares = [ids[i :: args.approvers] for i in range(args.approvers)]
@@ -175,12 +195,7 @@ def main(argv: list[str] | None = None) -> int:
         wall = time.monotonic() - started
         placed = GpuRequest.objects.filter(state=RequestState.ALLOCATED).count()
     finally:
-        for child in reversed(children):
-            child.terminate()
-            try:
-                child.wait(10)
-            except subprocess.TimeoutExpired:
-                child.kill()
+        stop(children)
     result = {
         "requests": args.requests, "approvers": args.approvers,
         "gpus": args.nodes * args.gpus, "poll_interval_s": args.interval,
