@@ -21,7 +21,7 @@ from rest_framework.authentication import BaseAuthentication, get_authorization_
 from rest_framework.permissions import SAFE_METHODS
 from rest_framework.request import Request
 
-from audit.interface import AuditAction, record
+from audit.interface import AuditAction, record, request_address
 from tokens import interface
 from tokens.choices import Scope
 
@@ -37,12 +37,6 @@ _BLOCKED_KEY = "tokens:blocked:{}"
 
 def _lockout_seconds() -> int:
     return int(settings.AXES_COOLOFF_TIME.total_seconds())
-
-
-def _address(request: Request) -> str:
-    from portal.security import client_ip  # the project's one rule for the caller's address
-
-    return client_ip(request)
 
 
 def _record_failure(address: str) -> None:
@@ -69,7 +63,7 @@ class BearerTokenAuthentication(BaseAuthentication):
         parts = get_authorization_header(request).split()
         if not parts or parts[0].lower() != KEYWORD.lower().encode():
             return None  # no token offered: the next class (the session) may apply
-        address = _address(request)
+        address = request_address(request)
         if cache.get(_BLOCKED_KEY.format(address)):
             raise exceptions.Throttled(wait=_lockout_seconds(), detail=str(TOO_MANY_FAILURES))
         token = None

@@ -19,6 +19,7 @@ from django.utils.translation import gettext as _
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_POST
 
+from audit.interface import request_address
 from quotas import permissions as quota_permissions
 from quotas.models import Tenant
 from tokens import services
@@ -27,12 +28,6 @@ from tokens.models import ApiToken, ServiceAccount
 
 # The session key that carries a new key from the POST to the one page that shows it.
 NEW_KEY_SESSION_KEY = "tokens.new_key"
-
-
-def _address(request: HttpRequest) -> str:
-    from portal.security import client_ip  # the project's one rule for the address
-
-    return client_ip(request)
 
 
 def _run(form: Any, service: Any, *args: Any, **kwargs: Any) -> Any:
@@ -60,7 +55,7 @@ def _issue_from(request: HttpRequest, form: TokenForm, service: Any, *args: Any)
     data = form.cleaned_data
     return _run(form, service, request.user, *args, name=data["name"], scope=data["scope"],
                 expires_at=services.expiry_in_days(data["expires_in_days"]),
-                address=_address(request))  # fmt: skip
+                address=request_address(request))  # fmt: skip
 
 
 # --- the Account page ----------------------------------------------------------------
@@ -88,7 +83,7 @@ def account(request: HttpRequest) -> HttpResponse:
 def token_revoke(request: HttpRequest, pk: int) -> HttpResponse:
     token = get_object_or_404(ApiToken, pk=pk, user=request.user)
     try:
-        revoked = services.revoke_own_token(request.user, token, address=_address(request))
+        revoked = services.revoke_own_token(request.user, token, address=request_address(request))
     except PermissionError:
         raise PermissionDenied from None
     if revoked:
@@ -126,7 +121,7 @@ def service_account_list(request: HttpRequest, slug: str) -> HttpResponse:
             raise PermissionDenied
         if form.is_valid():
             account = _run(form, services.create_service_account, request.user, tenant=tenant,
-                           address=_address(request), **form.cleaned_data)  # fmt: skip
+                           address=request_address(request), **form.cleaned_data)  # fmt: skip
             if account is not None:
                 messages.success(
                     request, _("Service account %(name)s created.") % {"name": account.name}
@@ -169,7 +164,9 @@ def service_account_detail(request: HttpRequest, slug: str, pk: int) -> HttpResp
 def service_token_revoke(request: HttpRequest, slug: str, pk: int, token_pk: int) -> HttpResponse:
     account = _managed_account(request, slug, pk)
     token = get_object_or_404(ApiToken, pk=token_pk, user=account.user)
-    if services.revoke_service_token(request.user, account, token, address=_address(request)):
+    if services.revoke_service_token(
+        request.user, account, token, address=request_address(request)
+    ):
         messages.success(request, _("Token %(name)s revoked.") % {"name": token.name})
     return redirect("tokens:service_account_detail", slug, account.pk)
 
@@ -178,7 +175,7 @@ def service_token_revoke(request: HttpRequest, slug: str, pk: int, token_pk: int
 @login_required
 def service_account_disable(request: HttpRequest, slug: str, pk: int) -> HttpResponse:
     account = _managed_account(request, slug, pk)
-    if services.disable_service_account(request.user, account, address=_address(request)):
+    if services.disable_service_account(request.user, account, address=request_address(request)):
         text = _("Service account %(name)s disabled; its tokens were revoked.")
         messages.success(request, text % {"name": account.name})
     return redirect("tokens:service_account_list", slug)

@@ -17,6 +17,7 @@ from rest_framework.exceptions import PermissionDenied
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from audit.interface import request_address
 from tokens import services
 from tokens.api.docs import SERVICE_ACCOUNT_OPERATIONS, TOKEN_OPERATIONS
 from tokens.api.serializers import (
@@ -27,12 +28,6 @@ from tokens.api.serializers import (
 )
 from tokens.filtersets import ApiTokenFilterSet, ServiceAccountFilterSet
 from tokens.models import ApiToken
-
-
-def _address(request: Request) -> str:
-    from portal.security import client_ip  # the project's one rule for the address
-
-    return client_ip(request)
 
 
 def _via(request: Request) -> ApiToken | None:
@@ -46,7 +41,7 @@ def _issue(request: Request, fn: Any, *args: Any) -> Response:
     data = serializer.validated_data
     token, key = call_service(
         fn, request.user, *args, name=data["name"], scope=data["scope"],
-        expires_at=data.get("expires_at"), via=_via(request), address=_address(request),
+        expires_at=data.get("expires_at"), via=_via(request), address=request_address(request),
     )  # fmt: skip
     token.key = key
     return Response(NewApiTokenSerializer(token).data, status=status.HTTP_201_CREATED)
@@ -71,7 +66,7 @@ class ApiTokenViewSet(
 
     def perform_destroy(self, instance: ApiToken) -> None:
         call_service(services.revoke_own_token, self.request.user, instance,
-                     address=_address(self.request))  # fmt: skip
+                     address=request_address(self.request))  # fmt: skip
 
 
 @extend_schema_view(
@@ -98,12 +93,12 @@ class ServiceAccountViewSet(
         serializer.instance = call_service(
             services.create_service_account, self.request.user, tenant=data["tenant"],
             name=data["name"], description=data.get("description", ""),
-            address=_address(self.request),
+            address=request_address(self.request),
         )  # fmt: skip
 
     def perform_destroy(self, instance) -> None:
         call_service(services.disable_service_account, self.request.user, instance,
-                     address=_address(self.request))  # fmt: skip
+                     address=request_address(self.request))  # fmt: skip
 
     def _managed(self):
         account = self.get_object()
@@ -134,5 +129,5 @@ class ServiceAccountViewSet(
         account = self._managed()
         token = get_object_or_404(ApiToken, pk=token_id, user_id=account.user_id)
         call_service(services.revoke_service_token, request.user, account, token,
-                     address=_address(request))  # fmt: skip
+                     address=request_address(request))  # fmt: skip
         return Response(status=status.HTTP_204_NO_CONTENT)
