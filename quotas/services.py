@@ -93,6 +93,15 @@ def _claimed_usage(tenant_id: int, pool_id: int, *, user_id: int | None = None) 
     return Usage(placed.vgpus + vgpus, placed.compute_pct + compute, placed.memory_mib + memory)
 
 
+def _caps_members(quota: Quota) -> bool:
+    return any(
+        limit is not None
+        for limit in (
+            quota.user_limit_vgpus, quota.user_limit_compute_pct, quota.user_limit_memory_mib
+        )
+    )
+
+
 def _demand(req: GpuRequest) -> Usage:
     compute = 100 if req.whole_card else req.compute_pct
     return Usage(req.count, req.count * compute, req.count * req.memory_mib)
@@ -146,20 +155,24 @@ def create_request(
         req.compute_pct = 100
         req.memory_mib = 0  # set to the card's memory when placed
     errors: dict[str, list[str]] = {}
+    # The tenant, pool and requester are rows the caller holds: no query to re-check them.
+    exclude = ["lease", "tenant", "pool", "requester", *(["memory_mib"] if req.whole_card else [])]
     try:
-        req.full_clean(exclude=["lease", "memory_mib"] if req.whole_card else ["lease"])
+        req.full_clean(exclude=exclude)
     except ValidationError as exc:
         errors.update(exc.message_dict)
     if role_in(user, tenant.pk) is None:
         errors.setdefault("tenant", []).append(_("You are not a member of this tenant."))
-    quota = Quota.objects.filter(tenant=tenant, pool=pool).first()
-    if quota is None:
-        errors.setdefault("pool", []).append(_("This pool is not open to this tenant."))
+    closed = {"pool": [_("This pool is not open to this tenant.")]}
     if errors:
+        if not Quota.objects.filter(tenant=tenant, pool=pool).exists():
+            errors.update(closed)
         raise ValidationError(errors)
     with transaction.atomic():
         # The quota row serializes this tenant's checks in the pool.
-        quota = Quota.objects.select_for_update().get(pk=quota.pk)
+        quota = Quota.objects.select_for_update().filter(tenant=tenant, pool=pool).first()
+        if quota is None:
+            raise ValidationError(closed)
         if not could_ever_fit(pool, ask_of(req)):
             errors["count" if req.count > 1 else "memory_mib"] = [
                 _("No card in this pool is large enough for this request (or enough of them).")
@@ -167,9 +180,9 @@ def create_request(
         demand = _demand(req)
         if over := _over(quota, _claimed_usage(tenant.pk, pool.pk), demand):
             errors.setdefault("count", []).extend([_("Over the tenant's quota."), *over])
-        if over := _over(
+        if _caps_members(quota) and (over := _over(
             quota, _claimed_usage(tenant.pk, pool.pk, user_id=user.pk), demand, per_user=True
-        ):
+        )):  # fmt: skip
             errors.setdefault("count", []).extend([_("Over your own cap in this tenant."), *over])
         if problem := budget_problem(quota, req.count, demand.compute_pct // req.count,
                                      req.duration_hours):  # fmt: skip
@@ -187,11 +200,22 @@ def create_request(
         )
         if _auto_approvable(quota, req):
             _approve(req, None, _("Approved automatically: within the tenant's policy."), address)
+            if _first_in_queue(req):
+                # Placed in this transaction (the quota row is held already), so the answer
+                # says allocated; walking the pool's queue instead made every create of a
+                # busy pool try every other waiting request too (docs/performance.md).
+                _place_locked(req, quota)
+            else:
+                transaction.on_commit(lambda: place_queued(pool.pk))
         else:
             announce(req, NoticeKind.CREATED, recipients=())
-    if req.state == RequestState.APPROVED:
-        transaction.on_commit(lambda: place_queued(pool.pk))
     return req
+
+
+def _first_in_queue(req: GpuRequest) -> bool:
+    """Whether no approved request of the pool comes before ``req`` in the queue. Those
+    behind it may be placed past it, never those before: it then places alone."""
+    return queue_position(req) == 1
 
 
 def budget_problem(quota: Quota, count: int, compute_pct: int, hours: int | None) -> str:
@@ -265,7 +289,11 @@ def decide(
                    before=before, after=snapshot(req), message=comment)  # fmt: skip
             announce(req, NoticeKind.REJECTED, comment=comment)
     if approve:
-        transaction.on_commit(lambda: place_queued(req.pool_id))
+        # After commit: place_request takes the quota row before the request's, which this
+        # transaction holds (the other order could deadlock with a queue walk).
+        transaction.on_commit(
+            lambda: place_request(req.pk) if _first_in_queue(req) else place_queued(req.pool_id)
+        )
     return req
 
 
@@ -301,45 +329,51 @@ def place_request(req_id: int) -> bool:
         )
         if req.state != RequestState.APPROVED or quota is None:
             return False
-        demand = _demand(req)
-        used = allocated_usage(req.tenant_id, req.pool_id)
-        if _over(quota, used, demand):
-            return False
-        try:
-            # A sliced placement that fails changes nothing: only a whole card, checked
-            # against the quota once placed, needs a savepoint to undo.
-            with transaction.atomic() if req.whole_card else contextlib.nullcontext():
-                lease = place_lease(
-                    req.pool, ask_of(req), holder=req.requester,
-                    unix_user=req.requester.get_username()[:64],
-                    label=f"{req.tenant.slug} #{req.pk}",
-                )  # fmt: skip
-                if req.whole_card:
-                    # A whole card's memory is known once the card is: check it now, and
-                    # undo the placement (this savepoint) when it passes the limit.
-                    demand = _held_by(lease)
-                    if _over(quota, used, demand):
-                        raise _OverQuota
-        except (PlacementError, _OverQuota):
-            return False
-        before = snapshot(req)
-        now = timezone.now()
-        req.lease, req.state, req.placed_at = lease, RequestState.ALLOCATED, now
-        req.borrowed = any(
-            have + want > guarantee
-            for have, want, guarantee in zip(
-                (used.vgpus, used.compute_pct, used.memory_mib),
-                (demand.vgpus, demand.compute_pct, demand.memory_mib),
-                (quota.guaranteed_vgpus, quota.guaranteed_compute_pct, quota.guaranteed_memory_mib),
-                strict=True,
-            )
+        return _place_locked(req, quota)
+
+
+def _place_locked(req: GpuRequest, quota: Quota) -> bool:
+    """``place_request`` once the caller's transaction holds the quota row and the
+    request's (``create_request`` holds both from the start)."""
+    demand = _demand(req)
+    used = allocated_usage(req.tenant_id, req.pool_id)
+    if _over(quota, used, demand):
+        return False
+    try:
+        # A sliced placement that fails changes nothing: only a whole card, checked
+        # against the quota once placed, needs a savepoint to undo.
+        with transaction.atomic() if req.whole_card else contextlib.nullcontext():
+            lease = place_lease(
+                req.pool, ask_of(req), holder=req.requester,
+                unix_user=req.requester.get_username()[:64],
+                label=f"{req.tenant.slug} #{req.pk}",
+            )  # fmt: skip
+            if req.whole_card:
+                # A whole card's memory is known once the card is: check it now, and
+                # undo the placement (this savepoint) when it passes the limit.
+                demand = _held_by(lease)
+                if _over(quota, used, demand):
+                    raise _OverQuota
+    except (PlacementError, _OverQuota):
+        return False
+    before = snapshot(req)
+    now = timezone.now()
+    req.lease, req.state, req.placed_at = lease, RequestState.ALLOCATED, now
+    req.borrowed = any(
+        have + want > guarantee
+        for have, want, guarantee in zip(
+            (used.vgpus, used.compute_pct, used.memory_mib),
+            (demand.vgpus, demand.compute_pct, demand.memory_mib),
+            (quota.guaranteed_vgpus, quota.guaranteed_compute_pct, quota.guaranteed_memory_mib),
+            strict=True,
         )
-        if req.duration_hours:
-            req.expires_at = now + timedelta(hours=req.duration_hours)
-        req.save(update_fields=["lease", "state", "placed_at", "borrowed", "expires_at",
-                                "updated"])  # fmt: skip
-        record("request.place", req, tenant_id=req.tenant_id, before=before, after=snapshot(req))
-        announce(req, NoticeKind.PLACED)
+    )
+    if req.duration_hours:
+        req.expires_at = now + timedelta(hours=req.duration_hours)
+    req.save(update_fields=["lease", "state", "placed_at", "borrowed", "expires_at",
+                            "updated"])  # fmt: skip
+    record("request.place", req, tenant_id=req.tenant_id, before=before, after=snapshot(req))
+    announce(req, NoticeKind.PLACED)
     return True
 
 

@@ -87,6 +87,39 @@ def test_a_request_within_the_policy_is_approved_and_placed_at_once(run_commits)
     assert kinds(team.dev) == [NoticeKind.AUTO_APPROVED, NoticeKind.PLACED]
 
 
+def test_a_request_within_the_policy_is_placed_in_the_create_itself(
+    django_capture_on_commit_callbacks,
+):
+    """The answer to the create already says allocated: placement is in its transaction,
+    not left to a queue walk after commit (which no callback runs here)."""
+    team = gpu_team(auto_approve_vgpus=1, auto_approve_compute_pct=50, auto_approve_hours=8)
+    with django_capture_on_commit_callbacks(execute=False):
+        req = create_request(team.dev, **team.ask())
+    assert req.state == RequestState.ALLOCATED and req.lease_id is not None
+    assert GpuRequest.objects.get(pk=req.pk).state == RequestState.ALLOCATED
+    actions = list(history_of(req).values_list("action", flat=True))
+    assert actions == ["request.create", "request.approve", "request.place"]
+
+
+def test_a_new_request_within_the_policy_does_not_pass_an_older_one_waiting(run_commits):
+    """Capacity freed while an approved request waits (its walk not yet run) goes to that
+    request first, not to a newer auto-approved one that would fit the same room."""
+    team = gpu_team(
+        cards=1, auto_approve_vgpus=1, auto_approve_compute_pct=60, auto_approve_hours=8
+    )
+    blocker = run_commits(lambda: create_request(team.dev, **team.ask(whole_card=True)))
+    run_commits(lambda: decide(blocker.pk, team.approver, approve=True))
+    older = run_commits(lambda: create_request(team.admin, **team.ask(compute_pct=60)))
+    older.refresh_from_db()
+    assert older.state == RequestState.APPROVED  # the card is held whole
+    lifecycle.release_request(blocker.pk, team.dev)  # its queue walk is not run
+    newer = run_commits(lambda: create_request(team.dev, **team.ask(compute_pct=60)))
+    older.refresh_from_db()
+    newer.refresh_from_db()
+    assert (older.state, newer.state) == (RequestState.ALLOCATED, RequestState.APPROVED)
+    assert queue_position(newer) == 1
+
+
 @pytest.mark.parametrize(
     "ask", [{"count": 2}, {"compute_pct": 60}, {"duration_hours": 9}, {"duration_hours": None}]
 )
