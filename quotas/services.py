@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 from datetime import timedelta
 
+from django.core.cache import cache
 from django.core.exceptions import ValidationError
 from django.db import connection, transaction
 from django.db.models import Count, Q, Subquery, Sum
@@ -377,9 +378,33 @@ def _place_locked(req: GpuRequest, quota: Quota) -> bool:
     return True
 
 
+# One walk of a pool's queue at a time, across every process: a caller that finds one
+# running leaves it a note to walk again and returns (docs/requests.md, "The queue").
+_WALKING_KEY = "quotas:queue:walking:{}"
+_AGAIN_KEY = "quotas:queue:again:{}"
+WALK_LEASE_SECONDS = 300  # a walker that died frees its pool after this
+
+
 def place_queued(pool_id: int) -> int:
     """Place the pool's approved requests in queue order (priority, then age); a request
-    that does not fit yet keeps its place, smaller ones behind it may still be placed."""
+    that does not fit yet keeps its place, smaller ones behind it may still be placed.
+    Returns how many this call placed: 0 when another caller's walk of the pool was
+    running, which then walks once more for this one."""
+    walking, again = _WALKING_KEY.format(pool_id), _AGAIN_KEY.format(pool_id)
+    cache.set(again, 1, timeout=WALK_LEASE_SECONDS)
+    placed = 0
+    # The note is read after the walk ends and again after the walk is given up, so a
+    # note left in between is never lost: either this walker sees it or its writer walks.
+    while cache.get(again) and cache.add(walking, 1, timeout=WALK_LEASE_SECONDS):
+        try:
+            while cache.delete(again):
+                placed += _walk(pool_id)
+        finally:
+            cache.delete(walking)
+    return placed
+
+
+def _walk(pool_id: int) -> int:
     placed = 0
     queue = GpuRequest.objects.filter(pool_id=pool_id, state=RequestState.APPROVED).order_by(
         "-priority", "queued_at", "pk"

@@ -4,6 +4,7 @@ GPU-hour budget; notices and the signal at each step."""
 
 from __future__ import annotations
 
+import threading
 from datetime import timedelta
 
 import pytest
@@ -12,7 +13,7 @@ from django.utils import timezone
 
 from audit.interface import history_of
 from pools.models import Allocation, PoolCard
-from quotas import lifecycle
+from quotas import lifecycle, services
 from quotas.choices import NoticeKind, RequestState
 from quotas.interface import request_event
 from quotas.models import GpuRequest, Notice
@@ -393,6 +394,35 @@ def test_the_sweep_task_runs_every_timed_step(team, run_commits):
     assert run_commits(sweep_requests) == {
         "escalated": 0, "expired_pending": 0, "warned": 0, "expired": 0,
     }  # fmt: skip
+
+
+def test_one_walk_of_a_pool_runs_at_a_time_and_goes_round_again_for_callers_meanwhile(
+    monkeypatch,
+):
+    """Callers that find the pool's walk running return at once; the running walk goes
+    round once more for all of them (the cache is the real one: Redis)."""
+    walks: list[int] = []
+    inside, go_on = threading.Event(), threading.Event()
+
+    def slow_walk(pool_id: int) -> int:
+        walks.append(pool_id)
+        if len(walks) == 1:
+            inside.set()
+            go_on.wait(10)
+        return 1
+
+    monkeypatch.setattr(services, "_walk", slow_walk)
+    first: list[int] = []
+    walker = threading.Thread(target=lambda: first.append(services.place_queued(7)))
+    walker.start()
+    assert inside.wait(10)
+    assert services.place_queued(7) == 0
+    assert services.place_queued(7) == 0
+    assert services.place_queued(8) == 1  # another pool's walk is not held up
+    go_on.set()
+    walker.join(10)
+    assert first == [2] and walks == [7, 8, 7]
+    assert services.place_queued(7) == 1  # and the pool is free again
 
 
 def test_place_queued_on_a_pool_without_a_queue_places_nothing(team):
