@@ -17,6 +17,11 @@ policy, approved and placed in the same call), ``GET`` the request, ``GET`` its
 allocation (the launch environment), ``POST .../release/``. Every call is timed; any
 answer other than the expected status and state counts as an error. The database is
 migrated and emptied of nodes, pools, tenants and requests: use a scratch one.
+
+``--pace S`` starts each client's cycle every S seconds instead of back to back (a CI job
+runs between its calls; back to back is the saturation case, where latency is the
+clients' queue for the CPU: docs/performance.md). ``--web N`` serves the portal from N
+daphne processes, the clients spread over them as a load balancer would.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ import argparse
 import http.client
 import json
 import os
+import random
 import subprocess
 import sys
 import threading
@@ -76,8 +82,10 @@ def setup(clients: int, tenants: int) -> tuple[list[str], list[int], int]:
 class Client:
     """One CI client: a keep-alive connection, its token, its timings and errors."""
 
-    def __init__(self, port: int, key: str, tenant: int, pool: int, deadline: float):
+    def __init__(self, port: int, key: str, tenant: int, pool: int, deadline: float,
+                 pace: float = 0.0):  # fmt: skip
         self.port, self.tenant, self.pool, self.deadline = port, tenant, pool, deadline
+        self.pace = pace
         self.headers = {"Authorization": f"Bearer {key}", "Content-Type": "application/json"}
         self.timings: dict[str, list[float]] = defaultdict(list)
         self.errors: list[str] = []
@@ -107,7 +115,11 @@ class Client:
         url = "/api/v1/gpu-requests/"
         ask = {"tenant": self.tenant, "pool": self.pool, "count": 1, "compute_pct": 5,
                "memory_mib": 1024, "duration_hours": 1, "reason": "bench/api"}  # fmt: skip
-        while time.monotonic() < self.deadline:
+        # Paced clients start at a random point of their period, as jobs do, not in step.
+        next_cycle = time.monotonic() + random.uniform(0, self.pace)
+        while next_cycle < self.deadline:
+            time.sleep(max(0.0, next_cycle - time.monotonic()))
+            next_cycle = max(next_cycle + self.pace, time.monotonic())
             key = {"Idempotency-Key": str(uuid.uuid4())}
             req = self.call("create", "POST", url, ask, 201, key)
             if req is None:
@@ -141,6 +153,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--clients", type=int, default=50)
     parser.add_argument("--duration", type=float, default=120, help="seconds of load")
     parser.add_argument("--tenants", type=int, default=10)
+    parser.add_argument(
+        "--pace", type=float, default=0.0, metavar="S",
+        help="each client starts a cycle every S seconds (a job's run between its calls); "
+        "0: cycles back to back, the saturation case",
+    )  # fmt: skip
+    parser.add_argument("--web", type=int, default=1, help="daphne processes, clients spread "
+                        "over them as by a load balancer")  # fmt: skip
     parser.add_argument("--nodes", type=int, default=50)
     parser.add_argument("--gpus", type=int, default=8)
     parser.add_argument("--interval", type=float, default=5.0)
@@ -169,11 +188,16 @@ def main(argv: list[str] | None = None) -> int:
             [sys.executable, "-m", "bench.api", "--poller", "--interval", str(args.interval)],
             cwd=REPO, env=env,
         ))  # fmt: skip
-        port = args.first_port + args.nodes + 10
-        children.append(start_daphne(port, env, args.server_log))
+        ports = [args.first_port + args.nodes + 10 + i for i in range(args.web)]
+        for i, port in enumerate(ports):
+            log = args.server_log
+            if log and args.web > 1:
+                log = log.with_name(f"{log.stem}-{i}{log.suffix}")
+            children.append(start_daphne(port, env, log))
         time.sleep(args.interval)  # the poller is in its stride
         started = time.monotonic()
-        clients = [Client(port, key, tenants[i % len(tenants)], pool, started + args.duration)
+        clients = [Client(ports[i % len(ports)], key, tenants[i % len(tenants)], pool,
+                          started + args.duration, args.pace)
                    for i, key in enumerate(keys)]  # fmt: skip
         threads = [threading.Thread(target=client.run) for client in clients]
         for thread in threads:
@@ -187,7 +211,8 @@ def main(argv: list[str] | None = None) -> int:
     every = [t for c in clients for op in OPS for t in c.timings[op]]
     errors = [e for c in clients for e in c.errors]
     result = {
-        "clients": args.clients, "tenants": args.tenants, "gpus": args.nodes * args.gpus,
+        "clients": args.clients, "pace_s": args.pace, "web_processes": args.web,
+        "tenants": args.tenants, "gpus": args.nodes * args.gpus,
         "poll_interval_s": args.interval, "duration_s": round(wall, 1),
         "load_avg_before": round(load, 1), "load_avg_after": round(os.getloadavg()[0], 1),
         "calls": len(every), "calls_per_s": round(len(every) / wall, 1),
