@@ -153,10 +153,19 @@ def owners_visible_to(user: User, gpu_ids: Sequence[int]) -> Q | None:
     return reduce(operator.or_, granted) if granted else None
 
 
+def _acts_on_one(view) -> bool:
+    """Whether the call names one object (a detail route), found through the queryset."""
+    return (getattr(view, "lookup_url_kwarg", None) or view.lookup_field) in view.kwargs
+
+
 class TenantPermissions(permissions.BasePermission):
     """Signed in to read (the querysets narrow what each user sees: others' tenants are
     404); writes to tenants and quotas by platform admins; memberships by the tenant's
-    admins, checked on the object and again in the services."""
+    admins, checked on the object and again in the services.
+
+    A write to one object is judged once it is found, as the pages do: another tenant's
+    tenant or quota is 404 (it is not there for the caller), one's own but not one's to
+    change is 403. Creating is judged at once (the tenant is in the body, not the path)."""
 
     def has_permission(self, request: Request, view) -> bool:
         user = request.user
@@ -164,7 +173,9 @@ class TenantPermissions(permissions.BasePermission):
             return False
         if request.method in permissions.SAFE_METHODS:
             return True
-        return bool(getattr(view, "members_may_write", False)) or is_platform_admin(user)
+        if getattr(view, "members_may_write", False) or is_platform_admin(user):
+            return True
+        return _acts_on_one(view)
 
     def has_object_permission(self, request: Request, view, obj) -> bool:
         if request.method in permissions.SAFE_METHODS:

@@ -9,6 +9,7 @@ from datetime import timedelta
 import pytest
 from django.test import Client
 from django.utils import timezone, translation
+from rest_framework.test import APIClient
 
 from alerts import outbox
 from alerts.choices import EventState, ScopeKind, Severity
@@ -286,6 +287,30 @@ def test_only_the_platform_admin_changes_rules(teams):
         rule.refresh_from_db()
         assert rule.enabled
         assert "/alerts/rules/add/" not in client.get("/alerts/rules/").content.decode()
+
+
+@pytest.mark.parametrize(("name", "expected"), [("tom", 403), ("bob", 404), ("dave", 404)])
+def test_changing_another_tenants_rule_is_404_on_the_pages_and_the_api(teams, name, expected):
+    """A rule the reader cannot see is not there for them, whether read or changed; one
+    they see (tom, bravo's admin) is refused with 403: pages and API alike."""
+    rule = Rule.objects.create(key="bravo-only", name=f"{BRAVO_SECRET} rule",
+                               condition="quota_used_pct", threshold=50,
+                               scope_kind=ScopeKind.TENANT, tenant=teams.bravo)  # fmt: skip
+    page, url = as_user(teams, name), f"/api/v1/alert-rules/{rule.pk}/"
+    assert page.get(f"/alerts/rules/{rule.pk}/edit/").status_code == expected
+    assert page.post(f"/alerts/rules/{rule.pk}/toggle/").status_code == expected
+    assert page.post(f"/alerts/rules/{rule.pk}/delete/").status_code == expected
+    api = APIClient()
+    api.force_authenticate(teams.user(name))
+    answers = [
+        api.patch(url, {"threshold": 70}, format="json"),
+        api.put(url, {"name": "x", "condition": "quota_used_pct", "threshold": 70}, format="json"),
+        api.delete(url),
+    ]
+    assert [r.status_code for r in answers] == [expected] * 3
+    assert BRAVO_SECRET not in b"".join(r.content for r in answers).decode()
+    assert Rule.objects.filter(pk=rule.pk, threshold=50, enabled=True).exists()
+    assert not AuditEntry.objects.filter(action__startswith="alerts.rule").exists()
 
 
 def test_the_platform_admin_adds_edits_disables_and_deletes_a_rule(teams):

@@ -7,6 +7,7 @@ from datetime import timedelta
 from decimal import Decimal
 
 import pytest
+from django.test import Client
 from django.utils import timezone
 from rest_framework.test import APIClient
 
@@ -129,7 +130,9 @@ def test_only_platform_admins_create_change_and_delete_tenants(teams, name):
         actions = set(AuditEntry.objects.values_list("action", flat=True))
         assert {"tenant.create", "tenant.update", "tenant.delete"} <= actions
     else:
-        assert created.status_code == 403 and changed.status_code == 403
+        # Acme is not there for those outside it (404), as on its pages.
+        assert created.status_code == 403
+        assert changed.status_code == (403 if name in SEE_ACME else 404)
         assert deleted.status_code in (403, 404)
         assert not Tenant.objects.filter(slug="zeta").exists()
         assert Tenant.objects.get(pk=teams.acme.pk).name == "Acme"
@@ -147,6 +150,32 @@ def test_a_bad_tenant_is_400_on_its_field_and_changes_nothing(teams, bad):
     assert response.status_code == 400
     assert set(error_fields(response)) <= {"name", "slug"}
     assert Tenant.objects.count() == count and AuditEntry.objects.count() == entries
+
+
+@pytest.mark.parametrize("name", ["bob", "andy", "tom", "dave"])
+def test_changing_a_tenant_or_its_quota_is_refused_as_on_the_pages(teams, name):
+    """Seen but not one's to change: 403 on the pages and the API alike; another tenant's
+    (or none's): 404 on both, not a 403 that the API alone would give."""
+    expected = 403 if name in SEE_ACME else 404
+    page = Client()
+    page.force_login(teams.user(name))
+    quota = teams.acme_quota
+    assert page.get("/tenants/acme/edit/").status_code == expected
+    assert page.get(f"/tenants/acme/quotas/{quota.pk}/edit/").status_code == expected
+    assert page.post(f"/tenants/acme/quotas/{quota.pk}/delete/").status_code == expected
+    api, before, entries = _api(teams, name), _quota_row(quota), AuditEntry.objects.count()
+    tenant_url, quota_url = f"/api/v1/tenants/{teams.acme.pk}/", f"/api/v1/quotas/{quota.pk}/"
+    answers = [
+        api.patch(tenant_url, {"name": "A2"}, format="json"),
+        api.put(tenant_url, {"name": "A2", "slug": "acme"}, format="json"),
+        api.delete(tenant_url),
+        api.patch(quota_url, {"limit_vgpus": 9}, format="json"),
+        api.put(quota_url, {"tenant": teams.acme.pk, "pool": teams.pool.pk}, format="json"),
+        api.delete(quota_url),
+    ]
+    assert [r.status_code for r in answers] == [expected] * len(answers)
+    assert Tenant.objects.get(pk=teams.acme.pk).name == "Acme"
+    assert _quota_row(quota) == before and AuditEntry.objects.count() == entries
 
 
 # --- memberships -----------------------------------------------------------------------------
@@ -244,7 +273,8 @@ def test_only_platform_admins_set_quotas_over_the_api(teams, name):
         entry = AuditEntry.objects.get(action="quota.update")
         assert entry.tenant_id == teams.acme.pk and entry.after["limit_vgpus"] == 9
     else:
-        assert created.status_code == 403 and changed.status_code == 403
+        assert created.status_code == 403
+        assert changed.status_code == (403 if name in SEE_ACME else 404)
         assert not Quota.objects.filter(pool=other).exists()
         assert _quota_row(teams.acme_quota) == before
 

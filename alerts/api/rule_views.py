@@ -33,7 +33,16 @@ from portal.api_schema import ERROR
 
 
 class RulesEditedByPlatformAdmins(permissions.BasePermission):
+    """Writes by the platform admin. A change of one rule is judged once it is found, as
+    on the pages: another tenant's rule is 404 (it is not there for the caller), one that
+    applies to the caller 403."""
+
     def has_permission(self, request, view) -> bool:
+        if request.method in permissions.SAFE_METHODS or manages_rules(request.user):
+            return True
+        return (view.lookup_url_kwarg or view.lookup_field) in view.kwargs
+
+    def has_object_permission(self, request, view, obj) -> bool:
         return request.method in permissions.SAFE_METHODS or manages_rules(request.user)
 
 
