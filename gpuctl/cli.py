@@ -20,7 +20,7 @@ from collections.abc import Callable
 from typing import Any
 
 from gpuctl import config
-from gpuctl.client import API, ApiError, Client
+from gpuctl.client import API, PLACED, ApiError, Client
 from gpuctl.waiting import NotPlaced, WaitTimeout, environments, exports, pick, wait_placed
 
 OK, BAD_INPUT, AUTH, TIMED_OUT, SERVER, NOT_PLACED = 0, 2, 3, 4, 5, 6
@@ -181,7 +181,7 @@ def request_body(client: Client, args: argparse.Namespace) -> dict[str, Any]:
 def cmd_request(args: argparse.Namespace) -> int:
     client = client_for(args)
     req = client.create_request(request_body(client, args), str(uuid.uuid4()))
-    if args.wait:
+    if args.wait and req["state"] != PLACED:
         req = wait_placed(client, req["id"], args.wait)
     emit(args, req, describe(req))
     return OK

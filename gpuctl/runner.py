@@ -17,7 +17,7 @@ import sys
 import uuid
 from typing import Any
 
-from gpuctl.client import ApiError, Client
+from gpuctl.client import PLACED, ApiError, Client
 from gpuctl.waiting import environments, pick, wait_placed
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
@@ -54,8 +54,9 @@ def run(client: Client, body: dict[str, Any], command: list[str], args: argparse
         creating = False
         if received:
             raise Interrupted(received[0])
-        _note(args, f"request {req['id']}: {req['state']}, waiting up to {args.wait:g} s")
-        req = wait_placed(client, req["id"], args.wait)
+        if req["state"] != PLACED:  # within policy and first in line: placed by the create
+            _note(args, f"request {req['id']}: {req['state']}, waiting up to {args.wait:g} s")
+            req = wait_placed(client, req["id"], args.wait)
         env = pick(environments(client, req), args.vgpu)
         _note(args, f"request {req['id']}: placed; running {command[0]}")
         try:
