@@ -126,14 +126,19 @@ def route_notice(
     """A GPU request notice to each user's own subscribed channels (never a tenant's:
     quotas chose the people concerned)."""
     now = now or timezone.now()
+    user_ids = list(user_ids)
+    if not user_ids:
+        return []
     subs = (
-        Subscription.objects.filter(enabled=True, channel__enabled=True,
-                                    owner_id__in=list(user_ids))
+        Subscription.objects.filter(enabled=True, channel__enabled=True, owner_id__in=user_ids)
         .filter(min_severity__in=_levels_at_or_below(severity))
         .filter(Q(rules=None) | Q(rules=rule_id) if rule_id else Q(rules=None))
         .select_related("channel")
         .distinct()
     )  # fmt: skip
+    subs = list(subs)
+    if not subs:  # most steps of most requests: nobody subscribed, no transaction
+        return []
     with transaction.atomic():
-        return _enqueue(list(subs), now, severity == Severity.CRITICAL, event_id=None,
+        return _enqueue(subs, now, severity == Severity.CRITICAL, event_id=None,
                         notice=notice)  # fmt: skip
