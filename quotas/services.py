@@ -98,7 +98,9 @@ def _caps_members(quota: Quota) -> bool:
     return any(
         limit is not None
         for limit in (
-            quota.user_limit_vgpus, quota.user_limit_compute_pct, quota.user_limit_memory_mib
+            quota.user_limit_vgpus,
+            quota.user_limit_compute_pct,
+            quota.user_limit_memory_mib,
         )
     )
 

@@ -56,8 +56,6 @@ class PollResult:
         return self.snapshot is not None
 
 
-
-
 def _poll_result(
     target: AgentTarget, response: fanout.Response, max_gpus: int | None = None
 ) -> PollResult:

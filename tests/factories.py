@@ -334,9 +334,7 @@ class SubscriptionFactory(factory.django.DjangoModelFactory):
 
     owner = factory.SubFactory(UserFactory)
     tenant = None
-    channel = factory.LazyAttribute(
-        lambda sub: ChannelFactory(owner=sub.owner, tenant=sub.tenant)
-    )
+    channel = factory.LazyAttribute(lambda sub: ChannelFactory(owner=sub.owner, tenant=sub.tenant))
     min_severity = Severity.WARNING
 
 
