@@ -89,3 +89,27 @@ def test_every_node_operation_is_described_for_its_users(client: Client):
 def test_node_descriptions_are_served_in_chinese_too(client: Client):
     schema = client.get("/api/schema/", {"format": "json", "lang": "zh-hans"}).json()
     assert "节点" in schema["paths"]["/api/v1/nodes/"]["get"]["description"]
+
+
+def _operations(schema: dict):
+    for path, item in schema["paths"].items():
+        for method, operation in item.items():
+            if method in {"get", "post", "put", "patch", "delete"}:
+                yield f"{method.upper()} {path}", operation
+
+
+def _has_example(operation: dict) -> bool:
+    bodies = [operation.get("requestBody", {}), *operation.get("responses", {}).values()]
+    return any(
+        "example" in media or "examples" in media
+        for body in bodies
+        for media in body.get("content", {}).values()
+    )
+
+
+def test_every_operation_is_described_and_shows_an_example(client: Client):
+    operations = dict(_operations(_schema(client)))
+    assert len(operations) > 100
+    undescribed = [name for name, op in operations.items() if not op.get("description")]
+    assert undescribed == []
+    assert [name for name, op in operations.items() if not _has_example(op)] == []

@@ -28,6 +28,9 @@ from quotas.usage import quota_usage
 
 
 class TenantViewSet(viewsets.ModelViewSet):
+    """Tenants (teams). Members read their own tenants, platform admins all of them;
+    platform admins create, change and delete them. Another tenant is 404."""
+
     serializer_class = TenantSerializer
     filterset_class = TenantFilterSet
     permission_classes = [permissions.TenantPermissions]
@@ -66,6 +69,10 @@ class TenantViewSet(viewsets.ModelViewSet):
 
 
 class MembershipViewSet(viewsets.ModelViewSet):
+    """Who belongs to a tenant, in which role (admin, approver, member). Members read their
+    tenants' memberships; the tenant's admins and platform admins add, change and remove
+    them. The last admin of a tenant cannot be removed or demoted."""
+
     serializer_class = MembershipSerializer
     filterset_class = MembershipFilterSet
     permission_classes = [permissions.TenantPermissions]
@@ -89,6 +96,11 @@ class MembershipViewSet(viewsets.ModelViewSet):
 
 
 class QuotaViewSet(viewsets.ModelViewSet):
+    """A tenant's quota in a pool: guarantee and limit per dimension (vGPUs, compute %,
+    memory MiB, GPU-hours), per-member caps, and the auto-approval policy. Members read
+    their tenants' quotas; platform admins write them. A tenant may use only the pools it
+    has a quota in."""
+
     serializer_class = QuotaSerializer
     filterset_class = QuotaFilterSet
     permission_classes = [permissions.TenantPermissions]

@@ -45,6 +45,10 @@ class NodeHistoryView(APIView):
 
 
 class GPUViewSet(viewsets.ReadOnlyModelViewSet):
+    """Physical GPU cards: their node, index, UUID, model, memory and health, with the
+    latest reading (utilization, memory used, temperature, power, clocks). Every signed-in
+    user reads the fleet."""
+
     queryset = GPU.objects.select_related("node").order_by("node__name", "index")
     serializer_class = GPUSerializer
     filterset_class = GPUFilterSet
