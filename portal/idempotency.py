@@ -79,8 +79,11 @@ def fingerprint(request: Request) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def _claim(owner_id: int, key: str, digest: str, request: Request) -> IdempotencyRecord | None:
-    """Insert the key's row and return None (run the request), or the finished record."""
+def _claim(
+    owner_id: int, key: str, digest: str, request: Request
+) -> tuple[IdempotencyRecord, bool]:
+    """Insert the key's row, or lock the one there: the row, and whether it holds a finished
+    answer to replay (False: this request claimed the key and runs)."""
     wait_ms = int(settings.IDEMPOTENCY_WAIT_SECONDS * 1000)
     postgres = connection.vendor == "postgresql"
     try:
@@ -103,27 +106,27 @@ def _claim(owner_id: int, key: str, digest: str, request: Request) -> Idempotenc
             raise IdempotencyInProgress() from exc
         raise
     if created:
-        return None
+        return record, False
     if record.created < timezone.now() - ttl():  # expired, not yet pruned: a fresh claim
         record.fingerprint, record.created = digest, timezone.now()
         record.method, record.path = request.method, request.get_full_path()[:2048]
         record.save()
-        return None
+        return record, False
     if record.fingerprint != digest:
         raise IdempotencyKeyReused()
-    return record
+    return record, True
 
 
 def run(request: Request, key: str, call: Callable[[], Response]) -> Response:
     """Run ``call`` once for the caller's ``key``, or replay the answer it gave."""
     digest = fingerprint(request)
     with transaction.atomic():
-        record = _claim(request.user.pk, key, digest, request)
-        if record is not None:
+        record, finished = _claim(request.user.pk, key, digest, request)
+        if finished:
             data = json.loads(record.body) if record.body else None
             return Response(data, status=record.status_code, headers={REPLAYED_HEADER: "true"})
         response = call()
-        record = IdempotencyRecord.objects.get(owner_id=request.user.pk, key=key)
+        # The claim's own row: this transaction inserted (or locked) it, nobody changed it.
         if status.is_success(response.status_code):
             record.status_code = response.status_code
             record.body = json.dumps(response.data, cls=JSONEncoder) if response.data else ""
