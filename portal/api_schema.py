@@ -103,7 +103,8 @@ def _idempotent_posts(generator: Any) -> set[str]:
     routes = set()
     for path, _regex, method, view in generator.endpoints or []:
         cls = getattr(view, "cls", None)
-        if method == "POST" and cls and issubclass(cls, idempotency.IdempotentMixin):
+        action = (getattr(view, "actions", None) or {}).get("post")
+        if method == "POST" and cls and idempotency.honours_key(cls, action):
             routes.add(_route(path))
     return routes
 

@@ -10,6 +10,9 @@ transaction ends, so a concurrent retry waits for the first request (at most
 IDEMPOTENCY_WAIT_SECONDS, then 409 ``idempotency_in_progress``) and then replays its
 answer. If the first request fails (an exception, a 4xx or 5xx answer) nothing of the key
 is kept and a retry runs again; a crash rolls the claim back with the work.
+
+The stored answer is plain JSON: a POST whose answer carries a secret (a new API token's
+key) refuses the header (``IdempotentMixin.idempotency_refused``) rather than keep it.
 """
 
 from __future__ import annotations
@@ -48,6 +51,13 @@ class IdempotencyInProgress(exceptions.APIException):
     default_detail = _("A request with this Idempotency-Key is still running. Retry shortly.")
     default_code = "idempotency_in_progress"
     wait = 1  # Retry-After
+
+
+SECRET_ANSWER = _(
+    "Making an API token does not take an Idempotency-Key: the answer holds the token's key, "
+    "which is shown once and never stored. Send the request without the header; a retry "
+    "makes another token."
+)
 
 
 def ttl() -> timedelta:
@@ -136,8 +146,15 @@ def run(request: Request, key: str, call: Callable[[], Response]) -> Response:
         return response
 
 
+# For DRF views: a POST with an ``Idempotency-Key`` runs once per caller and key. (A comment,
+# not a docstring: drf-spectacular publishes the first docstring up a view's classes as the
+# description of its operations that have none.)
 class IdempotentMixin:
-    """For DRF views: a POST with an ``Idempotency-Key`` runs once per caller and key."""
+    # A viewset's actions whose POST refuses a key with a 400 instead: those whose answer
+    # carries a secret shown once (a new API token's key), which the record would keep in
+    # plain text for IDEMPOTENCY_KEY_HOURS. Refused rather than ignored, so that a client
+    # counting on the key learns at once that a retry makes another.
+    idempotency_refused: frozenset[str] = frozenset()
 
     def initial(self, request: Request, *args, **kwargs) -> None:
         super().initial(request, *args, **kwargs)  # authenticated, allowed, not throttled
@@ -147,8 +164,17 @@ class IdempotentMixin:
         handler = getattr(self, "post", None)
         if key is None or handler is None:
             return
+        if getattr(self, "action", None) in self.idempotency_refused:
+            raise exceptions.ValidationError({HEADER: [SECRET_ANSWER]})
         # dispatch() looks the handler up after initial(): it gets this wrapped one.
         self.post = lambda req, *a, **kw: run(req, key, lambda: handler(req, *a, **kw))
+
+
+def honours_key(view_class: type, action: str | None) -> bool:
+    """Whether a POST to ``view_class`` (a viewset's ``action``) runs once per key."""
+    return issubclass(view_class, IdempotentMixin) and (
+        action not in view_class.idempotency_refused
+    )
 
 
 def prune(now=None) -> int:

@@ -14,6 +14,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from audit.interface import request_address
+from portal.idempotency import IdempotentMixin
 from quotas import permissions, tenancy
 from quotas.api.serializers import (
     MembershipSerializer,
@@ -27,7 +28,7 @@ from quotas.models import Membership, Quota
 from quotas.usage import quota_usage
 
 
-class TenantViewSet(viewsets.ModelViewSet):
+class TenantViewSet(IdempotentMixin, viewsets.ModelViewSet):
     serializer_class = TenantSerializer
     filterset_class = TenantFilterSet
     permission_classes = [permissions.TenantPermissions]
@@ -65,7 +66,7 @@ class TenantViewSet(viewsets.ModelViewSet):
         return Response(serializer.data)
 
 
-class MembershipViewSet(viewsets.ModelViewSet):
+class MembershipViewSet(IdempotentMixin, viewsets.ModelViewSet):
     serializer_class = MembershipSerializer
     filterset_class = MembershipFilterSet
     permission_classes = [permissions.TenantPermissions]
@@ -88,7 +89,7 @@ class MembershipViewSet(viewsets.ModelViewSet):
         )
 
 
-class QuotaViewSet(viewsets.ModelViewSet):
+class QuotaViewSet(IdempotentMixin, viewsets.ModelViewSet):
     serializer_class = QuotaSerializer
     filterset_class = QuotaFilterSet
     permission_classes = [permissions.TenantPermissions]
