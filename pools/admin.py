@@ -74,8 +74,8 @@ class PoolAdmin(admin.ModelAdmin):
         membership.delete_pool(obj.pk, actor=request.user, address=client_ip(request))
 
     def has_delete_permission(self, request: HttpRequest, obj: Pool | None = None) -> bool:
-        if obj is not None and obj.leases.exists():
-            return False  # its leases' history refers to it (pools.membership.delete_pool)
+        if obj is not None and (obj.leases.exists() or obj.requests.exists()):
+            return False  # its history refers to it (pools.membership.delete_pool)
         return super().has_delete_permission(request, obj)
 
     def get_actions(self, request: HttpRequest) -> dict:

@@ -185,13 +185,19 @@ def update_pool(
 
 
 def delete_pool(pool_id: int, *, actor=None, address: str | None = None) -> None:
-    """Delete a pool that never held a vGPU; its cards are free for other pools."""
+    """Delete a pool that never held a vGPU nor was asked for one; its cards are free for
+    other pools."""
     with transaction.atomic():
         pool = Pool.objects.select_for_update().get(pk=pool_id)
         if pool.leases.exists():
             raise PoolError({"non_field_errors": [_(
                 "This pool has held vGPUs and its leases' history refers to it: it cannot "
                 "be deleted. Remove its cards or turn off automatic matching instead."
+            )]})  # fmt: skip
+        if pool.requests.exists():  # waiting, refused or cancelled ones: kept for history
+            raise PoolError({"non_field_errors": [_(
+                "GPU requests were made in this pool and their history refers to it: it "
+                "cannot be deleted. Remove its cards or turn off automatic matching instead."
             )]})  # fmt: skip
         before = audit.snapshot(pool)
         audit.record("pool.delete", pool, actor=actor, address=address, before=before)

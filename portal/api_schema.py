@@ -4,6 +4,7 @@ and the errors every operation may answer with, added after the schema is built
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from drf_spectacular.utils import OpenApiResponse
@@ -91,13 +92,21 @@ def _answer(description: str, code: str, message: str, fields: dict | None) -> d
     }
 
 
+def _route(path: str) -> str:
+    """A path with its parameters unnamed: the generator's endpoints say ``{pk}`` where the
+    schema's paths say ``{id}``."""
+    return re.sub(r"\{[^}]*\}", "{}", path)
+
+
 def _idempotent_posts(generator: Any) -> set[str]:
-    paths = set()
+    """The routes (``_route``) whose POST honours an Idempotency-Key."""
+    routes = set()
     for path, _regex, method, view in generator.endpoints or []:
         cls = getattr(view, "cls", None)
-        if method == "POST" and cls and issubclass(cls, idempotency.IdempotentMixin):
-            paths.add(path)
-    return paths
+        action = (getattr(view, "actions", None) or {}).get("post")
+        if method == "POST" and cls and idempotency.honours_key(cls, action):
+            routes.add(_route(path))
+    return routes
 
 
 def document_errors(result: dict, generator: Any, request: Any, public: bool) -> dict:
@@ -110,7 +119,7 @@ def document_errors(result: dict, generator: Any, request: Any, public: bool) ->
                 continue
             responses = operation["responses"]
             answers = dict(ANSWERS)
-            if method == "post" and path in idempotent:
+            if method == "post" and _route(path) in idempotent:
                 answers.update(IDEMPOTENT_ANSWERS)
                 operation.setdefault("parameters", []).append(IDEMPOTENCY_HEADER)
             for status_code, answer in answers.items():

@@ -10,6 +10,9 @@ transaction ends, so a concurrent retry waits for the first request (at most
 IDEMPOTENCY_WAIT_SECONDS, then 409 ``idempotency_in_progress``) and then replays its
 answer. If the first request fails (an exception, a 4xx or 5xx answer) nothing of the key
 is kept and a retry runs again; a crash rolls the claim back with the work.
+
+The stored answer is plain JSON: a POST whose answer carries a secret (a new API token's
+key) refuses the header (``IdempotentMixin.idempotency_refused``) rather than keep it.
 """
 
 from __future__ import annotations
@@ -50,6 +53,13 @@ class IdempotencyInProgress(exceptions.APIException):
     wait = 1  # Retry-After
 
 
+SECRET_ANSWER = _(
+    "Making an API token does not take an Idempotency-Key: the answer holds the token's key, "
+    "which is shown once and never stored. Send the request without the header; a retry "
+    "makes another token."
+)
+
+
 def ttl() -> timedelta:
     return timedelta(hours=settings.IDEMPOTENCY_KEY_HOURS)
 
@@ -79,8 +89,11 @@ def fingerprint(request: Request) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def _claim(owner_id: int, key: str, digest: str, request: Request) -> IdempotencyRecord | None:
-    """Insert the key's row and return None (run the request), or the finished record."""
+def _claim(
+    owner_id: int, key: str, digest: str, request: Request
+) -> tuple[IdempotencyRecord, bool]:
+    """Insert the key's row, or lock the one there: the row, and whether it holds a finished
+    answer to replay (False: this request claimed the key and runs)."""
     wait_ms = int(settings.IDEMPOTENCY_WAIT_SECONDS * 1000)
     postgres = connection.vendor == "postgresql"
     try:
@@ -103,27 +116,27 @@ def _claim(owner_id: int, key: str, digest: str, request: Request) -> Idempotenc
             raise IdempotencyInProgress() from exc
         raise
     if created:
-        return None
+        return record, False
     if record.created < timezone.now() - ttl():  # expired, not yet pruned: a fresh claim
         record.fingerprint, record.created = digest, timezone.now()
         record.method, record.path = request.method, request.get_full_path()[:2048]
         record.save()
-        return None
+        return record, False
     if record.fingerprint != digest:
         raise IdempotencyKeyReused()
-    return record
+    return record, True
 
 
 def run(request: Request, key: str, call: Callable[[], Response]) -> Response:
     """Run ``call`` once for the caller's ``key``, or replay the answer it gave."""
     digest = fingerprint(request)
     with transaction.atomic():
-        record = _claim(request.user.pk, key, digest, request)
-        if record is not None:
+        record, finished = _claim(request.user.pk, key, digest, request)
+        if finished:
             data = json.loads(record.body) if record.body else None
             return Response(data, status=record.status_code, headers={REPLAYED_HEADER: "true"})
         response = call()
-        record = IdempotencyRecord.objects.get(owner_id=request.user.pk, key=key)
+        # The claim's own row: this transaction inserted (or locked) it, nobody changed it.
         if status.is_success(response.status_code):
             record.status_code = response.status_code
             record.body = json.dumps(response.data, cls=JSONEncoder) if response.data else ""
@@ -133,8 +146,15 @@ def run(request: Request, key: str, call: Callable[[], Response]) -> Response:
         return response
 
 
+# For DRF views: a POST with an ``Idempotency-Key`` runs once per caller and key. (A comment,
+# not a docstring: drf-spectacular publishes the first docstring up a view's classes as the
+# description of its operations that have none.)
 class IdempotentMixin:
-    """For DRF views: a POST with an ``Idempotency-Key`` runs once per caller and key."""
+    # A viewset's actions whose POST refuses a key with a 400 instead: those whose answer
+    # carries a secret shown once (a new API token's key), which the record would keep in
+    # plain text for IDEMPOTENCY_KEY_HOURS. Refused rather than ignored, so that a client
+    # counting on the key learns at once that a retry makes another.
+    idempotency_refused: frozenset[str] = frozenset()
 
     def initial(self, request: Request, *args, **kwargs) -> None:
         super().initial(request, *args, **kwargs)  # authenticated, allowed, not throttled
@@ -144,8 +164,17 @@ class IdempotentMixin:
         handler = getattr(self, "post", None)
         if key is None or handler is None:
             return
+        if getattr(self, "action", None) in self.idempotency_refused:
+            raise exceptions.ValidationError({HEADER: [SECRET_ANSWER]})
         # dispatch() looks the handler up after initial(): it gets this wrapped one.
         self.post = lambda req, *a, **kw: run(req, key, lambda: handler(req, *a, **kw))
+
+
+def honours_key(view_class: type, action: str | None) -> bool:
+    """Whether a POST to ``view_class`` (a viewset's ``action``) runs once per key."""
+    return issubclass(view_class, IdempotentMixin) and (
+        action not in view_class.idempotency_refused
+    )
 
 
 def prune(now=None) -> int:

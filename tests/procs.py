@@ -6,6 +6,7 @@ import contextlib
 import json
 import os
 import queue
+import random
 import signal
 import socket
 import subprocess
@@ -24,29 +25,73 @@ PYTHON = sys.executable
 BIN = Path(PYTHON).parent
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+# Ports for the children the tests start. The kernel's own choice (bind to port 0) lies in
+# the ephemeral range, where any outgoing connection may take it between our check and the
+# child's bind; ports outside that range are only ever taken by a bind, so a check that
+# binds is good until a child binds. Random (from the OS, not the `random` module a test may
+# seed) so that two runs on one machine rarely pick the same ones.
+EPHEMERAL_RANGE_FILE = Path("/proc/sys/net/ipv4/ip_local_port_range")
+# Where /proc cannot say: Linux's default starts at 32768, the IANA range (BSD, macOS) at
+# 49152; from 32768 up covers both.
+EPHEMERAL_FALLBACK = (32768, 65535)
+# Below this are the ports local services like to use (PostgreSQL, Redis, 8000, 8080, ...).
+LOWEST_PORT = 10000
+_random = random.SystemRandom()
+_handed_out: set[int] = set()  # not handed out twice by one process, bound yet or not
 
 
-def free_ports(count: int) -> int:
-    """The first of ``count`` consecutive free ports (agents serve nodes on a range)."""
-    for _ in range(50):
-        first = free_port()
-        try:
-            socks = []
-            for port in range(first, first + count):
-                sock = socket.socket()
-                sock.bind(("127.0.0.1", port))
-                socks.append(sock)
-            return first
-        except OSError:
+def ephemeral_range(path: Path = EPHEMERAL_RANGE_FILE) -> tuple[int, int]:
+    """The kernel's range for outgoing connections' ports, first and last included."""
+    try:
+        low, high = (int(part) for part in path.read_text().split())
+    except (OSError, ValueError):
+        return EPHEMERAL_FALLBACK
+    return (low, high) if 0 < low <= high <= 65535 else EPHEMERAL_FALLBACK
+
+
+def port_ranges(ephemeral: tuple[int, int] | None = None) -> list[range]:
+    """The ports tests may listen on: from LOWEST_PORT up, outside the ephemeral range (all
+    of them from LOWEST_PORT up where that range leaves none: the old hazard, not a halt)."""
+    low, high = ephemeral or ephemeral_range()
+    below = range(LOWEST_PORT, max(LOWEST_PORT, low))
+    above = range(max(LOWEST_PORT, high + 1), 65536)
+    return [r for r in (below, above) if len(r)] or [range(LOWEST_PORT, 65536)]
+
+
+def _bindable(first: int, count: int) -> bool:
+    socks: list[socket.socket] = []
+    try:
+        for port in range(first, first + count):
+            sock = socket.socket()
+            socks.append(sock)
+            sock.bind(("127.0.0.1", port))
+        return True
+    except OSError:
+        return False
+    finally:
+        for sock in socks:
+            sock.close()
+
+
+def free_ports(count: int, *, ranges: list[range] | None = None) -> int:
+    """The first of ``count`` consecutive free loopback ports (agents serve nodes on a
+    range), outside the ephemeral range."""
+    starts = [range(r.start, r.stop - count + 1) for r in ranges or port_ranges()]
+    starts = [r for r in starts if len(r)]
+    for _ in range(200 if starts else 0):
+        where = _random.choices(starts, weights=[len(r) for r in starts])[0]
+        first = _random.choice(where)
+        block = set(range(first, first + count))
+        if block & _handed_out or not _bindable(first, count):
             continue
-        finally:
-            for sock in socks:
-                sock.close()
-    raise RuntimeError(f"no {count} consecutive free ports")
+        _handed_out.update(block)
+        return first
+    raise RuntimeError(f"no {count} consecutive free ports outside the ephemeral range")
+
+
+def free_port() -> int:
+    """A free loopback port outside the ephemeral range."""
+    return free_ports(1)
 
 
 @dataclass

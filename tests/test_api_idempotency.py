@@ -7,6 +7,8 @@ import threading
 from datetime import timedelta
 
 import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 from rest_framework.test import APIClient
 
@@ -112,11 +114,22 @@ def test_other_posts_of_the_view_take_a_key_too(team):
     assert client.post(path).status_code == 400
 
 
+def test_the_claims_row_takes_the_answer_without_being_read_again(team):
+    with CaptureQueriesContext(connection) as queries:
+        assert post(team.dev, ask(team), "job-5").status_code == 201
+    on_records = [q["sql"] for q in queries if '"portal_idempotencyrecord"' in q["sql"]]
+    # get_or_create's look-up and insert, then the answer: no second look-up of the row.
+    assert [sql.split()[0] for sql in on_records] == ["SELECT", "INSERT", "UPDATE"], on_records
+    assert IdempotencyRecord.objects.get().status_code == 201
+
+
 def test_the_schema_documents_the_header_and_its_errors(client):
     schema = client.get("/api/schema/", {"format": "json"}).json()
-    operation = schema["paths"][URL]["post"]
-    assert idempotency.HEADER in [p["name"] for p in operation["parameters"]]
-    assert {"409", "422"} <= set(operation["responses"])
+    # The actions too: the schema names their path parameter {id}, the routes {pk}.
+    for path in (URL, f"{URL}{{id}}/release/", f"{URL}{{id}}/approve/"):
+        operation = schema["paths"][path]["post"]
+        assert idempotency.HEADER in [p["name"] for p in operation["parameters"]], path
+        assert {"409", "422"} <= set(operation["responses"]), path
 
 
 @pytest.mark.django_db(transaction=True)

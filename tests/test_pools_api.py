@@ -9,9 +9,17 @@ from rest_framework.test import APIClient
 
 from audit.models import AuditEntry
 from pools.models import Allocation, Pool, PoolCard
+from quotas.services import create_request
 from tests import api
 from tests.api import error_fields
-from tests.factories import GPUFactory, PoolFactory, UserFactory, online_cards, placed_lease
+from tests.factories import (
+    GPUFactory,
+    PoolFactory,
+    UserFactory,
+    gpu_team,
+    online_cards,
+    placed_lease,
+)
 
 pytestmark = pytest.mark.django_db
 
@@ -251,6 +259,15 @@ def test_a_pool_that_held_vgpus_cannot_be_deleted(alice, busy_pool):
     response = client(alice).delete(f"/api/v1/pools/{busy_pool.pk}/")
     assert response.status_code == 409
     assert Pool.objects.filter(pk=busy_pool.pk).exists()
+
+
+def test_a_pool_asked_for_cannot_be_deleted_either(alice, bob):
+    team = gpu_team("vision")
+    create_request(team.dev, **team.ask())
+    assert not team.pool.leases.exists()  # waiting for approval: only the request refers to it
+    response = client(alice).delete(f"/api/v1/pools/{team.pool.pk}/")
+    assert response.status_code == 409, response.content
+    assert Pool.objects.filter(pk=team.pool.pk).exists()
 
 
 def test_rule_pools_take_matching_free_cards_when_created(alice):

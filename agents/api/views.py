@@ -9,12 +9,13 @@ from agents.api.serializers import NodeSerializer
 from agents.filtersets import NodeFilterSet
 from agents.models import Node
 from agents.permissions import NodePermissions
+from portal.idempotency import IdempotentMixin
 
 
 @extend_schema_view(
     **{name: extend_schema(description=text) for name, text in NODE_OPERATIONS.items()}
 )
-class NodeViewSet(NodeRegistrationMixin, viewsets.ModelViewSet):
+class NodeViewSet(IdempotentMixin, NodeRegistrationMixin, viewsets.ModelViewSet):
     queryset = Node.objects.annotate(gpu_count=Count("gpus")).order_by("name")
     serializer_class = NodeSerializer
     filterset_class = NodeFilterSet

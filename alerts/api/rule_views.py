@@ -30,6 +30,7 @@ from alerts.permissions import (
 from audit.interface import request_address
 from portal.api_errors import Conflict, error_response
 from portal.api_schema import ERROR
+from portal.idempotency import IdempotentMixin
 
 
 class RulesEditedByPlatformAdmins(permissions.BasePermission):
@@ -46,7 +47,7 @@ class RulesEditedByPlatformAdmins(permissions.BasePermission):
         return request.method in permissions.SAFE_METHODS or manages_rules(request.user)
 
 
-class RuleViewSet(viewsets.ModelViewSet):
+class RuleViewSet(IdempotentMixin, viewsets.ModelViewSet):
     """Alert rules: everyone signed in reads them (to subscribe); the platform admin
     edits them. Built-in rules can be disabled, not deleted."""
 
@@ -65,7 +66,7 @@ class RuleViewSet(viewsets.ModelViewSet):
             raise ValidationError(exc.message_dict) from None
 
 
-class SubscriptionViewSet(viewsets.ModelViewSet):
+class SubscriptionViewSet(IdempotentMixin, viewsets.ModelViewSet):
     """Your subscriptions and your tenants' (as their admin); all for the platform admin.
     Another's subscription is 404."""
 
@@ -79,7 +80,7 @@ class SubscriptionViewSet(viewsets.ModelViewSet):
                                    address=request_address(self.request))  # fmt: skip
 
 
-class EventViewSet(viewsets.ReadOnlyModelViewSet):
+class EventViewSet(IdempotentMixin, viewsets.ReadOnlyModelViewSet):
     """Alert events as they are sent: your tenants' and, for platform admins and
     node operators, the platform's. Filter by state, severity, rule, tenant, scope, time."""
 
@@ -115,6 +116,8 @@ class EventViewSet(viewsets.ReadOnlyModelViewSet):
         return self._act(request, events.resolve_by_hand)
 
 
+# No Idempotency-Key here: keys belong to a user and Alertmanager calls as nobody; a
+# notification it repeats changes nothing twice (events are de-duplicated by fingerprint).
 class AlertmanagerWebhookView(APIView):
     """Prometheus Alertmanager's webhook (its webhook_configs), authenticated with the
     bearer token in ALERTMANAGER_TOKEN. 401 without it; 400 with the fields at fault

@@ -11,11 +11,12 @@ from alerts.filtersets import ChannelFilterSet
 from alerts.models import Delivery, DeliveryAttempt
 from alerts.permissions import visible_channels
 from audit.interface import request_address
+from portal.idempotency import IdempotentMixin
 
 DELIVERIES_SHOWN = 50
 
 
-class ChannelViewSet(viewsets.ModelViewSet):
+class ChannelViewSet(IdempotentMixin, viewsets.ModelViewSet):
     """Alert channels: your own and your tenants' (as their admin); all for the platform
     admin. Another's channel is 404."""
 

@@ -20,6 +20,7 @@ from pools.failover import clear_cordon, drain_node
 from pools.models import PoolCard
 from portal.api_errors import Conflict
 from portal.api_schema import ERROR
+from portal.idempotency import IdempotentMixin
 from portal.security import client_ip
 
 CHANGE_POOL = "pools.change_pool"
@@ -55,6 +56,9 @@ _DRAIN_ANSWER = inline_serializer(
 class PoolNodeDrainView(APIView):
     # A developer note, not published: drain is idempotent; a second call moves what
     # is left (slices placed meanwhile cannot be, placement needs an online node).
+    # So it takes no Idempotency-Key: running it under one (a single transaction around
+    # the view) would hold every card it moves a slice to locked until the last move,
+    # where each move now commits alone.
     permission_classes = [PoolOperationPermissions]
 
     @extend_schema(
@@ -73,7 +77,7 @@ class PoolNodeDrainView(APIView):
         )  # fmt: skip
 
 
-class PoolCardClearCordonView(APIView):
+class PoolCardClearCordonView(IdempotentMixin, APIView):
     permission_classes = [PoolOperationPermissions]
 
     @extend_schema(

@@ -32,6 +32,7 @@ from pools.permissions import (
 )
 from portal.api_errors import Conflict
 from portal.api_schema import ERROR
+from portal.idempotency import IdempotentMixin
 from portal.security import client_ip
 
 FILTERS = [DjangoFilterBackend, OrderingFilter]
@@ -44,7 +45,7 @@ def _documented(operations: dict):
 
 
 @_documented(POOL_OPERATIONS)
-class PoolViewSet(viewsets.ModelViewSet):
+class PoolViewSet(IdempotentMixin, viewsets.ModelViewSet):
     queryset = Pool.objects.annotate(card_count=Count("cards")).order_by("name")
     serializer_class = PoolSerializer
     filterset_class = PoolFilterSet

@@ -14,6 +14,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from audit.interface import request_address
+from portal.idempotency import IdempotentMixin
 from quotas import permissions, tenancy
 from quotas.api.serializers import (
     MembershipSerializer,
@@ -27,7 +28,7 @@ from quotas.models import Membership, Quota
 from quotas.usage import quota_usage
 
 
-class TenantViewSet(viewsets.ModelViewSet):
+class TenantViewSet(IdempotentMixin, viewsets.ModelViewSet):
     """Tenants (teams). Members read their own tenants, platform admins all of them;
     platform admins create, change and delete them. Another tenant is 404."""
 
@@ -68,7 +69,7 @@ class TenantViewSet(viewsets.ModelViewSet):
         return Response(serializer.data)
 
 
-class MembershipViewSet(viewsets.ModelViewSet):
+class MembershipViewSet(IdempotentMixin, viewsets.ModelViewSet):
     """Who belongs to a tenant, in which role (admin, approver, member). Members read their
     tenants' memberships; the tenant's admins and platform admins add, change and remove
     them. The last admin of a tenant cannot be removed or demoted."""
@@ -95,7 +96,7 @@ class MembershipViewSet(viewsets.ModelViewSet):
         )
 
 
-class QuotaViewSet(viewsets.ModelViewSet):
+class QuotaViewSet(IdempotentMixin, viewsets.ModelViewSet):
     """A tenant's quota in a pool: guarantee and limit per dimension (vGPUs, compute %,
     memory MiB, GPU-hours), per-member caps, and the auto-approval policy. Members read
     their tenants' quotas; platform admins write them. A tenant may use only the pools it

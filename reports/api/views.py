@@ -17,6 +17,7 @@ from rest_framework.views import APIView
 
 from audit.interface import request_address
 from pools.permissions import visible_leases
+from portal.idempotency import IdempotentMixin
 from reports import accounting, permissions, report, services
 from reports.api.serializers import (
     AllocationIdleSerializer,
@@ -63,7 +64,7 @@ class IdleCardViewSet(viewsets.ReadOnlyModelViewSet):
         return report.visible_cards(self.request.user)
 
 
-class ReclaimWarningViewSet(viewsets.ReadOnlyModelViewSet):
+class ReclaimWarningViewSet(IdempotentMixin, viewsets.ReadOnlyModelViewSet):
     """Warnings sent to owners of idle leases; the owner appeals, an approver decides."""
 
     serializer_class = ReclaimWarningSerializer
@@ -103,7 +104,7 @@ class ReclaimWarningViewSet(viewsets.ReadOnlyModelViewSet):
 
 
 class ExemptionViewSet(
-    mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.CreateModelMixin,
+    IdempotentMixin, mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.CreateModelMixin,
     mixins.DestroyModelMixin, viewsets.GenericViewSet,
 ):  # fmt: skip
     """Leases kept out of reclaim until a date, for a reason. Deleting one ends it now."""

@@ -7,8 +7,9 @@ for (const button of document.querySelectorAll("button[data-copy]")) {
       await navigator.clipboard.writeText(source.textContent.trim());
       button.textContent = button.dataset.copied;
     } catch {
-      // No clipboard (plain HTTP, or refused): select the key for Ctrl+C instead.
+      // No clipboard (plain HTTP, or refused): select the key for Ctrl+C instead, and say so.
       window.getSelection().selectAllChildren(source);
+      button.textContent = button.dataset.selected;
     }
   });
 }

@@ -9,9 +9,7 @@ import asyncio
 import json
 import os
 import queue
-import random
 import re
-import socket
 import subprocess
 import sys
 import threading
@@ -39,6 +37,7 @@ if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
 # dcgm-exporter's reference data, or a skip saying how to get it (tests/anchors.py).
+from tests import procs  # noqa: E402 (not Django: start and stop processes, free ports)
 from tests.anchors import anchors_dir  # noqa: E402, F401
 
 
@@ -85,22 +84,8 @@ def http_get(
 
 
 def free_port_block(count: int) -> int:
-    """A base port with ``count`` consecutive free ports, below Linux's ephemeral range."""
-    for _ in range(100):
-        base = random.randint(20000, 32000)
-        sockets: list[socket.socket] = []
-        try:
-            for offset in range(count):
-                s = socket.socket()
-                sockets.append(s)
-                s.bind(("127.0.0.1", base + offset))
-        except OSError:
-            continue
-        finally:
-            for s in sockets:
-                s.close()
-        return base
-    raise RuntimeError("no block of free ports found")
+    """A base port with ``count`` consecutive free ports, outside the ephemeral range."""
+    return procs.free_ports(count)
 
 
 def agent_env() -> dict[str, str]:

@@ -18,6 +18,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from audit.interface import request_address
+from portal.idempotency import IdempotentMixin
 from tokens import services
 from tokens.api.docs import SERVICE_ACCOUNT_OPERATIONS, TOKEN_OPERATIONS
 from tokens.api.serializers import (
@@ -51,11 +52,13 @@ def _issue(request: Request, fn: Any, *args: Any) -> Response:
     **{name: extend_schema(description=text) for name, text in TOKEN_OPERATIONS.items()},
 )
 class ApiTokenViewSet(
-    mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.CreateModelMixin,
+    IdempotentMixin, mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.CreateModelMixin,
     mixins.DestroyModelMixin, viewsets.GenericViewSet,
 ):  # fmt: skip
     serializer_class = ApiTokenSerializer
     filterset_class = ApiTokenFilterSet
+    # The answer carries the new key: an idempotency record would keep it in plain text.
+    idempotency_refused = frozenset({"create"})
 
     def get_queryset(self):
         return services.own_tokens(self.request.user).order_by("-created", "-id")
@@ -75,11 +78,13 @@ class ApiTokenViewSet(
        if name not in ("tokens", "revoke_token")},
 )  # fmt: skip
 class ServiceAccountViewSet(
-    mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.CreateModelMixin,
+    IdempotentMixin, mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.CreateModelMixin,
     mixins.DestroyModelMixin, viewsets.GenericViewSet,
 ):  # fmt: skip
     serializer_class = ServiceAccountSerializer
     filterset_class = ServiceAccountFilterSet
+    # Making an account takes a key; issuing its token does not (ApiTokenViewSet's reason).
+    idempotency_refused = frozenset({"tokens"})
 
     def get_queryset(self):
         return (
