@@ -146,9 +146,12 @@ def approvable_requests(user: User) -> QuerySet[GpuRequest]:
 
 def leases_visible_to(user: User) -> Q:
     """A filter over ``pools.Lease``: the leases held for the user's tenants' requests, and
-    the user's own (registered with the pools app in ``QuotasConfig.ready``)."""
+    the user's own; every lease for platform admins, who see every tenant's requests
+    (``Q()``). Registered with the pools app in ``QuotasConfig.ready``."""
     if not user.is_authenticated:
         return Q(pk__in=[])
+    if is_platform_admin(user):
+        return Q()
     return Q(gpu_request__tenant_id__in=tenant_ids_of(user)) | Q(holder_id=user.pk)
 
 
@@ -159,18 +162,20 @@ OWNER_GRANT_REACH = timedelta(days=31)
 
 def owners_visible_to(user: User, gpu_ids: Sequence[int]) -> Q | None:
     """A filter over telemetry's owner rollups (``gpu``, ``owner``, ``bucket``): on each
-    card, the buckets inside the life of an allocation of one of the user's tenants
-    (registered with ``telemetry.interface.grant_owners`` in ``QuotasConfig.ready``).
-    A bucket counts from the minute the allocation was placed until it was released."""
+    card, the buckets inside the life of an allocation of one of the user's tenants (of
+    any tenant, for platform admins: what each tenant's own people see), registered with
+    ``telemetry.interface.grant_owners`` in ``QuotasConfig.ready``. A bucket counts from
+    the minute the allocation was placed until it was released."""
     if not user.is_authenticated or not gpu_ids:
         return None
     since = timezone.now() - OWNER_GRANT_REACH
+    tenants = (
+        Q(lease__gpu_request__isnull=False)
+        if is_platform_admin(user)
+        else Q(lease__gpu_request__tenant_id__in=tenant_ids_of(user))
+    )
     lives = (
-        Allocation.objects.filter(
-            gpu_id__in=list(gpu_ids),
-            placed_at__isnull=False,
-            lease__gpu_request__tenant_id__in=tenant_ids_of(user),
-        )
+        Allocation.objects.filter(tenants, gpu_id__in=list(gpu_ids), placed_at__isnull=False)
         .filter(Q(released_at__isnull=True) | Q(released_at__gte=since))
         .values_list("gpu_id", "placed_at", "released_at")
     )
