@@ -3,9 +3,9 @@ the pages and the API.
 
 Everyone manages their own channels and subscriptions; a tenant's are managed by its
 admins; the platform admin (``quotas.permissions.is_platform_admin``) sees and manages
-all, and alone edits rules
-(everyone reads them, to subscribe). Nobody else learns that a channel or subscription
-exists: another's answers 404, not 403. Events are seen as routing sends them.
+all, and alone edits rules (everyone reads them, to subscribe). Nobody else learns that a
+channel or subscription exists: another's answers 404, not 403. Events are seen as
+routing sends them.
 """
 
 from __future__ import annotations
