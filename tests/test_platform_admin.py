@@ -80,7 +80,7 @@ def _api(user) -> APIClient:
     return client
 
 
-def test_the_filter_over_users_picks_exactly_whom_is_platform_admin_says(admins, dave, carol):
+def test_the_filter_over_users_picks_exactly_whom_is_platform_admin_accepts(admins, dave, carol):
     inactive = UserFactory(username="gone", is_superuser=True, is_active=False)
     users = [*admins.values(), dave, carol, inactive, UserFactory(username="plain")]
     # Fresh objects: has_perm caches what it read on the user.
