@@ -27,7 +27,7 @@ from alerts.filtersets import EventFilterSet
 from alerts.models import DeliveryAttempt, Event
 from alerts.permissions import can_acknowledge, visible_channels, visible_events, visible_rules
 from audit.interface import request_address
-from quotas.models import Tenant
+from quotas.permissions import visible_tenants
 
 PAGE_SIZE = 50
 STRIP_SIZE = 10
@@ -53,8 +53,7 @@ def event_list(request: HttpRequest) -> HttpResponse:
     query = request.GET.copy()
     query.pop("page", None)
     user = request.user
-    tenants = Tenant.objects.all() if user.is_superuser else Tenant.objects.filter(
-        memberships__user=user).distinct()  # fmt: skip
+    tenants = visible_tenants(user)
     context = {
         "filters": filters, "page": page, "query": query.urlencode(),
         "states": EventState.choices, "severities": Severity.choices,

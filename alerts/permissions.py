@@ -2,9 +2,10 @@
 the pages and the API.
 
 Everyone manages their own channels and subscriptions; a tenant's are managed by its
-admins; the platform admin (a superuser) sees and manages all, and alone edits rules
-(everyone reads them, to subscribe). Nobody else learns that a channel or subscription
-exists: another's answers 404, not 403. Events are seen as routing sends them.
+admins; the platform admin (``quotas.permissions.is_platform_admin``) sees and manages
+all, and alone edits rules (everyone reads them, to subscribe). Nobody else learns that a
+channel or subscription exists: another's answers 404, not 403. Events are seen as
+routing sends them.
 """
 
 from __future__ import annotations
@@ -12,10 +13,12 @@ from __future__ import annotations
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from django.db.models import Q, QuerySet
 
+from agents.permissions import CHANGE_NODE
 from alerts.live import ALL_GROUP, PLATFORM_GROUP, tenant_group
 from alerts.models import Channel, Event, Rule, Subscription
 from quotas.choices import Role
 from quotas.models import Tenant
+from quotas.permissions import is_platform_admin
 
 User = AbstractBaseUser | AnonymousUser
 
@@ -23,7 +26,7 @@ User = AbstractBaseUser | AnonymousUser
 def managed_tenants(user: User) -> QuerySet[Tenant]:
     if not user.is_authenticated:
         return Tenant.objects.none()
-    if user.is_superuser:
+    if is_platform_admin(user):
         return Tenant.objects.all()
     return Tenant.objects.filter(memberships__user=user, memberships__role=Role.ADMIN)
 
@@ -31,7 +34,7 @@ def managed_tenants(user: User) -> QuerySet[Tenant]:
 def visible_channels(user: User) -> QuerySet[Channel]:
     if not user.is_authenticated:
         return Channel.objects.none()
-    if user.is_superuser:
+    if is_platform_admin(user):
         return Channel.objects.all()
     return Channel.objects.filter(Q(owner=user) | Q(tenant__in=managed_tenants(user).values("pk")))
 
@@ -43,13 +46,13 @@ def can_manage(user: User, channel: Channel) -> bool:
 def sees_platform_events(user: User) -> bool:
     """Platform events (cards, nodes, Alertmanager: no tenant) are for platform admins
     and node operators, as routing sends them (alerts.routing)."""
-    return user.is_authenticated and (user.is_superuser or user.has_perm("agents.change_node"))
+    return user.is_authenticated and (is_platform_admin(user) or user.has_perm(CHANGE_NODE))
 
 
 def visible_events(user: User) -> QuerySet[Event]:
     if not user.is_authenticated:
         return Event.objects.none()
-    if user.is_superuser:
+    if is_platform_admin(user):
         return Event.objects.all()
     mine = Q(tenant__memberships__user=user)
     if sees_platform_events(user):
@@ -61,7 +64,7 @@ def can_acknowledge(user: User, event: Event) -> bool:
     """Platform events: who sees them; a tenant's: its admins and approvers."""
     if not user.is_authenticated:
         return False
-    if user.is_superuser:
+    if is_platform_admin(user):
         return True
     if event.tenant_id is None:
         return sees_platform_events(user)
@@ -74,7 +77,7 @@ def can_acknowledge(user: User, event: Event) -> bool:
 def visible_subscriptions(user: User) -> QuerySet[Subscription]:
     if not user.is_authenticated:
         return Subscription.objects.none()
-    if user.is_superuser:
+    if is_platform_admin(user):
         return Subscription.objects.all()
     return Subscription.objects.filter(
         Q(owner=user) | Q(tenant__in=managed_tenants(user).values("pk"))
@@ -82,7 +85,7 @@ def visible_subscriptions(user: User) -> QuerySet[Subscription]:
 
 
 def manages_rules(user: User) -> bool:
-    return user.is_authenticated and user.is_superuser
+    return is_platform_admin(user)
 
 
 def member_tenant_ids(user: User) -> set[int]:
@@ -97,7 +100,7 @@ def visible_rules(user: User) -> QuerySet[Rule]:
     platform admin."""
     if not user.is_authenticated:
         return Rule.objects.none()
-    if user.is_superuser:
+    if is_platform_admin(user):
         return Rule.objects.all()
     return Rule.objects.filter(
         Q(tenant__isnull=True) | Q(tenant__memberships__user=user)
@@ -109,7 +112,7 @@ def event_groups(user: User) -> list[str]:
     ``visible_events`` lets the user see."""
     if not user.is_authenticated:
         return []
-    if user.is_superuser:
+    if is_platform_admin(user):
         return [ALL_GROUP]
     groups = [tenant_group(pk) for pk in sorted(member_tenant_ids(user))]
     if sees_platform_events(user):

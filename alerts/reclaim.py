@@ -22,7 +22,6 @@ from collections.abc import Iterable
 from typing import Any
 
 from django.contrib.auth import get_user_model
-from django.db.models import Q
 
 from alerts import events
 from alerts.choices import OPEN_EVENT_STATES, Condition, NoticeTopic, Severity
@@ -34,7 +33,7 @@ from alerts.routing import route_notice
 from alerts.services import fingerprint_of
 from quotas.choices import Role
 from quotas.models import Membership, Tenant
-from quotas.permissions import CHANGE_TENANT
+from quotas.permissions import platform_admins
 from reports.choices import WarningState
 from reports.models import ReclaimWarning
 
@@ -143,16 +142,8 @@ def deliver_reclaim_notice(*, step: str, warning_id: int, lease_id: int,
 
 
 def _platform_admin_ids(user_ids: Iterable[int]) -> set[int]:
-    app, codename = CHANGE_TENANT.split(".")
-    return set(
-        get_user_model().objects.filter(pk__in=list(user_ids), is_active=True).filter(
-            Q(is_superuser=True)
-            | Q(user_permissions__codename=codename,
-                user_permissions__content_type__app_label=app)
-            | Q(groups__permissions__codename=codename,
-                groups__permissions__content_type__app_label=app)
-        ).values_list("pk", flat=True)
-    )  # fmt: skip
+    users = get_user_model().objects.filter(pk__in=list(user_ids)).filter(platform_admins())
+    return set(users.values_list("pk", flat=True))
 
 
 def digest_for(user_id: int, digest: dict[str, Any], platform: bool) -> dict[str, Any] | None:

@@ -7,7 +7,8 @@ is decided here, at each send, from current memberships:
 - a tenant's subscription gets that tenant's events only;
 - a user's own subscription gets the events of the tenants the user is a member of, and
   platform events (no tenant: cards, nodes, Alertmanager) only when the user is a
-  platform admin or a node operator (``agents.change_node``).
+  platform admin or a node operator (``agents.change_node``); a platform admin's gets
+  every tenant's events too, as ``alerts.permissions.visible_events`` shows them.
 
 Each channel gets one delivery per send however many subscriptions lead to it. Inside a
 subscription's quiet hours a delivery waits for their end (the outbox's requeue sends
@@ -25,11 +26,11 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
+from agents.permissions import CHANGE_NODE
 from alerts import outbox
 from alerts.choices import SEVERITY_RANK, ScopeKind, Severity
 from alerts.models import Event, Subscription
-
-PLATFORM_PERMISSION = "agents.change_node"
+from quotas.permissions import holders_of, platform_admins
 
 
 def quiet_until(start: time | None, end: time | None, now: datetime) -> datetime | None:
@@ -63,13 +64,10 @@ def scope_matches(sub: Subscription, event: Event) -> bool:
     return str(labels.get(kind, "")) == name
 
 
-def _platform_users(user_ids: Iterable[int]) -> set[int]:
+def _allowed(user_ids: Iterable[int], rule: Q) -> set[int]:
+    """Which of these users ``rule`` holds for, in one query whatever their number."""
     users = get_user_model().objects.filter(pk__in=list(user_ids), is_active=True)
-    allowed = set()
-    for user in users:
-        if user.is_superuser or user.has_perm(PLATFORM_PERMISSION):
-            allowed.add(user.pk)
-    return allowed
+    return set(users.filter(rule).values_list("pk", flat=True))
 
 
 def matching(event: Event) -> list[Subscription]:
@@ -84,15 +82,12 @@ def matching(event: Event) -> list[Subscription]:
     )
     subs = [s for s in candidates if scope_matches(s, event)]
     owners = {s.owner_id for s in subs if s.owner_id}
-    if event.tenant_id is None:
-        allowed = _platform_users(owners)
+    if not owners:
+        allowed: set[int] = set()
+    elif event.tenant_id is None:
+        allowed = _allowed(owners, platform_admins() | holders_of(CHANGE_NODE))
     else:
-        users = get_user_model().objects.filter(pk__in=owners, is_active=True)
-        allowed = set(
-            users.filter(
-                Q(is_superuser=True) | Q(memberships__tenant_id=event.tenant_id)
-            ).values_list("pk", flat=True)
-        )
+        allowed = _allowed(owners, platform_admins() | Q(memberships__tenant_id=event.tenant_id))
     return [s for s in subs if s.tenant_id is not None or s.owner_id in allowed]
 
 

@@ -1,6 +1,8 @@
-"""Who reads the audit log: platform admins, the same rule for the page, the API and the
-admin (Django's ``audit.view_auditentry``, which a superuser has). Tenant admins reading
-their own tenants' entries (``tenant_id``) come with the tenancy roles; not yet."""
+"""Who reads the audit log: holders of Django's ``audit.view_auditentry`` (a superuser has
+it), the same rule for the page, the API and the admin. Its own permission, as nodes and
+pools have theirs: being a platform admin (``quotas.change_tenant``) does not give it
+(docs/tenancy.md, "Platform admin: one rule"). Tenant admins reading their own tenants'
+entries (``tenant_id``) come with the tenancy roles; not yet."""
 
 from __future__ import annotations
 

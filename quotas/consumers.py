@@ -14,6 +14,7 @@ from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
 
 from quotas.notices import ALL_GROUP, tenant_group, user_group
+from quotas.permissions import is_platform_admin
 from quotas.request_rules import approver_tenant_ids
 
 CLOSE_UNAUTHENTICATED = 4401
@@ -32,7 +33,7 @@ class RequestConsumer(AsyncWebsocketConsumer):
 
     @staticmethod
     def _groups(user) -> list[str]:
-        if user.is_superuser:
+        if is_platform_admin(user):
             return [user_group(user.pk), ALL_GROUP]
         return [user_group(user.pk), *(tenant_group(t) for t in sorted(approver_tenant_ids(user)))]
 

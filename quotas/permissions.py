@@ -3,8 +3,11 @@ websocket consumers.
 
 Roles, from the widest:
 
-- **platform admin**: a superuser, or a user granted ``quotas.change_tenant`` (the Django
-  permission the admin checks). Creates tenants, sets quotas, sees every tenant.
+- **platform admin** (``is_platform_admin``, the one rule every app asks): an active user
+  holding ``quotas.change_tenant`` (a superuser holds every permission; an operator grants
+  it to a user or a group). Creates tenants, sets quotas, sees and decides every tenant's
+  requests, alerts and reports. Nodes, pools, the audit log and the Django admin are
+  capabilities of their own (their permissions, ``is_staff``), not part of the role.
 - **tenant admin** (``Role.ADMIN``): manages the tenant's members and their roles, approves.
 - **approver** (``Role.APPROVER``): approves the tenant's GPU requests.
 - **member** (``Role.MEMBER``): asks for GPUs, sees the tenant's members, quotas and usage.
@@ -20,7 +23,8 @@ from collections.abc import Sequence
 from datetime import timedelta
 from functools import reduce
 
-from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
+from django.contrib.auth import get_user_model
+from django.contrib.auth.models import AbstractBaseUser, AnonymousUser, Group
 from django.db.models import Q, QuerySet
 from django.utils import timezone
 from rest_framework import permissions
@@ -37,7 +41,33 @@ User = AbstractBaseUser | AnonymousUser
 
 
 def is_platform_admin(user: User) -> bool:
-    return bool(user.is_authenticated and user.has_perm(CHANGE_TENANT))
+    """Whether ``user`` is a platform admin: the only test of it (never ``is_superuser``,
+    never ``is_staff``). Django caches the user's permissions on the object, so asking
+    again in the same request costs no query."""
+    return bool(user and user.is_authenticated and user.has_perm(CHANGE_TENANT))
+
+
+def holders_of(perm: str) -> Q:
+    """A filter over users: those ``user.has_perm(perm)`` says yes to under Django's
+    ModelBackend (which the portal's backend extends): active, and a superuser or granted
+    the permission directly or through a group. Subqueries, not joins, so it multiplies no
+    rows and combines with any other filter; for asking about many users in one query."""
+    app_label, codename = perm.split(".")
+    granted = {"permission__content_type__app_label": app_label, "permission__codename": codename}
+    direct = get_user_model().user_permissions.through.objects.filter(**granted)
+    groups = Group.permissions.through.objects.filter(**granted).values("group_id")
+    through_group = get_user_model().groups.through.objects.filter(group_id__in=groups)
+    return Q(is_active=True) & (
+        Q(is_superuser=True)
+        | Q(pk__in=direct.values("user_id"))
+        | Q(pk__in=through_group.values("user_id"))
+    )
+
+
+def platform_admins() -> Q:
+    """``is_platform_admin`` as a filter over users, for the notices and digests that pick
+    their recipients in one query."""
+    return holders_of(CHANGE_TENANT)
 
 
 def role_in(user: User, tenant: Tenant | int) -> str | None:
@@ -116,9 +146,12 @@ def approvable_requests(user: User) -> QuerySet[GpuRequest]:
 
 def leases_visible_to(user: User) -> Q:
     """A filter over ``pools.Lease``: the leases held for the user's tenants' requests, and
-    the user's own (registered with the pools app in ``QuotasConfig.ready``)."""
+    the user's own; every lease for platform admins, who see every tenant's requests
+    (``Q()``). Registered with the pools app in ``QuotasConfig.ready``."""
     if not user.is_authenticated:
         return Q(pk__in=[])
+    if is_platform_admin(user):
+        return Q()
     return Q(gpu_request__tenant_id__in=tenant_ids_of(user)) | Q(holder_id=user.pk)
 
 
@@ -129,18 +162,20 @@ OWNER_GRANT_REACH = timedelta(days=31)
 
 def owners_visible_to(user: User, gpu_ids: Sequence[int]) -> Q | None:
     """A filter over telemetry's owner rollups (``gpu``, ``owner``, ``bucket``): on each
-    card, the buckets inside the life of an allocation of one of the user's tenants
-    (registered with ``telemetry.interface.grant_owners`` in ``QuotasConfig.ready``).
-    A bucket counts from the minute the allocation was placed until it was released."""
+    card, the buckets inside the life of an allocation of one of the user's tenants (of
+    any tenant, for platform admins: what each tenant's own people see), registered with
+    ``telemetry.interface.grant_owners`` in ``QuotasConfig.ready``. A bucket counts from
+    the minute the allocation was placed until it was released."""
     if not user.is_authenticated or not gpu_ids:
         return None
     since = timezone.now() - OWNER_GRANT_REACH
+    tenants = (
+        Q(lease__gpu_request__isnull=False)
+        if is_platform_admin(user)
+        else Q(lease__gpu_request__tenant_id__in=tenant_ids_of(user))
+    )
     lives = (
-        Allocation.objects.filter(
-            gpu_id__in=list(gpu_ids),
-            placed_at__isnull=False,
-            lease__gpu_request__tenant_id__in=tenant_ids_of(user),
-        )
+        Allocation.objects.filter(tenants, gpu_id__in=list(gpu_ids), placed_at__isnull=False)
         .filter(Q(released_at__isnull=True) | Q(released_at__gte=since))
         .values_list("gpu_id", "placed_at", "released_at")
     )

@@ -1,8 +1,9 @@
 """Who may see and act on GPU requests; the pages, the API and the websocket ask here.
 
 A member sees the requests and allocations of their own tenants, never another tenant's;
-platform admins (superusers) see all. Deciding is ``services.can_decide``: an approver
-or admin of the tenant, never on their own request unless a platform admin.
+platform admins (``quotas.permissions.is_platform_admin``) see all. Deciding is
+``services.can_decide``: an approver or admin of the tenant, never on their own request
+unless a platform admin.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from django.db.models import Q, QuerySet
 
 from quotas.choices import RequestState, Role
 from quotas.models import GpuRequest, Membership
+from quotas.permissions import is_platform_admin
 from quotas.services import can_decide, role_in
 
 __all__ = [
@@ -35,7 +37,7 @@ def approver_tenant_ids(user) -> set[int]:
 
 
 def may_approve_somewhere(user) -> bool:
-    return user.is_authenticated and (user.is_superuser or bool(approver_tenant_ids(user)))
+    return user.is_authenticated and (is_platform_admin(user) or bool(approver_tenant_ids(user)))
 
 
 def visible_requests(user) -> QuerySet[GpuRequest]:
@@ -43,13 +45,15 @@ def visible_requests(user) -> QuerySet[GpuRequest]:
     rows = GpuRequest.objects.select_related("tenant", "pool", "requester", "decided_by")
     if not user.is_authenticated:
         return rows.none()
-    if user.is_superuser:
+    if is_platform_admin(user):
         return rows
     return rows.filter(tenant__memberships__user=user)
 
 
 def can_see(user, req: GpuRequest) -> bool:
-    return user.is_authenticated and (user.is_superuser or role_in(user, req.tenant_id) is not None)
+    return user.is_authenticated and (
+        is_platform_admin(user) or role_in(user, req.tenant_id) is not None
+    )
 
 
 def can_manage(user, req: GpuRequest) -> bool:
@@ -57,7 +61,7 @@ def can_manage(user, req: GpuRequest) -> bool:
     tenant's admins, platform admins."""
     if not user.is_authenticated:
         return False
-    if user.is_superuser:
+    if is_platform_admin(user):
         return True
     role = role_in(user, req.tenant_id)
     return role == Role.ADMIN or (role is not None and user.pk == req.requester_id)
@@ -69,6 +73,6 @@ def decidable_requests(user) -> QuerySet[GpuRequest]:
         state=RequestState.ALLOCATED, extension_hours__isnull=False
     )
     rows = visible_requests(user).filter(waiting).order_by("created", "pk")
-    if user.is_superuser:
+    if is_platform_admin(user):
         return rows
     return rows.filter(tenant_id__in=approver_tenant_ids(user)).exclude(requester=user)

@@ -25,6 +25,7 @@ from quotas.budget import ask_hours, gpu_hours_left
 from quotas.choices import OPEN_STATES, NoticeKind, RequestState, Role
 from quotas.models import GpuRequest, Membership, Quota, Tenant
 from quotas.notices import announce, publish
+from quotas.permissions import is_platform_admin
 from quotas.usage import LIVE, Usage
 
 ASK_FIELDS = (
@@ -253,7 +254,7 @@ def _auto_approvable(quota: Quota, req: GpuRequest) -> bool:
 def can_decide(user, req: GpuRequest) -> bool:
     """Approvers and admins of the request's tenant, and platform admins; never the
     requester alone (nobody approves their own request, unless a platform admin)."""
-    if user.is_superuser:
+    if is_platform_admin(user):
         return True
     role = role_in(user, req.tenant_id)
     return role in (Role.APPROVER, Role.ADMIN) and user.pk != req.requester_id

@@ -10,12 +10,11 @@ from typing import Any
 
 from django.contrib.auth import get_user_model
 from django.db import transaction
-from django.db.models import Q
 from django.utils import timezone
 
 from quotas.choices import Role
 from quotas.models import Membership, Tenant
-from quotas.permissions import CHANGE_TENANT
+from quotas.permissions import platform_admins
 from reports.models import AllocationIdle, IdleCard
 from reports.signals import idle_digest
 
@@ -52,16 +51,8 @@ def build(day: date | None = None) -> dict[str, Any]:
 
 
 def recipients() -> frozenset[int]:
-    """Platform admins (superusers and holders of ``quotas.change_tenant``) and every
-    tenant admin."""
-    app, codename = CHANGE_TENANT.split(".")
-    admins = get_user_model().objects.filter(
-        Q(is_superuser=True)
-        | Q(user_permissions__codename=codename, user_permissions__content_type__app_label=app)
-        | Q(groups__permissions__codename=codename,
-            groups__permissions__content_type__app_label=app),
-        is_active=True,
-    ).values_list("pk", flat=True)  # fmt: skip
+    """Platform admins (``quotas.permissions.is_platform_admin``) and every tenant admin."""
+    admins = get_user_model().objects.filter(platform_admins()).values_list("pk", flat=True)
     tenant_admins = Membership.objects.filter(role=Role.ADMIN).values_list("user_id", flat=True)
     return frozenset(admins) | frozenset(tenant_admins)
 

@@ -6,6 +6,10 @@ once per module through the services, and who calls it with which token.
   tenant can succeed for the platform admin and be refused to the others as it would be
   for A (which has requests, kept for their history).
 - ``admin``: a superuser, the platform admin; ``read``: the same user with a read token.
+- ``padmin``: a platform admin by permission alone (``quotas.change_tenant``), not a
+  superuser: the admin's answers wherever tenancy decides, a member's where another
+  permission does (nodes, pools, the audit log). ``staff``: staff without a permission,
+  in no tenant: being staff grants nothing outside Django's admin.
 - pool P (three cards on one online node), open to A and B; pool S (one card, never held a
   vGPU) that may be deleted; a free card; a spare node without cards.
 - member's requests in P: one pending, one allocated, one allocated with an extension
@@ -54,7 +58,8 @@ from tokens import services as token_services
 from tokens.choices import Scope
 
 # Every caller of the matrix, in the order of the table's columns.
-CALLERS = ("anon", "read", "admin", "tadmin", "approver", "member", "outsider")
+CALLERS = ("anon", "read", "admin", "padmin", "tadmin", "approver", "member", "outsider", "staff")
+PEOPLE = ("tadmin", "approver", "member", "outsider")  # the tenants' people
 
 
 @dataclass
@@ -98,8 +103,12 @@ class World:
 
 def build_world() -> World:
     w = World()
-    users = {name: UserFactory(username=f"rm-{name}", password=None) for name in CALLERS[3:]}
+    users = {name: UserFactory(username=f"rm-{name}", password=None) for name in PEOPLE}
     users["admin"] = UserFactory(username="rm-admin", password=None, is_superuser=True)
+    users["padmin"] = UserFactory(
+        username="rm-padmin", password=None, permissions=["quotas.change_tenant"]
+    )
+    users["staff"] = UserFactory(username="rm-staff", password=None, is_staff=True)
     w.users = users
     tenant_a, tenant_b, tenant_c = (TenantFactory(name=f"rm-{n}", slug=f"rm-{n}") for n in "abc")
     w.tenant_a, w.tenant_b, w.tenant_c = tenant_a.pk, tenant_b.pk, tenant_c.pk

@@ -50,15 +50,17 @@ def as_user(teams, name: str | None) -> Client:
     return client
 
 
+EVERYTHING = {"platform", "acme", "bravo"}
 SEES = {
-    "alice": {"platform", "acme", "bravo"},
+    # Platform admins, the superuser and oscar (by permission alone), alike.
+    "alice": EVERYTHING, "oscar": EVERYTHING,
     "carol": {"platform"},  # a node operator: platform events, no tenant's
     "erin": {"acme"}, "andy": {"acme"}, "bob": {"acme"},
-    "tom": {"bravo"}, "oscar": set(), "dave": set(),
+    "tom": {"bravo"}, "dave": set(),  # staff, no permission: nothing
 }  # fmt: skip
-# Who may acknowledge: platform admins and node operators the platform's; a tenant's
-# admins and approvers its own.
-ACKS = {"alice": {"platform", "acme", "bravo"}, "carol": {"platform"}, "erin": {"acme"},
+# Who may acknowledge: platform admins every event, node operators the platform's; a
+# tenant's admins and approvers its own.
+ACKS = {"alice": EVERYTHING, "oscar": EVERYTHING, "carol": {"platform"}, "erin": {"acme"},
         "andy": {"acme"}, "tom": {"bravo"}}  # fmt: skip
 
 
@@ -266,7 +268,8 @@ def test_everyone_reads_the_rules_that_apply_to_them_and_no_other_tenants(teams)
     bravo_rule = Rule.objects.create(key="bravo-only", name=f"{BRAVO_SECRET} rule",
                                      condition="quota_used_pct", threshold=50,
                                      scope_kind=ScopeKind.TENANT, tenant=teams.bravo)  # fmt: skip
-    for name, sees_bravo in (("alice", True), ("tom", True), ("bob", False), ("dave", False)):
+    readers = (("alice", True), ("oscar", True), ("tom", True), ("bob", False), ("dave", False))
+    for name, sees_bravo in readers:
         client = as_user(teams, name)
         page = client.get("/alerts/rules/")
         assert page.status_code == 200
@@ -278,7 +281,7 @@ def test_everyone_reads_the_rules_that_apply_to_them_and_no_other_tenants(teams)
 
 def test_only_the_platform_admin_changes_rules(teams):
     rule = Rule.objects.get(key="gpu-temperature")
-    for name in ("bob", "erin", "carol", "dave", "oscar"):
+    for name in ("bob", "erin", "carol", "dave"):
         client = as_user(teams, name)
         assert client.get("/alerts/rules/add/").status_code == 403
         assert client.get(f"/alerts/rules/{rule.pk}/edit/").status_code == 403
@@ -313,8 +316,11 @@ def test_changing_another_tenants_rule_is_404_on_the_pages_and_the_api(teams, na
     assert not AuditEntry.objects.filter(action__startswith="alerts.rule").exists()
 
 
-def test_the_platform_admin_adds_edits_disables_and_deletes_a_rule(teams):
-    client = as_user(teams, "alice")
+@pytest.mark.parametrize("name", ["alice", "oscar"])
+def test_the_platform_admin_adds_edits_disables_and_deletes_a_rule(teams, name):
+    """The superuser and a platform admin by permission alone (oscar) alike."""
+    client = as_user(teams, name)
+    assert "/alerts/rules/add/" in client.get("/alerts/rules/").content.decode()
     form = {"name": "Hot pool", "condition": "temperature_c", "comparison": "gt",
             "threshold": "80", "for_seconds": "120", "severity": "warning",
             "scope_kind": "pool", "pool": str(teams.pool.pk), "renotify_seconds": "600",
@@ -403,6 +409,7 @@ def test_each_user_sees_their_own_subscriptions_and_their_tenants_as_admin(teams
     bravo_sub = SubscriptionFactory(owner=None, tenant=teams.bravo)
     expected = {
         "alice": {*own.values(), acme_sub, bravo_sub},
+        "oscar": {*own.values(), acme_sub, bravo_sub},
         "erin": {own["erin"], acme_sub},
         "bob": {own["bob"]},
         "tom": {own["tom"], bravo_sub},

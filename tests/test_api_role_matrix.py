@@ -6,11 +6,15 @@ and the status each caller gets, in the order of ``CALLERS``:
     anon      no credentials: 401 with ``WWW-Authenticate: Bearer realm="api"``
     read      the platform admin's read-only token: the admin's answer to GET, 403 to writes
     admin     the platform admin (a superuser)
+    padmin    a platform admin by permission alone (``quotas.change_tenant``): the admin's
+              answer wherever tenancy decides, refused where another permission does
+              (nodes, pools and their operations, the audit log)
     tadmin    tenant A's admin
     approver  tenant A's approver
     member    a member of tenant A (the requester of A's GPU requests)
     outsider  a member of tenant B: A's objects are 404 where the pages hide them, 403
               where the pages show them but refuse
+    staff     staff without a permission, in no tenant: nobody in particular
 
 A new endpoint fails ``test_every_operation_of_the_api_has_a_row`` until it is declared; a
 row whose endpoint went fails ``test_every_row_is_an_operation_of_the_api``. Each caller's
@@ -71,211 +75,221 @@ def _soon() -> str:
 
 
 # fmt: off
-# Columns: anon read admin tadmin approver member outsider (CALLERS).
+# Columns: anon read admin padmin tadmin approver member outsider staff (CALLERS).
 TABLE: dict[str, Row] = {
-    "GET /api/v1/accounting/": row("401 200 200 200 200 200 200"),
+    "GET /api/v1/accounting/": row("401 200 200 200 200 200 200 200 200"),
     # Alert channels: one's own and one's tenants' as their admin; another's is 404.
     # A tenant's channel is made by its admins: the others' choice of A is a 400 on tenant.
-    "GET /api/v1/alert-channels/": row("401 200 200 200 200 200 200"),
+    "GET /api/v1/alert-channels/": row("401 200 200 200 200 200 200 200 200"),
     "POST /api/v1/alert-channels/":
-        row("401 403 201 201 400 400 400", body=lambda w: {
+        row("401 403 201 201 201 400 400 400 400", body=lambda w: {
             "name": "rm new", "kind": "webhook", "tenant": w.tenant_a,
             "settings": {"url": "https://hooks.example.com/new"}}),
-    "GET /api/v1/alert-channels/{id}/": row("401 200 200 200 404 404 404", "channel"),
+    "GET /api/v1/alert-channels/{id}/": row("401 200 200 200 200 404 404 404 404", "channel"),
     "PUT /api/v1/alert-channels/{id}/":
-        row("401 403 200 200 404 404 404", "channel", {
+        row("401 403 200 200 200 404 404 404 404", "channel", {
             "name": "rm ops 2", "kind": "webhook",
             "settings": {"url": "https://hooks.example.com/rm2"}}),
     "PATCH /api/v1/alert-channels/{id}/":
-        row("401 403 200 200 404 404 404", "channel", {"name": "rm ops 2"}),
-    "DELETE /api/v1/alert-channels/{id}/": row("401 403 204 204 404 404 404", "channel"),
+        row("401 403 200 200 200 404 404 404 404", "channel", {"name": "rm ops 2"}),
+    "DELETE /api/v1/alert-channels/{id}/": row("401 403 204 204 204 404 404 404 404", "channel"),
     "GET /api/v1/alert-channels/{id}/deliveries/":
-        row("401 200 200 200 404 404 404", "channel"),
-    "POST /api/v1/alert-channels/{id}/test/": row("401 403 202 202 404 404 404", "channel"),
+        row("401 200 200 200 200 404 404 404 404", "channel"),
+    "POST /api/v1/alert-channels/{id}/test/": row("401 403 202 202 202 404 404 404 404", "channel"),
     # Events: seen by A's people; acknowledged and resolved by its admins and approvers.
-    "GET /api/v1/alert-events/": row("401 200 200 200 200 200 200"),
-    "GET /api/v1/alert-events/{id}/": row("401 200 200 200 200 200 404", "event"),
-    "POST /api/v1/alert-events/{id}/acknowledge/": row("401 403 200 200 200 403 404", "event"),
-    "POST /api/v1/alert-events/{id}/resolve/": row("401 403 200 200 200 403 404", "event"),
+    "GET /api/v1/alert-events/": row("401 200 200 200 200 200 200 200 200"),
+    "GET /api/v1/alert-events/{id}/": row("401 200 200 200 200 200 200 404 404", "event"),
+    "POST /api/v1/alert-events/{id}/acknowledge/":
+        row("401 403 200 200 200 200 403 404 404", "event"),
+    "POST /api/v1/alert-events/{id}/resolve/": row("401 403 200 200 200 200 403 404 404", "event"),
     # Rules: read by those they apply to (A's rule: A's people), changed by the platform admin.
-    "GET /api/v1/alert-rules/": row("401 200 200 200 200 200 200"),
+    "GET /api/v1/alert-rules/": row("401 200 200 200 200 200 200 200 200"),
     "POST /api/v1/alert-rules/":
-        row("401 403 201 403 403 403 403", body={
+        row("401 403 201 201 403 403 403 403 403", body={
             "name": "rm hot", "condition": "temperature_c", "threshold": 75,
             "for_seconds": 60, "severity": "warning"}),
-    "GET /api/v1/alert-rules/{id}/": row("401 200 200 200 200 200 404", "rule"),
+    "GET /api/v1/alert-rules/{id}/": row("401 200 200 200 200 200 200 404 404", "rule"),
     "PUT /api/v1/alert-rules/{id}/":
-        row("401 403 200 403 403 403 404", "rule", lambda w: {
+        row("401 403 200 200 403 403 403 404 404", "rule", lambda w: {
             "name": "rm quota", "condition": "quota_used_pct", "threshold": 60,
             "scope_kind": "tenant", "scope_id": w.tenant_a}),
     "PATCH /api/v1/alert-rules/{id}/":
-        row("401 403 200 403 403 403 404", "rule", {"threshold": 70}),
-    "DELETE /api/v1/alert-rules/{id}/": row("401 403 204 403 403 403 404", "rule"),
+        row("401 403 200 200 403 403 403 404 404", "rule", {"threshold": 70}),
+    "DELETE /api/v1/alert-rules/{id}/": row("401 403 204 204 403 403 403 404 404", "rule"),
     # Subscriptions: as channels.
-    "GET /api/v1/alert-subscriptions/": row("401 200 200 200 200 200 200"),
+    "GET /api/v1/alert-subscriptions/": row("401 200 200 200 200 200 200 200 200"),
     "POST /api/v1/alert-subscriptions/":
-        row("401 403 201 201 400 400 400", body=lambda w: {
+        row("401 403 201 201 201 400 400 400 400", body=lambda w: {
             "channel": w.channel, "tenant": w.tenant_a, "min_severity": "critical"}),
-    "GET /api/v1/alert-subscriptions/{id}/": row("401 200 200 200 404 404 404", "subscription"),
+    "GET /api/v1/alert-subscriptions/{id}/":
+        row("401 200 200 200 200 404 404 404 404", "subscription"),
     "PUT /api/v1/alert-subscriptions/{id}/":
-        row("401 403 200 200 404 404 404", "subscription", lambda w: {
+        row("401 403 200 200 200 404 404 404 404", "subscription", lambda w: {
             "channel": w.channel, "min_severity": "critical"}),
     "PATCH /api/v1/alert-subscriptions/{id}/":
-        row("401 403 200 200 404 404 404", "subscription", {"min_severity": "critical"}),
+        row("401 403 200 200 200 404 404 404 404", "subscription", {"min_severity": "critical"}),
     "DELETE /api/v1/alert-subscriptions/{id}/":
-        row("401 403 204 204 404 404 404", "subscription"),
+        row("401 403 204 204 204 404 404 404 404", "subscription"),
     # Alertmanager's webhook takes its own bearer token, which no caller has.
-    "POST /api/v1/alertmanager/": row("401 401 401 401 401 401 401", body={"alerts": []}),
-    "GET /api/v1/allocations/": row("401 200 200 200 200 200 200"),
-    "GET /api/v1/allocations/{id}/": row("401 200 200 200 200 200 404", "allocation"),
-    "GET /api/v1/audit/": row("401 200 200 403 403 403 403"),
-    "GET /api/v1/audit/{id}/": row("401 200 200 403 403 403 403", "audit_entry"),
+    "POST /api/v1/alertmanager/": row("401 401 401 401 401 401 401 401 401", body={"alerts": []}),
+    "GET /api/v1/allocations/": row("401 200 200 200 200 200 200 200 200"),
+    "GET /api/v1/allocations/{id}/": row("401 200 200 200 200 200 200 404 404", "allocation"),
+    # The audit log: its own permission (audit.view_auditentry), which a superuser holds
+    # and being a platform admin does not give.
+    "GET /api/v1/audit/": row("401 200 200 403 403 403 403 403 403"),
+    "GET /api/v1/audit/{id}/": row("401 200 200 403 403 403 403 403 403", "audit_entry"),
     # GPU requests: A's are 404 to others; members ask (the platform admin is no member:
     # a 400 on tenant); approvers decide, never their own; requester and admins manage.
-    "GET /api/v1/gpu-requests/": row("401 200 200 200 200 200 200"),
+    "GET /api/v1/gpu-requests/": row("401 200 200 200 200 200 200 200 200"),
     "POST /api/v1/gpu-requests/":
-        row("401 403 400 201 201 201 400", body=lambda w: {
+        row("401 403 400 400 201 201 201 400 400", body=lambda w: {
             "tenant": w.tenant_a, "pool": w.pool, "compute_pct": 25, "memory_mib": 8192,
             "duration_hours": 4, "reason": "matrix"}),
-    "GET /api/v1/gpu-requests/{id}/": row("401 200 200 200 200 200 404", "pending"),
-    "POST /api/v1/gpu-requests/{id}/approve/": row("401 403 200 200 200 403 404", "pending"),
-    "POST /api/v1/gpu-requests/{id}/reject/": row("401 403 200 200 200 403 404", "pending"),
+    "GET /api/v1/gpu-requests/{id}/": row("401 200 200 200 200 200 200 404 404", "pending"),
+    "POST /api/v1/gpu-requests/{id}/approve/":
+        row("401 403 200 200 200 200 403 404 404", "pending"),
+    "POST /api/v1/gpu-requests/{id}/reject/": row("401 403 200 200 200 200 403 404 404", "pending"),
     "POST /api/v1/gpu-requests/{id}/approve-extension/":
-        row("401 403 200 200 200 403 404", "extending"),
+        row("401 403 200 200 200 200 403 404 404", "extending"),
     "POST /api/v1/gpu-requests/{id}/reject-extension/":
-        row("401 403 200 200 200 403 404", "extending"),
+        row("401 403 200 200 200 200 403 404 404", "extending"),
     "POST /api/v1/gpu-requests/{id}/extend/":
-        row("401 403 200 200 403 200 404", "allocated", {"hours": 1}),
-    "POST /api/v1/gpu-requests/{id}/release/": row("401 403 200 200 403 200 404", "allocated"),
+        row("401 403 200 200 200 403 200 404 404", "allocated", {"hours": 1}),
+    "POST /api/v1/gpu-requests/{id}/release/":
+        row("401 403 200 200 200 403 200 404 404", "allocated"),
     "POST /api/v1/gpu-requests/{id}/resize/":
-        row("401 403 200 200 403 200 404", "allocated", {"compute_pct": 30, "memory_mib": 8192}),
+        row("401 403 200 200 200 403 200 404 404", "allocated",
+            {"compute_pct": 30, "memory_mib": 8192}),
     # The fleet: read by everyone signed in.
-    "GET /api/v1/gpus/": row("401 200 200 200 200 200 200"),
-    "GET /api/v1/gpus/{id}/": row("401 200 200 200 200 200 200", "gpu"),
-    "GET /api/v1/gpus/{id}/history/": row("401 200 200 200 200 200 200", "gpu"),
+    "GET /api/v1/gpus/": row("401 200 200 200 200 200 200 200 200"),
+    "GET /api/v1/gpus/{id}/": row("401 200 200 200 200 200 200 200 200", "gpu"),
+    "GET /api/v1/gpus/{id}/history/": row("401 200 200 200 200 200 200 200 200", "gpu"),
     # Idle report: a member reads their tenants' rows; the cards are the fleet's.
-    "GET /api/v1/idle-cards/": row("401 200 200 200 200 200 200"),
-    "GET /api/v1/idle-cards/{gpu_id}/": row("401 200 200 404 404 404 404", gpu_id="idle_card"),
-    "GET /api/v1/idle-report/": row("401 200 200 200 200 200 200"),
+    "GET /api/v1/idle-cards/": row("401 200 200 200 200 200 200 200 200"),
+    "GET /api/v1/idle-cards/{gpu_id}/":
+        row("401 200 200 200 404 404 404 404 404", gpu_id="idle_card"),
+    "GET /api/v1/idle-report/": row("401 200 200 200 200 200 200 200 200"),
     "GET /api/v1/idle-report/{allocation_id}/":
-        row("401 200 200 200 200 200 404", allocation_id="allocation"),
+        row("401 200 200 200 200 200 200 404 404", allocation_id="allocation"),
     # Memberships: read by the tenant's people, managed by its admins; another tenant's
     # id in a body is "does not exist" (400).
-    "GET /api/v1/memberships/": row("401 200 200 200 200 200 200"),
+    "GET /api/v1/memberships/": row("401 200 200 200 200 200 200 200 200"),
     "POST /api/v1/memberships/":
-        row("401 403 201 201 403 403 400", body=lambda w: {
+        row("401 403 201 201 201 403 403 400 400", body=lambda w: {
             "tenant": w.tenant_a, "username": "rm-outsider", "role": "member"}),
-    "GET /api/v1/memberships/{id}/": row("401 200 200 200 200 200 404", "membership"),
+    "GET /api/v1/memberships/{id}/": row("401 200 200 200 200 200 200 404 404", "membership"),
     "PUT /api/v1/memberships/{id}/":
-        row("401 403 200 200 403 403 404", "membership", lambda w: {
+        row("401 403 200 200 200 403 403 404 404", "membership", lambda w: {
             "tenant": w.tenant_a, "username": "rm-member", "role": "approver"}),
     "PATCH /api/v1/memberships/{id}/":
-        row("401 403 200 200 403 403 404", "membership", {"role": "approver"}),
-    "DELETE /api/v1/memberships/{id}/": row("401 403 204 204 403 403 404", "membership"),
+        row("401 403 200 200 200 403 403 404 404", "membership", {"role": "approver"}),
+    "DELETE /api/v1/memberships/{id}/": row("401 403 204 204 204 403 403 404 404", "membership"),
     # Nodes: read by everyone signed in, changed with the node permissions.
-    "GET /api/v1/nodes/": row("401 200 200 200 200 200 200"),
+    "GET /api/v1/nodes/": row("401 200 200 200 200 200 200 200 200"),
     "POST /api/v1/nodes/":
-        row("401 403 201 403 403 403 403", body={
+        row("401 403 201 403 403 403 403 403 403", body={
             "name": "rm-new", "agent_url": "http://127.0.0.1:1/rm-new",
             "token": "tok-0123456789-new"}),
-    "GET /api/v1/nodes/{id}/": row("401 200 200 200 200 200 200", "spare_node"),
+    "GET /api/v1/nodes/{id}/": row("401 200 200 200 200 200 200 200 200", "spare_node"),
     "PUT /api/v1/nodes/{id}/":
-        row("401 403 200 403 403 403 403", "spare_node", {
+        row("401 403 200 403 403 403 403 403 403", "spare_node", {
             "name": "rm-renamed", "agent_url": "http://127.0.0.1:1/rm-renamed",
             "token": "tok-0123456789-renamed"}),
     "PATCH /api/v1/nodes/{id}/":
-        row("401 403 200 403 403 403 403", "spare_node", {"labels": {"rack": "r9"}}),
-    "DELETE /api/v1/nodes/{id}/": row("401 403 204 403 403 403 403", "spare_node"),
-    "GET /api/v1/nodes/{id}/history/": row("401 200 200 200 200 200 200", "node"),
+        row("401 403 200 403 403 403 403 403 403", "spare_node", {"labels": {"rack": "r9"}}),
+    "DELETE /api/v1/nodes/{id}/": row("401 403 204 403 403 403 403 403 403", "spare_node"),
+    "GET /api/v1/nodes/{id}/history/": row("401 200 200 200 200 200 200 200 200", "node"),
     "POST /api/v1/nodes/import/":
-        row("401 403 201 403 403 403 403", body={
+        row("401 403 201 403 403 403 403 403 403", body={
             "format": "csv", "content": "name,agent_url\nrm-imported,http://127.0.0.1:1/x\n"}),
     "POST /api/v1/nodes/test-connection/":
-        row("401 403 200 403 403 403 403", body={"agent_url": "http://127.0.0.1:1/x"},
+        row("401 403 200 403 403 403 403 403 403", body={"agent_url": "http://127.0.0.1:1/x"},
             changes=False),
     # Pools: read by everyone signed in, changed with the pool permissions.
-    "GET /api/v1/pool-cards/": row("401 200 200 200 200 200 200"),
-    "GET /api/v1/pool-cards/{id}/": row("401 200 200 200 200 200 200", "cordoned_card"),
+    "GET /api/v1/pool-cards/": row("401 200 200 200 200 200 200 200 200"),
+    "GET /api/v1/pool-cards/{id}/": row("401 200 200 200 200 200 200 200 200", "cordoned_card"),
     "POST /api/v1/pool-cards/{id}/clear-cordon/":
-        row("401 403 200 403 403 403 403", "cordoned_card"),
-    "POST /api/v1/pool-nodes/{id}/drain/": row("401 403 200 403 403 403 403", "node"),
-    "GET /api/v1/pools/": row("401 200 200 200 200 200 200"),
+        row("401 403 200 403 403 403 403 403 403", "cordoned_card"),
+    "POST /api/v1/pool-nodes/{id}/drain/": row("401 403 200 403 403 403 403 403 403", "node"),
+    "GET /api/v1/pools/": row("401 200 200 200 200 200 200 200 200"),
     "POST /api/v1/pools/":
-        row("401 403 201 403 403 403 403", body={"name": "rm-new", "slug": "rm-new"}),
-    "GET /api/v1/pools/{id}/": row("401 200 200 200 200 200 200", "pool"),
+        row("401 403 201 403 403 403 403 403 403", body={"name": "rm-new", "slug": "rm-new"}),
+    "GET /api/v1/pools/{id}/": row("401 200 200 200 200 200 200 200 200", "pool"),
     "PUT /api/v1/pools/{id}/":
-        row("401 403 200 403 403 403 403", "pool", {
+        row("401 403 200 403 403 403 403 403 403", "pool", {
             "name": "rm-pool", "slug": "rm-pool", "description": "for the matrix"}),
     "PATCH /api/v1/pools/{id}/":
-        row("401 403 200 403 403 403 403", "pool", {"description": "for the matrix"}),
-    "DELETE /api/v1/pools/{id}/": row("401 403 204 403 403 403 403", "spare_pool"),
-    "GET /api/v1/pools/{id}/capacity/": row("401 200 200 200 200 200 200", "pool"),
-    "GET /api/v1/pools/{id}/cards/": row("401 200 200 200 200 200 200", "pool"),
+        row("401 403 200 403 403 403 403 403 403", "pool", {"description": "for the matrix"}),
+    "DELETE /api/v1/pools/{id}/": row("401 403 204 403 403 403 403 403 403", "spare_pool"),
+    "GET /api/v1/pools/{id}/capacity/": row("401 200 200 200 200 200 200 200 200", "pool"),
+    "GET /api/v1/pools/{id}/cards/": row("401 200 200 200 200 200 200 200 200", "pool"),
     "POST /api/v1/pools/{id}/cards/add/":
-        row("401 403 200 403 403 403 403", "pool", lambda w: {"gpus": [w.free_gpu]}),
+        row("401 403 200 403 403 403 403 403 403", "pool", lambda w: {"gpus": [w.free_gpu]}),
     "POST /api/v1/pools/{id}/cards/remove/":
-        row("401 403 200 403 403 403 403", "spare_pool",
+        row("401 403 200 403 403 403 403 403 403", "spare_pool",
             lambda w: {"gpus": [w.spare_pool_gpu]}, target="spare_pool_card"),
     # Quotas: read by the tenant's people, set by platform admins.
-    "GET /api/v1/quotas/": row("401 200 200 200 200 200 200"),
+    "GET /api/v1/quotas/": row("401 200 200 200 200 200 200 200 200"),
     "POST /api/v1/quotas/":
-        row("401 403 201 403 403 403 403", body=lambda w: {
+        row("401 403 201 201 403 403 403 403 403", body=lambda w: {
             "tenant": w.tenant_a, "pool": w.spare_pool, "limit_vgpus": 2,
             "limit_gpu_hours": 5}),
-    "GET /api/v1/quotas/{id}/": row("401 200 200 200 200 200 404", "quota_a"),
+    "GET /api/v1/quotas/{id}/": row("401 200 200 200 200 200 200 404 404", "quota_a"),
     "PUT /api/v1/quotas/{id}/":
-        row("401 403 200 403 403 403 404", "quota_a", lambda w: {
+        row("401 403 200 200 403 403 403 404 404", "quota_a", lambda w: {
             "tenant": w.tenant_a, "pool": w.pool, "limit_vgpus": 9}),
     "PATCH /api/v1/quotas/{id}/":
-        row("401 403 200 403 403 403 404", "quota_a", {"limit_vgpus": 9}),
-    "DELETE /api/v1/quotas/{id}/": row("401 403 204 403 403 403 404", "quota_a"),
+        row("401 403 200 200 403 403 403 404 404", "quota_a", {"limit_vgpus": 9}),
+    "DELETE /api/v1/quotas/{id}/": row("401 403 204 204 403 403 403 404 404", "quota_a"),
     # Reclaim: exemptions by the lease's tenant's approvers and admins; a refusal is told
     # as absence (404), and another tenant's lease in a body does not exist (400).
-    "GET /api/v1/reclaim-exemptions/": row("401 200 200 200 200 200 200"),
+    "GET /api/v1/reclaim-exemptions/": row("401 200 200 200 200 200 200 200 200"),
     "POST /api/v1/reclaim-exemptions/":
-        row("401 403 201 201 201 404 400", body=lambda w: {
+        row("401 403 201 201 201 201 404 400 400", body=lambda w: {
             "lease": w.extending_lease, "reason": "matrix", "ends_at": _soon()}),
-    "GET /api/v1/reclaim-exemptions/{id}/": row("401 200 200 200 200 200 404", "exemption"),
-    "DELETE /api/v1/reclaim-exemptions/{id}/": row("401 403 204 204 204 404 404", "exemption"),
+    "GET /api/v1/reclaim-exemptions/{id}/": row("401 200 200 200 200 200 200 404 404", "exemption"),
+    "DELETE /api/v1/reclaim-exemptions/{id}/":
+        row("401 403 204 204 204 204 404 404 404", "exemption"),
     # Warnings: the lease's holder alone appeals; an approver other than the holder decides.
-    "GET /api/v1/reclaim-warnings/": row("401 200 200 200 200 200 200"),
-    "GET /api/v1/reclaim-warnings/{id}/": row("401 200 200 200 200 200 404", "warning"),
+    "GET /api/v1/reclaim-warnings/": row("401 200 200 200 200 200 200 200 200"),
+    "GET /api/v1/reclaim-warnings/{id}/": row("401 200 200 200 200 200 200 404 404", "warning"),
     "POST /api/v1/reclaim-warnings/{id}/appeal/":
-        row("401 403 404 404 404 200 404", "warning", {"reason": "still needed"}),
+        row("401 403 404 404 404 404 200 404 404", "warning", {"reason": "still needed"}),
     "POST /api/v1/reclaim-warnings/{id}/decide/":
-        row("401 403 200 200 200 404 404", "appealed", {"grant": True}),
+        row("401 403 200 200 200 200 404 404 404", "appealed", {"grant": True}),
     # Service accounts: listed to the tenant's people, managed by its admins.
-    "GET /api/v1/service-accounts/": row("401 200 200 200 200 200 200"),
+    "GET /api/v1/service-accounts/": row("401 200 200 200 200 200 200 200 200"),
     "POST /api/v1/service-accounts/":
-        row("401 403 201 201 403 403 400", body=lambda w: {
+        row("401 403 201 201 201 403 403 400 400", body=lambda w: {
             "tenant": w.tenant_a, "name": "rm-new"}),
-    "GET /api/v1/service-accounts/{id}/": row("401 200 200 200 200 200 404", "service_account"),
+    "GET /api/v1/service-accounts/{id}/":
+        row("401 200 200 200 200 200 200 404 404", "service_account"),
     "DELETE /api/v1/service-accounts/{id}/":
-        row("401 403 204 204 403 403 404", "service_account"),
+        row("401 403 204 204 204 403 403 404 404", "service_account"),
     "GET /api/v1/service-accounts/{id}/tokens/":
-        row("401 200 200 200 403 403 404", "service_account"),
+        row("401 200 200 200 200 403 403 404 404", "service_account"),
     "POST /api/v1/service-accounts/{id}/tokens/":
-        row("401 403 201 201 403 403 404", "service_account", {"name": "ci-2"}),
+        row("401 403 201 201 201 403 403 404 404", "service_account", {"name": "ci-2"}),
     "DELETE /api/v1/service-accounts/{id}/tokens/{token_id}/":
-        row("401 403 204 204 403 403 404", "service_account", token_id="service_token",
+        row("401 403 204 204 204 403 403 404 404", "service_account", token_id="service_token",
             target="service_token"),
     # Tenants: read by their people, changed by platform admins. C is A's people without
     # GPU requests, so that a delete can succeed.
-    "GET /api/v1/tenants/": row("401 200 200 200 200 200 200"),
+    "GET /api/v1/tenants/": row("401 200 200 200 200 200 200 200 200"),
     "POST /api/v1/tenants/":
-        row("401 403 201 403 403 403 403", body={"name": "rm-new", "slug": "rm-new"}),
-    "GET /api/v1/tenants/{id}/": row("401 200 200 200 200 200 404", "tenant_a"),
+        row("401 403 201 201 403 403 403 403 403", body={"name": "rm-new", "slug": "rm-new"}),
+    "GET /api/v1/tenants/{id}/": row("401 200 200 200 200 200 200 404 404", "tenant_a"),
     "PUT /api/v1/tenants/{id}/":
-        row("401 403 200 403 403 403 404", "tenant_a", {"name": "rm-a2", "slug": "rm-a"}),
+        row("401 403 200 200 403 403 403 404 404", "tenant_a", {"name": "rm-a2", "slug": "rm-a"}),
     "PATCH /api/v1/tenants/{id}/":
-        row("401 403 200 403 403 403 404", "tenant_a", {"description": "matrix"}),
-    "DELETE /api/v1/tenants/{id}/": row("401 403 204 403 403 403 404", "tenant_c"),
-    "GET /api/v1/tenants/{id}/usage/": row("401 200 200 200 200 200 404", "tenant_a"),
+        row("401 403 200 200 403 403 403 404 404", "tenant_a", {"description": "matrix"}),
+    "DELETE /api/v1/tenants/{id}/": row("401 403 204 204 403 403 403 404 404", "tenant_c"),
+    "GET /api/v1/tenants/{id}/usage/": row("401 200 200 200 200 200 200 404 404", "tenant_a"),
     # Tokens: one's own only, for everyone (a platform admin included).
-    "GET /api/v1/tokens/": row("401 200 200 200 200 200 200"),
-    "POST /api/v1/tokens/": row("401 403 201 201 201 201 201", body={"name": "rm-new"}),
-    "GET /api/v1/tokens/{id}/": row("401 404 404 404 404 200 404", "spare_token"),
-    "DELETE /api/v1/tokens/{id}/": row("401 403 404 404 404 204 404", "spare_token"),
+    "GET /api/v1/tokens/": row("401 200 200 200 200 200 200 200 200"),
+    "POST /api/v1/tokens/": row("401 403 201 201 201 201 201 201 201", body={"name": "rm-new"}),
+    "GET /api/v1/tokens/{id}/": row("401 404 404 404 404 404 200 404 404", "spare_token"),
+    "DELETE /api/v1/tokens/{id}/": row("401 403 404 404 404 404 204 404 404", "spare_token"),
 }
 # fmt: on
 
