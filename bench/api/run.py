@@ -5,8 +5,9 @@ simulated fleet.
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/gpuportal_bench \\
     REDIS_URL=redis://127.0.0.1:6379/8 SECRET_KEY=bench python -m bench.api
 
-(Keep ``DATABASE_CONN_MAX_AGE`` at its default 0: with persistent connections, daphne's
-one thread per concurrent request keeps one PostgreSQL connection each; docs/performance.md.)
+(Keep ``DATABASE_CONN_MAX_AGE`` at its default 0, or pool with ``DATABASE_POOL_SIZE``: with
+persistent connections, daphne's one thread per concurrent request keeps one PostgreSQL
+connection each; docs/performance.md.)
 
 One simulator process serves the virtual nodes and a poller process polls them every
 ``--interval`` seconds (as bench/requests does); daphne serves the portal. Each client
@@ -18,10 +19,12 @@ allocation (the launch environment), ``POST .../release/``. Every call is timed;
 answer other than the expected status and state counts as an error. The database is
 migrated and emptied of nodes, pools, tenants and requests: use a scratch one.
 
-``--pace S`` starts each client's cycle every S seconds instead of back to back (a CI job
-runs between its calls; back to back is the saturation case, where latency is the
-clients' queue for the CPU: docs/performance.md). ``--web N`` serves the portal from N
-daphne processes, the clients spread over them as a load balancer would.
+A Celery worker (``--pool solo``) runs beside them, as in production: each placement and
+release queues a send of the node's desired state to its agent (``--no-worker``: none, the
+sends pile up unsent). ``--pace S`` starts each client's cycle every S seconds instead of
+back to back (a CI job runs between its calls; back to back is the saturation case, where
+latency is the clients' queue for the CPU: docs/performance.md). ``--web N`` serves the
+portal from N daphne processes, the clients spread over them as a load balancer would.
 """
 
 from __future__ import annotations
@@ -158,6 +161,9 @@ def main(argv: list[str] | None = None) -> int:
         help="each client starts a cycle every S seconds (a job's run between its calls); "
         "0: cycles back to back, the saturation case",
     )  # fmt: skip
+    parser.add_argument("--no-worker", dest="worker", action="store_false",
+                        help="no Celery worker: the agent syncs each placement queues pile "
+                        "up unsent instead of running beside the web processes")  # fmt: skip
     parser.add_argument("--web", type=int, default=1, help="daphne processes, clients spread "
                         "over them as by a load balancer")  # fmt: skip
     parser.add_argument("--nodes", type=int, default=50)
@@ -188,6 +194,12 @@ def main(argv: list[str] | None = None) -> int:
             [sys.executable, "-m", "bench.api", "--poller", "--interval", str(args.interval)],
             cwd=REPO, env=env,
         ))  # fmt: skip
+        if args.worker:  # sends each changed node its desired state, as in production
+            children.append(subprocess.Popen(
+                [str(Path(sys.executable).parent / "celery"), "-A", "portal", "worker",
+                 "--pool", "solo", "--loglevel", "WARNING"],
+                cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT,
+            ))  # fmt: skip
         ports = [args.first_port + args.nodes + 10 + i for i in range(args.web)]
         for i, port in enumerate(ports):
             log = args.server_log
@@ -212,6 +224,7 @@ def main(argv: list[str] | None = None) -> int:
     errors = [e for c in clients for e in c.errors]
     result = {
         "clients": args.clients, "pace_s": args.pace, "web_processes": args.web,
+        "celery_worker": args.worker,
         "tenants": args.tenants, "gpus": args.nodes * args.gpus,
         "poll_interval_s": args.interval, "duration_s": round(wall, 1),
         "load_avg_before": round(load, 1), "load_avg_after": round(os.getloadavg()[0], 1),
