@@ -208,7 +208,10 @@ def create_request(
                 # Placed in this transaction (the quota row is held already), so the answer
                 # says allocated; walking the pool's queue instead made every create of a
                 # busy pool try every other waiting request too (docs/performance.md).
-                _place_locked(req, quota)
+                if not _place_locked(req, quota):
+                    # The cards were full as this transaction saw them; a release that
+                    # commits before it walked a queue this request was not yet in.
+                    transaction.on_commit(lambda: place_request(req.pk))
             else:
                 transaction.on_commit(lambda: place_queued(pool.pk))
         else:
@@ -385,7 +388,9 @@ def _place_locked(req: GpuRequest, quota: Quota) -> bool:
 # running leaves it a note to walk again and returns (docs/requests.md, "The queue").
 _WALKING_KEY = "quotas:queue:walking:{}"
 _AGAIN_KEY = "quotas:queue:again:{}"
-WALK_LEASE_SECONDS = 300  # a walker that died frees its pool after this
+WALK_LEASE_SECONDS = 30  # renewed at each request of the walk; a dead walker's runs out
+NOTE_SECONDS = 600  # a note outlives any walk it waits for
+MAX_ROUNDS = 5  # then the walker returns and leaves a note for the next caller or beat
 
 
 def place_queued(pool_id: int) -> int:
@@ -394,25 +399,36 @@ def place_queued(pool_id: int) -> int:
     Returns how many this call placed: 0 when another caller's walk of the pool was
     running, which then walks once more for this one."""
     walking, again = _WALKING_KEY.format(pool_id), _AGAIN_KEY.format(pool_id)
-    cache.set(again, 1, timeout=WALK_LEASE_SECONDS)
-    placed = 0
+    cache.set(again, 1, timeout=NOTE_SECONDS)
+    placed = rounds = 0
+
+    def keep() -> None:
+        cache.touch(walking, WALK_LEASE_SECONDS)
+
     # The note is read after the walk ends and again after the walk is given up, so a
     # note left in between is never lost: either this walker sees it or its writer walks.
-    while cache.get(again) and cache.add(walking, 1, timeout=WALK_LEASE_SECONDS):
+    # After MAX_ROUNDS a note may stay: the next caller, or beat, walks for it.
+    while (
+        rounds < MAX_ROUNDS
+        and cache.get(again)
+        and cache.add(walking, 1, timeout=WALK_LEASE_SECONDS)
+    ):
         try:
-            while cache.delete(again):
-                placed += _walk(pool_id)
+            while rounds < MAX_ROUNDS and cache.delete(again):
+                rounds += 1
+                placed += _walk(pool_id, keep)
         finally:
             cache.delete(walking)
     return placed
 
 
-def _walk(pool_id: int) -> int:
+def _walk(pool_id: int, keep=lambda: None) -> int:
     placed = 0
     queue = GpuRequest.objects.filter(pool_id=pool_id, state=RequestState.APPROVED).order_by(
         "-priority", "queued_at", "pk"
     )
     for req_id in queue.values_list("pk", flat=True):
+        keep()  # the walk's lease, renewed while it works
         placed += place_request(req_id)
     if placed:
         # Those still waiting moved up the queue: their pages show the new position.

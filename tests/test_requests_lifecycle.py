@@ -5,6 +5,7 @@ GPU-hour budget; notices and the signal at each step."""
 from __future__ import annotations
 
 import threading
+import time
 from datetime import timedelta
 
 import pytest
@@ -404,7 +405,7 @@ def test_one_walk_of_a_pool_runs_at_a_time_and_goes_round_again_for_callers_mean
     walks: list[int] = []
     inside, go_on = threading.Event(), threading.Event()
 
-    def slow_walk(pool_id: int) -> int:
+    def slow_walk(pool_id: int, keep) -> int:
         walks.append(pool_id)
         if len(walks) == 1:
             inside.set()
@@ -423,6 +424,55 @@ def test_one_walk_of_a_pool_runs_at_a_time_and_goes_round_again_for_callers_mean
     walker.join(10)
     assert first == [2] and walks == [7, 8, 7]
     assert services.place_queued(7) == 1  # and the pool is free again
+
+
+def test_a_walker_under_a_stream_of_callers_returns_after_its_rounds(monkeypatch):
+    """Each round of the walk meets a new caller (a release): the walker stops after
+    MAX_ROUNDS rather than serve them all, and the note left for the last is kept."""
+    walks: list[int] = []
+
+    def walk_meeting_a_release(pool_id: int, keep) -> int:
+        walks.append(pool_id)
+        assert services.place_queued(pool_id) == 0  # the walk is running: a note only
+        return 0
+
+    monkeypatch.setattr(services, "_walk", walk_meeting_a_release)
+    services.place_queued(7)
+    assert len(walks) == services.MAX_ROUNDS
+    monkeypatch.setattr(services, "_walk", lambda pool_id, keep: walks.append(pool_id) or 1)
+    assert services.place_queued(7) == 1
+
+
+def test_a_walker_that_died_frees_its_pool_when_its_lease_runs_out(monkeypatch, settings):
+    from django.core.cache import cache
+
+    monkeypatch.setattr(services, "WALK_LEASE_SECONDS", 1)
+    monkeypatch.setattr(services, "_walk", lambda pool_id, keep: 1)
+    cache.add(services._WALKING_KEY.format(7), 1, timeout=1)  # a walker killed mid-walk
+    assert services.place_queued(7) == 0
+    time.sleep(1.2)
+    assert services.place_queued(7) == 1
+
+
+def test_a_create_that_found_the_cards_full_tries_again_after_its_commit(
+    django_capture_on_commit_callbacks,
+):
+    """A release that commits between the create's placement attempt and its commit walks
+    a queue the new request is not yet in: the create's own retry after commit places it."""
+    team = gpu_team(
+        cards=1, auto_approve_vgpus=1, auto_approve_compute_pct=60, auto_approve_hours=8
+    )
+    with django_capture_on_commit_callbacks(execute=True):
+        blocker = create_request(team.dev, **team.ask(whole_card=True))
+        decide(blocker.pk, team.approver, approve=True)
+    with django_capture_on_commit_callbacks(execute=False) as after_create:
+        req = create_request(team.dev, **team.ask(compute_pct=60))
+    assert req.state == RequestState.APPROVED
+    lifecycle.release_request(blocker.pk, team.dev)  # its walk (after commit) is not run
+    for callback in after_create:
+        callback()
+    req.refresh_from_db()
+    assert req.state == RequestState.ALLOCATED
 
 
 def test_place_queued_on_a_pool_without_a_queue_places_nothing(team):
