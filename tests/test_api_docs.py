@@ -89,6 +89,8 @@ def test_every_node_operation_is_described_for_its_users(client: Client):
 def test_node_descriptions_are_served_in_chinese_too(client: Client):
     schema = client.get("/api/schema/", {"format": "json", "lang": "zh-hans"}).json()
     assert "节点" in schema["paths"]["/api/v1/nodes/"]["get"]["description"]
+    assert "配额" in schema["paths"]["/api/v1/quotas/{id}/"]["put"]["description"]
+    assert "显存" in schema["paths"]["/api/v1/gpus/"]["get"]["description"]
 
 
 def _operations(schema: dict):

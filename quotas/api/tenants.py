@@ -7,6 +7,7 @@ tenants are 404), who may write is ``TenantPermissions`` and the services again.
 from __future__ import annotations
 
 from django.contrib.auth import get_user_model
+from django.utils.translation import gettext_lazy as _
 from drf_spectacular.utils import extend_schema
 from rest_framework import viewsets
 from rest_framework.decorators import action
@@ -27,11 +28,31 @@ from quotas.filtersets import MembershipFilterSet, QuotaFilterSet, TenantFilterS
 from quotas.models import Membership, Quota
 from quotas.usage import quota_usage
 
+# The operations' descriptions in the schema, in the reader's language (?lang=zh-hans).
+TENANTS = _(
+    "Tenants (teams). Members read their own tenants, platform admins all of them; platform "
+    "admins create, change and delete them. Another tenant is 404."
+)
+MEMBERSHIPS = _(
+    "Who belongs to a tenant, in which role (admin, approver, member). Members read their "
+    "tenants' memberships; the tenant's admins and platform admins add, change and remove "
+    "them. The last admin of a tenant cannot be removed or demoted."
+)
+QUOTAS = _(
+    "A tenant's quota in a pool: guarantee and limit per dimension (vGPUs, compute share, "
+    "memory MiB, GPU-hours), per-member caps, and the auto-approval policy. Members read their "
+    "tenants' quotas; platform admins write them. A tenant may use only the pools it has a "
+    "quota in."
+)
+USAGE = _(
+    "Per pool: what the tenant holds now and its GPU-hours this budget period, against its "
+    "guarantee and limit, and each member's share. GPU-hours: a whole card counts 1 per "
+    "hour, a slice compute_pct/100 per hour."
+)
 
+
+@extend_schema(description=TENANTS)
 class TenantViewSet(IdempotentMixin, viewsets.ModelViewSet):
-    """Tenants (teams). Members read their own tenants, platform admins all of them;
-    platform admins create, change and delete them. Another tenant is 404."""
-
     serializer_class = TenantSerializer
     filterset_class = TenantFilterSet
     permission_classes = [permissions.TenantPermissions]
@@ -55,12 +76,9 @@ class TenantViewSet(IdempotentMixin, viewsets.ModelViewSet):
             address=request_address(self.request),
         )
 
-    @extend_schema(responses=QuotaUsageSerializer(many=True))
+    @extend_schema(responses=QuotaUsageSerializer(many=True), description=USAGE)
     @action(detail=True, methods=["get"])
     def usage(self, request: Request, pk: str | None = None) -> Response:
-        """Per pool: what the tenant holds now and its GPU-hours this budget period, against
-        its guarantee and limit, and each member's share. GPU-hours: a whole card counts 1
-        per hour, a slice compute_pct/100 per hour."""
         tenant = self.get_object()
         usages = quota_usage([tenant.pk], members=True)
         ids = {uid for usage in usages for uid in usage.members}
@@ -69,11 +87,8 @@ class TenantViewSet(IdempotentMixin, viewsets.ModelViewSet):
         return Response(serializer.data)
 
 
+@extend_schema(description=MEMBERSHIPS)
 class MembershipViewSet(IdempotentMixin, viewsets.ModelViewSet):
-    """Who belongs to a tenant, in which role (admin, approver, member). Members read their
-    tenants' memberships; the tenant's admins and platform admins add, change and remove
-    them. The last admin of a tenant cannot be removed or demoted."""
-
     serializer_class = MembershipSerializer
     filterset_class = MembershipFilterSet
     permission_classes = [permissions.TenantPermissions]
@@ -96,12 +111,8 @@ class MembershipViewSet(IdempotentMixin, viewsets.ModelViewSet):
         )
 
 
+@extend_schema(description=QUOTAS)
 class QuotaViewSet(IdempotentMixin, viewsets.ModelViewSet):
-    """A tenant's quota in a pool: guarantee and limit per dimension (vGPUs, compute %,
-    memory MiB, GPU-hours), per-member caps, and the auto-approval policy. Members read
-    their tenants' quotas; platform admins write them. A tenant may use only the pools it
-    has a quota in."""
-
     serializer_class = QuotaSerializer
     filterset_class = QuotaFilterSet
     permission_classes = [permissions.TenantPermissions]

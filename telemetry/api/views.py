@@ -1,3 +1,4 @@
+from django.utils.translation import gettext_lazy as _
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import viewsets
@@ -44,11 +45,14 @@ class NodeHistoryView(APIView):
         return _history(list(node.gpus.values_list("pk", flat=True)), request)
 
 
+@extend_schema(
+    description=_(
+        "Physical GPU cards: their node, index, UUID, model, memory and health, with the "
+        "latest reading (utilization, memory used, temperature, power, clocks). Every "
+        "signed-in user reads the fleet."
+    )
+)
 class GPUViewSet(viewsets.ReadOnlyModelViewSet):
-    """Physical GPU cards: their node, index, UUID, model, memory and health, with the
-    latest reading (utilization, memory used, temperature, power, clocks). Every signed-in
-    user reads the fleet."""
-
     queryset = GPU.objects.select_related("node").order_by("node__name", "index")
     serializer_class = GPUSerializer
     filterset_class = GPUFilterSet
