@@ -9,6 +9,7 @@ then taken by the pools service in the same transaction.
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Callable
 from datetime import timedelta
 
 from django.core.cache import cache
@@ -95,15 +96,15 @@ def _claimed_usage(tenant_id: int, pool_id: int, *, user_id: int | None = None) 
     return Usage(placed.vgpus + vgpus, placed.compute_pct + compute, placed.memory_mib + memory)
 
 
+def _limits(quota: Quota, *, per_user: bool = False) -> tuple[int | None, int | None, int | None]:
+    """The quota's limits (vGPUs, compute, memory): the tenant's, or each member's cap."""
+    if per_user:
+        return quota.user_limit_vgpus, quota.user_limit_compute_pct, quota.user_limit_memory_mib
+    return quota.limit_vgpus, quota.limit_compute_pct, quota.limit_memory_mib
+
+
 def _caps_members(quota: Quota) -> bool:
-    return any(
-        limit is not None
-        for limit in (
-            quota.user_limit_vgpus,
-            quota.user_limit_compute_pct,
-            quota.user_limit_memory_mib,
-        )
-    )
+    return any(limit is not None for limit in _limits(quota, per_user=True))
 
 
 def _demand(req: GpuRequest) -> Usage:
@@ -113,15 +114,10 @@ def _demand(req: GpuRequest) -> Usage:
 
 def _over(quota: Quota, used: Usage, ask: Usage, *, per_user: bool = False) -> list[str]:
     """Which limits ``used + ask`` passes, worded for the person asking."""
-    limits = (
-        (quota.user_limit_vgpus, quota.user_limit_compute_pct, quota.user_limit_memory_mib)
-        if per_user
-        else (quota.limit_vgpus, quota.limit_compute_pct, quota.limit_memory_mib)
-    )
     problems = []
     for name, limit, have, want in zip(
         (_("vGPUs"), _("compute (%)"), _("memory (MiB)")),
-        limits,
+        _limits(quota, per_user=per_user),
         (used.vgpus, used.compute_pct, used.memory_mib),
         (ask.vgpus, ask.compute_pct, ask.memory_mib),
         strict=True,
@@ -422,7 +418,7 @@ def place_queued(pool_id: int) -> int:
     return placed
 
 
-def _walk(pool_id: int, keep=lambda: None) -> int:
+def _walk(pool_id: int, keep: Callable[[], None]) -> int:
     placed = 0
     queue = GpuRequest.objects.filter(pool_id=pool_id, state=RequestState.APPROVED).order_by(
         "-priority", "queued_at", "pk"
