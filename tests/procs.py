@@ -187,6 +187,15 @@ def child_env(**overrides: str | None) -> dict[str, str]:
     return env
 
 
+def embedded_env(var_dir: Path, **overrides: str | None) -> dict[str, str]:
+    """Environment for a child on the embedded default (README command 1): nothing
+    configured, its own folder, and its own PostgreSQL port so that runs never meet."""
+    return child_env(
+        DATABASE_URL=None, REDIS_URL=None, SECRET_KEY=None, PORTAL_VAR_DIR=str(var_dir),
+        EMBEDDED_DB_PORT=str(free_port()), **overrides,
+    )  # fmt: skip
+
+
 def wait_http(url: str, *, timeout: float = 60, proc: Proc | None = None) -> None:
     """Wait until ``url`` answers 200 (a server is up), or fail with its output."""
     import urllib.error

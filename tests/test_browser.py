@@ -76,13 +76,7 @@ def log_in_and_watch_a_card_change(
 def test_embedded_demo_shows_live_cards(browser, tmp_path):
     """README command 1's final step, with no PostgreSQL or Redis configured."""
     port, agent_port = procs.free_port(), procs.free_ports(3)
-    env = procs.child_env(
-        DATABASE_URL=None,
-        REDIS_URL=None,
-        SECRET_KEY=None,
-        PORTAL_VAR_DIR=str(tmp_path),
-        GPU_POLL_INTERVAL="1",
-    )
+    env = procs.embedded_env(tmp_path, GPU_POLL_INTERVAL="1")
     demo = procs.start(
         "demo",
         [
@@ -104,7 +98,7 @@ def test_embedded_demo_shows_live_cards(browser, tmp_path):
         [login] = demo.wait_for("Log in as", timeout=90)
         user, password = re.search(r"Log in as (\S+) / (\S+)", login).groups()
         assert "(embedded," in "".join(demo.lines)
-        assert (tmp_path / "portal.sqlite3").exists()
+        assert (tmp_path / "postgres" / "PG_VERSION").exists()
         log_in_and_watch_a_card_change(
             browser,
             f"http://127.0.0.1:{port}/",

@@ -1,5 +1,5 @@
-"""The embedded default (`./dev up`: SQLite, no Redis): its in-process store serves the
-same data paths as production's Redis."""
+"""The embedded default (`./dev up`: its own PostgreSQL from the wheel, no Redis): its
+in-process store serves the same data paths as production's Redis."""
 
 from __future__ import annotations
 
@@ -31,10 +31,7 @@ def test_embedded_demo_serves_live_readings(tmp_path):
     the demo pool's slices are placed."""
     # Two nodes, and the demo's hot node on the port after theirs.
     port, agent_port = procs.free_port(), procs.free_ports(3)
-    env = procs.child_env(
-        DATABASE_URL=None, REDIS_URL=None, SECRET_KEY=None, PORTAL_VAR_DIR=str(tmp_path),
-        GPU_POLL_INTERVAL="1",
-    )  # fmt: skip
+    env = procs.embedded_env(tmp_path, GPU_POLL_INTERVAL="1")
     demo = procs.start(
         "demo",
         [procs.PYTHON, "manage.py", "demo", "--port", str(port), "--agent-port",
@@ -61,7 +58,7 @@ def test_embedded_demo_serves_live_readings(tmp_path):
                     seen.setdefault(gpu["uuid"], set()).add(gpu["latest"]["utilization_gpu_pct"])
             time.sleep(0.5)
         assert len(seen) == 6
-        # The demo pool's slices, placed on SQLite (one writer, no PostgreSQL statements).
+        # The demo pool's slices, placed by the same statements as in production.
         allocations = f"http://127.0.0.1:{port}/api/v1/allocations/"
         while not _active_slices(allocations, token):
             assert time.monotonic() < deadline + 30, "".join(demo.lines[-30:])

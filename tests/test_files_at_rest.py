@@ -1,4 +1,5 @@
-"""The embedded default's files (SQLite, generated secrets) are the portal user's alone."""
+"""The embedded default's files (its PostgreSQL data, generated secrets) are the portal user's
+alone."""
 
 from __future__ import annotations
 
@@ -12,14 +13,18 @@ import pytest
 from portal import files
 from tests import procs
 
-# Opens the SQLite database and writes to it, as the demo does on its first start.
+# Starts the embedded PostgreSQL and writes to it, as the demo does on its first start.
 PROBE = """
 import django
+from django.conf import settings
 from django.db import connection
 django.setup()
-with connection.cursor() as cursor:
-    cursor.execute("CREATE TABLE IF NOT EXISTS probe (x integer)")
-    cursor.execute("INSERT INTO probe VALUES (1)")
+from portal import embedded_db
+with embedded_db.running(embedded_db.Server(**settings.EMBEDDED_DATABASE)):
+    with connection.cursor() as cursor:
+        cursor.execute("CREATE TABLE IF NOT EXISTS probe (x integer)")
+        cursor.execute("INSERT INTO probe VALUES (1)")
+    connection.close()
 """
 
 
@@ -28,10 +33,7 @@ def _mode(path: Path) -> int:
 
 
 def _start_embedded(var: Path) -> None:
-    env = procs.child_env(
-        DJANGO_SETTINGS_MODULE="portal.settings",
-        DATABASE_URL=None, REDIS_URL=None, SECRET_KEY=None, PORTAL_VAR_DIR=str(var),
-    )  # fmt: skip
+    env = procs.embedded_env(var, DJANGO_SETTINGS_MODULE="portal.settings")
     # The umask most systems start with: files would come out world-readable by default.
     result = subprocess.run(
         ["sh", "-c", f'umask 022 && exec "{procs.PYTHON}" -c "$0"', PROBE],
@@ -44,8 +46,14 @@ def test_a_new_var_folder_and_its_files_are_owner_only(tmp_path):
     var = tmp_path / "var"
     _start_embedded(var)
     assert _mode(var) == 0o700
-    for name in ("secret_key", "portal.sqlite3"):
+    for name in ("secret_key", "postgres-password", "postgres.log"):
         assert _mode(var / name) == 0o600, name
+    # PostgreSQL's own data: the folder and every file in it are the portal user's alone.
+    data = var / "postgres"
+    assert _mode(data) == 0o700
+    for path in data.rglob("*"):
+        assert path.stat().st_uid == os.getuid(), path
+        assert _mode(path) & 0o077 == 0, path
     assert len((var / "secret_key").read_text()) >= 50
 
 
@@ -53,13 +61,13 @@ def test_files_left_readable_by_others_are_tightened_at_start(tmp_path):
     var = tmp_path / "var"
     var.mkdir(mode=0o755)
     var.chmod(0o755)
-    left = [("secret_key", "k" * 50), ("demo-admin-password", "pw"), ("portal.sqlite3", "")]
+    left = [("secret_key", "k" * 50), ("demo-admin-password", "pw"), ("postgres.log", "")]
     for name, text in left:
         (var / name).write_text(text)
         (var / name).chmod(0o644)
     _start_embedded(var)
     assert _mode(var) == 0o700
-    for name in ("secret_key", "demo-admin-password", "portal.sqlite3"):
+    for name in ("secret_key", "demo-admin-password", "postgres.log"):
         assert _mode(var / name) == 0o600, name
     # Tightened, not replaced: the same key and password are kept.
     assert (var / "secret_key").read_text() == "k" * 50

@@ -19,6 +19,9 @@ from portal import celery_app
 print(json.dumps({
     "db": settings.DATABASES["default"]["ENGINE"],
     "db_name": str(settings.DATABASES["default"]["NAME"]),
+    "db_host": settings.DATABASES["default"].get("HOST"),
+    "db_port": settings.DATABASES["default"].get("PORT"),
+    "db_password": settings.DATABASES["default"].get("PASSWORD"),
     "layer": settings.CHANNEL_LAYERS["default"]["BACKEND"],
     "eager": celery_app.conf.task_always_eager,
     "broker": celery_app.conf.broker_url,
@@ -42,13 +45,18 @@ def _settings_in_child(**env_overrides: str | None) -> subprocess.CompletedProce
 
 def test_nothing_configured_means_the_embedded_default(tmp_path):
     result = _settings_in_child(
-        DATABASE_URL=None, REDIS_URL=None, SECRET_KEY=None, PORTAL_VAR_DIR=str(tmp_path)
-    )
+        DATABASE_URL=None, REDIS_URL=None, SECRET_KEY=None, PORTAL_VAR_DIR=str(tmp_path),
+        EMBEDDED_DB_PORT="54999",
+    )  # fmt: skip
     assert result.returncode == 0, result.stderr
     seen = json.loads(result.stdout)
     assert seen["embedded"] is True
-    assert seen["db"] == "django.db.backends.sqlite3"
-    assert seen["db_name"] == str(tmp_path / "portal.sqlite3")
+    # The portal's own PostgreSQL (started by manage.py demo), on loopback, with a password
+    # generated once and kept 0600 for the next start.
+    assert seen["db"] == "django.db.backends.postgresql"
+    assert (seen["db_name"], seen["db_host"], seen["db_port"]) == ("gpuportal", "127.0.0.1", 54999)
+    assert seen["db_password"] == (tmp_path / "postgres-password").read_text().strip()
+    assert len(seen["db_password"]) >= 24
     assert seen["layer"] == "channels.layers.InMemoryChannelLayer"
     assert seen["eager"] is True
     # A key was generated once and kept for the next start.

@@ -29,7 +29,7 @@ from agents.choices import NodeSource
 from agents.models import Node
 from alerts import demo as alerts_demo
 from pools import demo as pools_demo
-from portal import celery_app, embedded
+from portal import celery_app, embedded, embedded_db
 from portal.files import private_secret
 
 DEMO_MODELS = [
@@ -68,6 +68,22 @@ class Command(BaseCommand):
         parser.add_argument("--username", default="admin")
 
     def handle(self, *args, **options) -> None:
+        if settings.EMBEDDED_DATABASE is None:
+            self._demo(options)
+            return
+        # No DATABASE_URL: the portal's own PostgreSQL, up before migrate, down after the
+        # web server and the agents have stopped.
+        server = embedded_db.Server(**settings.EMBEDDED_DATABASE)
+        try:
+            server.start()
+        except embedded_db.EmbeddedDatabaseError as exc:
+            raise CommandError(str(exc)) from None
+        try:
+            self._demo(options)
+        finally:
+            server.stop()
+
+    def _demo(self, options: dict) -> None:
         if not 1 <= options["nodes"] <= 64 or not 1 <= options["gpus"] <= 16:
             raise CommandError("--nodes must be 1-64 and --gpus 1-16")
         call_command("migrate", interactive=False, verbosity=0)
