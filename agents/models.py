@@ -17,12 +17,9 @@ INVENTORY_LOCK = 0x6770_7500
 
 def lock_inventory(*, exclusive: bool = False, using: str = "default") -> None:
     """Hold the inventory lock until this transaction ends. Shared holders run together; an
-    exclusive one waits for them, and they for it. SQLite writes one at a time anyway."""
-    connection = connections[using]
-    if connection.vendor != "postgresql":
-        return
+    exclusive one waits for them, and they for it."""
     function = "pg_advisory_xact_lock" if exclusive else "pg_advisory_xact_lock_shared"
-    with connection.cursor() as cursor:
+    with connections[using].cursor() as cursor:
         cursor.execute(f"SELECT {function}(%s)", [INVENTORY_LOCK])
 
 

@@ -65,11 +65,10 @@ def build_policy(
 def _services() -> list[tuple[str, int]]:
     """The portal's own TCP services: its PostgreSQL and its Redis."""
     found = []
-    database = settings.DATABASES.get("default", {})
-    if "postgresql" in database.get("ENGINE", ""):
-        host = database.get("HOST") or "localhost"  # empty: a local socket, and likely 5432
-        if not host.startswith("/"):
-            found.append((host, int(database.get("PORT") or 5432)))
+    database = settings.DATABASES["default"]
+    host = database.get("HOST") or "localhost"  # empty: a local socket, and likely 5432
+    if not host.startswith("/"):
+        found.append((host, int(database.get("PORT") or 5432)))
     if settings.REDIS_URL:
         parts = urlsplit(settings.REDIS_URL)
         if parts.scheme in ("redis", "rediss") and parts.hostname:

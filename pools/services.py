@@ -194,10 +194,6 @@ def _placed(
     PlacementError, having changed nothing, when it does not fit."""
     if not ask.valid:
         raise PlacementError("no card in this pool could ever hold this request", never=True)
-    if connection.vendor != "postgresql":
-        if rows := _placed_one_writer(pool, ask, lease, template):
-            return rows
-        return _not_placed(pool, ask)
     for pick, params, count in picks(pool, ask):
         if rows := statements.place(pick, params, count, ask.whole_card, lease, template):
             return rows
@@ -208,40 +204,6 @@ def _not_placed(pool: Pool, ask: placement.Ask):
     if not could_ever_fit(pool, ask):
         raise PlacementError("no card in this pool could ever hold this request", never=True)
     raise PlacementError("not enough free capacity in this pool now")
-
-
-def _placed_one_writer(
-    pool: Pool, ask: placement.Ask, lease: Lease, template: Allocation
-) -> list[tuple[int, int, int, int]]:
-    """The embedded default's placement (SQLite, whose IMMEDIATE transactions admit one
-    writer at a time, so nothing races between the read and the writes): the pure function
-    over every card of the pool, then plain ORM writes. PostgreSQL takes the statements."""
-    cards = {card.id: card for card in pool_cards(pool)}
-    chosen = placement.place(list(cards.values()), ask)
-    if chosen is None:
-        return []
-    with transaction.atomic():
-        lease.save()
-        rows = []
-        for gpu_id in sorted(chosen):
-            card = PoolCard.objects.filter(pool=pool, gpu_id=gpu_id)
-            if ask.whole_card:
-                card.update(held_whole=True, slices=1, compute_allocated=F("compute_capacity"),
-                            memory_allocated_mib=F("memory_capacity_mib"))  # fmt: skip
-            else:
-                card.update(
-                    slices=F("slices") + 1,
-                    compute_allocated=F("compute_allocated") + template.compute_pct,
-                    memory_allocated_mib=F("memory_allocated_mib") + template.memory_mib,
-                )
-            allocation = Allocation.objects.create(
-                lease=lease, pool=pool, gpu_id=gpu_id, compute_pct=template.compute_pct,
-                memory_mib=cards[gpu_id].memory_physical_mib if ask.whole_card
-                else template.memory_mib,
-                whole_card=template.whole_card, placed_at=template.placed_at,
-            )  # fmt: skip
-            rows.append((lease.pk, allocation.pk, gpu_id, cards[gpu_id].node_id))
-    return rows
 
 
 def could_ever_fit(pool: Pool, ask: placement.Ask) -> bool:
@@ -332,32 +294,10 @@ def release_lease(lease_id: int) -> bool:
     card's was given back when they were stranded): they are only marked released. One
     SQL statement (``pools.statements.release``): the lease is claimed by a conditional
     UPDATE, so of two racing releases exactly one goes on."""
-    if connection.vendor == "postgresql":
-        claimed, nodes = statements.release(lease_id, timezone.now())
-    else:
-        claimed, nodes = _release_one_writer(lease_id, timezone.now())
+    claimed, nodes = statements.release(lease_id, timezone.now())
     if claimed:
         notify_nodes(nodes)
     return claimed
-
-
-def _release_one_writer(lease_id: int, now) -> tuple[bool, set[int]]:
-    """``statements.release`` for the embedded default (SQLite: one writer at a time)."""
-    with transaction.atomic():
-        if not Lease.objects.filter(pk=lease_id, state=LeaseState.ACTIVE).update(
-            state=LeaseState.RELEASED, released_at=now
-        ):
-            return False, set()
-        live = list(
-            Allocation.objects.filter(lease_id=lease_id).exclude(state=AllocationState.RELEASED)
-        )
-        for a in live:
-            if a.state == AllocationState.ACTIVE:
-                _give_back(a.gpu_id, a.pool_id, a.compute_pct, a.memory_mib, a.whole_card)
-        Allocation.objects.filter(pk__in=[a.pk for a in live]).update(
-            state=AllocationState.RELEASED, released_at=now
-        )
-    return True, _nodes_of(live)
 
 
 def resize_lease(lease_id: int, *, compute_pct: int, memory_mib: int) -> Lease:

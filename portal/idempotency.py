@@ -95,12 +95,10 @@ def _claim(
     """Insert the key's row, or lock the one there: the row, and whether it holds a finished
     answer to replay (False: this request claimed the key and runs)."""
     wait_ms = int(settings.IDEMPOTENCY_WAIT_SECONDS * 1000)
-    postgres = connection.vendor == "postgresql"
     try:
         with transaction.atomic():  # a savepoint: a lock timeout is undone alone
-            if postgres:
-                with connection.cursor() as cursor:
-                    cursor.execute(f"SET LOCAL lock_timeout = {wait_ms}")
+            with connection.cursor() as cursor:
+                cursor.execute(f"SET LOCAL lock_timeout = {wait_ms}")
             record, created = IdempotencyRecord.objects.get_or_create(
                 owner_id=owner_id, key=key,
                 defaults={"fingerprint": digest, "method": request.method,
@@ -108,9 +106,8 @@ def _claim(
             )  # fmt: skip
             if not created:
                 record = IdempotencyRecord.objects.select_for_update().get(pk=record.pk)
-            if postgres:
-                with connection.cursor() as cursor:
-                    cursor.execute("SET LOCAL lock_timeout TO DEFAULT")
+            with connection.cursor() as cursor:
+                cursor.execute("SET LOCAL lock_timeout TO DEFAULT")
     except OperationalError as exc:
         if getattr(exc.__cause__, "sqlstate", None) == LOCK_NOT_AVAILABLE:
             raise IdempotencyInProgress() from exc

@@ -1,8 +1,8 @@
-"""``field__any=[...]``: membership in a list as ONE query parameter on PostgreSQL.
+"""``field__any=[...]``: membership in a list as ONE query parameter.
 
 Django's ``__in`` turns every element into its own parameter, and preparing 1,000
 of them costs more than the query itself in a poll cycle; PostgreSQL takes the whole
-list as one array (``= ANY(%s)``). Other databases fall back to ``IN``.
+list as one array (``= ANY(%s)``).
 """
 
 from __future__ import annotations
@@ -24,6 +24,4 @@ class Any(Lookup):
         values = list(self.rhs)
         if not values:
             return "1 = 0", []  # nothing is a member of the empty list
-        if connection.vendor == "postgresql":
-            return f"{lhs} = ANY(%s)", [*lhs_params, values]
-        return f"{lhs} IN ({', '.join(['%s'] * len(values))})", [*lhs_params, *values]
+        return f"{lhs} = ANY(%s)", [*lhs_params, values]

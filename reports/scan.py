@@ -13,7 +13,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from django.db import connection, transaction
+from django.db import transaction
 from django.utils import timezone
 
 from pools.choices import AllocationState
@@ -24,9 +24,7 @@ from reports.models import AllocationIdle, IdleCard, ReclaimPolicy
 from telemetry.interface import (
     Attribution,
     attributed_use,
-    card_series,
     latest,
-    owner_series,
     owners_seen,
 )
 
@@ -50,22 +48,6 @@ def thresholds_by_pool() -> dict[int, idle.Thresholds]:
     }
 
 
-def _attributed(row: dict, cards: dict, owners: dict, placed_at: datetime) -> list[idle.Minute]:
-    """The allocation's minutes (or hours): the card's for a whole card; for a slice its
-    owner's memory, and the card's utilization only while the owner ran something."""
-    card_rows = cards.get(row["gpu_id"], ())
-    if row["whole_card"]:
-        return [idle.Minute(at, u, m) for at, u, m in card_rows if at >= placed_at]
-    mine = dict(owners.get((row["gpu_id"], row["lease__unix_user"]), ()))
-    out = []
-    for at, util, _card_memory in card_rows:
-        if at < placed_at:
-            continue
-        memory = mine.get(at)
-        out.append(idle.Minute(at, util if at in mine else 0.0, memory or 0.0))
-    return out
-
-
 def _live_memory(readings: dict) -> tuple[dict[str, float], dict[str, set[str]]]:
     """From the agents' latest reports: memory used per allocation (by the agent's id)
     and, per card UUID, the users of processes outside any allocation."""
@@ -79,14 +61,6 @@ def _live_memory(readings: dict) -> tuple[dict[str, float], dict[str, set[str]]]
             if violation.get("kind") == "unallocated" and violation.get("gpu_uuid"):
                 foreign[violation["gpu_uuid"]].add(violation.get("user") or "?")
     return used, foreign
-
-
-def _week(row: dict, hours: dict, owner_hours: dict, carried: dict) -> dict:
-    """The p95s and the right-sizing advice, carried from the last scan or computed."""
-    if row["id"] in carried:
-        return carried[row["id"]]
-    week = _attributed(row, hours, owner_hours, row["placed_at"].replace(minute=0))
-    return _advice(row, idle.p95(m.util_pct for m in week), idle.p95(m.memory_mib for m in week))
 
 
 def _advice(row: dict, p95_util: float | None, p95_memory: float | None) -> dict:
@@ -113,7 +87,7 @@ def _attribution(row: dict, since: datetime, thresholds: idle.Thresholds | None 
     )  # fmt: skip
 
 
-def _judged_in_sql(rows, policies, default, start, now, previous, live_used, carried):
+def _judged(rows, policies, default, start, now, previous, live_used, carried):
     """The verdicts, sparklines and week's p95s summed by PostgreSQL: a few statements
     over the rollups, and Python per allocation only for the rules' arithmetic."""
     seen = attributed_use(
@@ -151,38 +125,11 @@ def _judged_in_sql(rows, policies, default, start, now, previous, live_used, car
                list(got.sparkline) if got else list(empty))  # fmt: skip
 
 
-def _judged_in_python(rows, policies, default, start, now, previous, live_used, carried):
-    """The same, from the rollups read into Python (the embedded SQLite default)."""
-    gpu_ids = sorted({r["gpu_id"] for r in rows})
-    minutes = card_series(gpu_ids, start, now)
-    owner_minutes = owner_series(gpu_ids, start, now)
-    held = sorted({r["gpu_id"] for r in rows if r["id"] not in carried})
-    hours = card_series(held, now - P95_RANGE, now, "1h") if held else {}
-    owner_hours = owner_series(held, now - P95_RANGE, now, "1h") if held else {}
-    for row in rows:
-        placed = row["placed_at"]
-        use = idle.AllocationUse(
-            allocation_id=row["id"], compute_pct=row["compute_pct"],
-            memory_mib=row["memory_mib"], whole_card=row["whole_card"], placed_at=placed,
-            minutes=tuple(_attributed(row, minutes, owner_minutes, placed)),
-            live_memory_mib=live_used.get(f"alloc-{row['id']}"),
-            previous_since=previous.get(row["id"]),
-        )  # fmt: skip
-        verdict = idle.verdict(use, policies.get(row["pool_id"], default), now)
-        yield (row, verdict, _week(row, hours, owner_hours, carried),
-               idle.sparkline(use.minutes, start, now, SPARK_POINTS))  # fmt: skip
-
-
 def _running(gpu_ids, start, now) -> dict[int, set[str]]:
     """Per card, the owners whose processes held memory on it in the window."""
     running: dict[int, set[str]] = defaultdict(set)
-    if connection.vendor == "postgresql":
-        for gpu_id, owner in owners_seen(gpu_ids, start, now):
-            running[gpu_id].add(owner)
-        return running
-    for (gpu_id, owner), series in owner_series(gpu_ids, start, now).items():
-        if any((m or 0) > 0 for _at, m in series):
-            running[gpu_id].add(owner)
+    for gpu_id, owner in owners_seen(gpu_ids, start, now):
+        running[gpu_id].add(owner)
     return running
 
 
@@ -227,8 +174,7 @@ def scan(now: datetime | None = None, *, p95: bool | None = None) -> ScanResult:
     states = []
     idle_by_gpu: dict[int, list[bool]] = defaultdict(list)
     owners_by_gpu: dict[int, set[str]] = defaultdict(set)
-    judged = _judged_in_sql if connection.vendor == "postgresql" else _judged_in_python
-    for row, verdict, week, spark in judged(
+    for row, verdict, week, spark in _judged(
         rows, policies, default, start, now, previous, live_used, carried
     ):
         idle_by_gpu[row["gpu_id"]].append(verdict.idle)

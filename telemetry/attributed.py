@@ -1,10 +1,10 @@
 """An allocation's use of its card, summed in SQL: the idle scan's per-allocation work
 as one statement over the rollups instead of Python over millions of rows.
 
-Attribution (the same as ``reports.scan``'s pure path): a whole card takes the card's
-utilization and memory; a slice takes its owner's memory on the card, and the card's
-utilization only in buckets where the owner has a row. Only the card's buckets count as
-read (an owner row without its card's is not a reading). PostgreSQL only.
+Attribution (as ``reports.idle`` states it): a whole card takes the card's utilization
+and memory; a slice takes its owner's memory on the card, and the card's utilization only
+in buckets where the owner has a row. Only the card's buckets count as read (an owner row
+without its card's is not a reading).
 """
 
 from __future__ import annotations

@@ -7,13 +7,11 @@ history can be built on top by mapping them to GPUs and intervals.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
-from django.db import connection
 from django.db.models import (
     Avg,
-    BigIntegerField,
     Count,
     ExpressionWrapper,
     F,
@@ -22,7 +20,6 @@ from django.db.models import (
     Q,
     Sum,
 )
-from django.db.models.expressions import RawSQL
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
@@ -175,52 +172,3 @@ def usage_by_card_owner(
         .order_by("gpu_id", "owner")
     )
     return [{**row, "samples": row.pop("samples_total")} for row in rows]
-
-
-def _bucket_rows(table, gpu_ids, start, end, keys: tuple[str, ...], values: tuple[str, ...]):
-    """Rows of (*keys, bucket, *values) oldest first. On PostgreSQL the bucket travels as
-    epoch seconds and becomes one shared datetime per distinct bucket: parsing millions of
-    timestamps was most of the idle scan's time at fleet scale."""
-    rows = table.objects.filter(
-        gpu_id__any=list(gpu_ids), bucket__gte=start, bucket__lt=end
-    ).order_by(*keys, "bucket")
-    if connection.vendor != "postgresql":
-        yield from rows.values_list(*keys, "bucket", *values).iterator(chunk_size=20000)
-        return
-    epoch = RawSQL("EXTRACT(EPOCH FROM bucket)::bigint", (), output_field=BigIntegerField())
-    shared: dict[int, datetime] = {}
-    n = len(keys)
-    for row in rows.annotate(t=epoch).values_list(*keys, "t", *values).iterator(chunk_size=20000):
-        t = row[n]
-        at = shared.get(t)
-        if at is None:
-            at = shared[t] = datetime.fromtimestamp(t, UTC)
-        yield (*row[:n], at, *row[n + 1 :])
-
-
-def buckets_by_card(
-    gpu_ids: Iterable[int], start: datetime, end: datetime, resolution: str = "1m"
-) -> dict[int, list[tuple[datetime, float | None, float | None]]]:
-    """Per card, its buckets in ``[start, end)`` oldest first: (bucket, average
-    utilization %, average memory used MiB); for per-allocation use and idle detection."""
-    table = {"1m": GpuMinute, "1h": GpuHour}[resolution]
-    out: dict[int, list[tuple[datetime, float | None, float | None]]] = {}
-    for gpu_id, bucket, util, memory in _bucket_rows(
-        table, gpu_ids, start, end, ("gpu_id",), ("util_avg", "memory_used_avg_mib")
-    ):
-        out.setdefault(gpu_id, []).append((bucket, util, memory))
-    return out
-
-
-def buckets_by_card_owner(
-    gpu_ids: Iterable[int], start: datetime, end: datetime, resolution: str = "1m"
-) -> dict[tuple[int, str], list[tuple[datetime, float | None]]]:
-    """Per card and process owner, its buckets in ``[start, end)``: (bucket, average
-    memory used MiB)."""
-    table = {"1m": OwnerMinute, "1h": OwnerHour}[resolution]
-    out: dict[tuple[int, str], list[tuple[datetime, float | None]]] = {}
-    for gpu_id, owner, bucket, memory in _bucket_rows(
-        table, gpu_ids, start, end, ("gpu_id", "owner"), ("memory_used_avg_mib",)
-    ):
-        out.setdefault((gpu_id, owner), []).append((bucket, memory))
-    return out

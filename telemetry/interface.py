@@ -39,12 +39,10 @@ __all__ = [
     "PollCycle",
     "add_dashboard_panel",
     "attributed_use",
-    "card_series",
     "card_usage",
     "grant_owners",
     "interval_usage",
     "latest",
-    "owner_series",
     "owner_usage",
     "owners_seen",
     "poll_cycle_recorded",
@@ -129,20 +127,3 @@ def owner_usage(gpu_ids: Iterable[int], start: datetime, end: datetime) -> list[
         )
         for row in history.usage_by_card_owner(gpu_ids, start, end)
     ]
-
-
-def card_series(
-    gpu_ids: Iterable[int], start: datetime, end: datetime, resolution: str = "1m"
-) -> dict[int, list[tuple[datetime, float | None, float | None]]]:
-    """Each card's rollups in ``[start, end)`` at ``resolution`` ("1m" or "1h"), oldest
-    first, as (bucket, ``util_avg`` %, ``memory_used_avg_mib``); cards without any are
-    left out. For the per-allocation use the reports build (minutes are kept 36 hours)."""
-    return history.buckets_by_card(gpu_ids, start, end, resolution)
-
-
-def owner_series(
-    gpu_ids: Iterable[int], start: datetime, end: datetime, resolution: str = "1m"
-) -> dict[tuple[int, str], list[tuple[datetime, float | None]]]:
-    """Each (card, process owner)'s rollups in ``[start, end)``, oldest first, as
-    (bucket, ``memory_used_avg_mib``)."""
-    return history.buckets_by_card_owner(gpu_ids, start, end, resolution)

@@ -6,7 +6,6 @@ An interval is a card, a process owner (None: the whole card) and ``[start, end)
 each hour bucket counts by the share of it inside the interval. Utilization is capped at
 the interval's ``cap_pct`` and, for an owner, counted only in hours the owner had
 processes on the card (a card's utilization cannot be split between its slices).
-PostgreSQL only (``unnest`` of arrays); other databases answer nothing.
 """
 
 from __future__ import annotations
@@ -69,7 +68,7 @@ def interval_usage(
     intervals: Sequence[Interval], time_zone: str
 ) -> dict[tuple[int, date], IntervalUsage]:
     """Per (group, day in ``time_zone``): what the intervals used."""
-    if not intervals or connection.vendor != "postgresql":
+    if not intervals:
         return {}
     columns = list(zip(*(
         (i.group, i.gpu_id, i.owner, i.start, i.end, i.cap_pct, float(i.idle_util_pct),

@@ -1,14 +1,10 @@
-"""The rollups' SQL, built once per database from the reading schema.
+"""The rollups' SQL, built once from the reading schema.
 
 Raw SQL on purpose: a minute of a 1,000-node fleet is 96,000 samples and 8,000 rows. The
-database does the work: each column of a minute's blobs goes in as one array parameter,
-and one statement per table aggregates the samples and writes the minute rows (and, for
-a minute folded already, merges into its hours). PostgreSQL and SQLite (the embedded
-default) run the same statements but for two parts: how an array parameter becomes rows
-(``unnest`` of a PostgreSQL array, ``json_each`` of a JSON one) and how a moment is cut
-to its hour; and SQLite, which has no data-modifying CTE, writes minutes and hours in two
-statements where PostgreSQL writes them in one. Upserts (ON CONFLICT ... DO UPDATE, CASE,
-excluded) are the same on both.
+database does the work: each column of a minute's blobs goes in as one PostgreSQL array
+parameter (``unnest``), and one statement per table aggregates the samples and writes the
+minute rows (and, for a minute folded already, merges into its hours in the same
+statement, through a data-modifying CTE). Upserts are ON CONFLICT ... DO UPDATE.
 """
 
 from __future__ import annotations
@@ -41,14 +37,9 @@ _TABLES = (
 
 @dataclass(frozen=True)
 class Statements:
-    # minute model -> (the minute's hours merged at once, its rows may exist) -> statements
-    merge: dict[type, dict[tuple[bool, bool], list[str]]]
+    # minute model -> (the minute's hours merged at once, its rows may exist) -> statement
+    merge: dict[type, dict[tuple[bool, bool], str]]
     fold: list[str]
-    # Arrays of numbers as the database reads them: PostgreSQL's {...} or JSON's [...].
-    brackets: bytes
-    # Row locks on the fold row (SQLite has one writer at a time and no row locks).
-    for_share: str
-    for_update: str
 
 
 def _columns(history: list) -> list[str]:
@@ -73,28 +64,17 @@ def _merge_clause(table: str, keys: list[str], columns: list[str]) -> str:
     return f" ON CONFLICT ({', '.join(keys)}) DO UPDATE SET {', '.join(updates)}"
 
 
-def _samples(vendor: str, params: list[str], owners: bool) -> str:
+def _samples(params: list[str], owners: bool) -> str:
     """The samples as rows (gpu_id[, owner], v0, v1, ...)."""
-    if vendor == "postgresql":
-        # Set-returning functions in the select list run in lockstep and stream
-        # (ProjectSet); in FROM (``unnest(a, b, ...)``) each would be materialized first,
-        # which took twice as long for 96,000 samples.
-        owner = "json_array_elements_text(%(owners)s::json) AS owner, " if owners else ""
-        values = ", ".join(f"unnest(%({v})s::float8[]) AS {v}" for v in params)
-        return f"(SELECT unnest(%(ids)s::bigint[]) AS gpu_id, {owner}{values}) AS s"
-    # json_each numbers the elements of each array (key): joined on it, in lockstep.
-    owner = ("o.value AS owner, ", " JOIN json_each(%(owners)s) AS o ON o.key = i.key") if (
-        owners
-    ) else ("", "")  # fmt: skip
-    values = ", ".join(f"{v}.value AS {v}" for v in params)
-    joins = "".join(f" JOIN json_each(%({v})s) AS {v} ON {v}.key = i.key" for v in params)
-    return (
-        f"(SELECT i.value AS gpu_id, {owner[0]}{values} "  # noqa: S608 (names are ours)
-        f"FROM json_each(%(ids)s) AS i{owner[1]}{joins}) AS s"
-    )
+    # Set-returning functions in the select list run in lockstep and stream (ProjectSet);
+    # in FROM (``unnest(a, b, ...)``) each would be materialized first, which took twice
+    # as long for 96,000 samples.
+    owner = "json_array_elements_text(%(owners)s::json) AS owner, " if owners else ""
+    values = ", ".join(f"unnest(%({v})s::float8[]) AS {v}" for v in params)
+    return f"(SELECT unnest(%(ids)s::bigint[]) AS gpu_id, {owner}{values}) AS s"
 
 
-def _aggregate(vendor: str, keys: list[str], history: list, params: list[str], owners: bool):
+def _aggregate(keys: list[str], history: list, params: list[str], owners: bool):
     group = ", ".join(k for k in keys if k != "bucket")
     aggregates = ", ".join(
         f"avg({v}) FILTER (WHERE abs({v}) < {LIMIT_SQL}) AS {avg}, "
@@ -103,11 +83,11 @@ def _aggregate(vendor: str, keys: list[str], history: list, params: list[str], o
     )
     return (
         f"SELECT {group}, count(*) AS samples, {aggregates} "  # noqa: S608
-        f"FROM {_samples(vendor, params, owners)} GROUP BY {group}"
+        f"FROM {_samples(params, owners)} GROUP BY {group}"
     )
 
 
-def _merge(vendor, minute_model, hour_model, keys, history, params, owners, *, hours, upsert):
+def _merge(minute_model, hour_model, keys, history, params, owners, *, hours, upsert):
     """Aggregate the samples, write them into the minutes (and the hours).
 
     With ``hours``, the samples are merged into both: folding a minute's new samples into
@@ -118,30 +98,27 @@ def _merge(vendor, minute_model, hour_model, keys, history, params, owners, *, h
     columns = _columns(history)
     names = ", ".join([*keys, "samples", *columns])
     values = ", ".join([k for k in keys if k != "bucket"] + ["%(bucket)s", "samples", *columns])
-    # WHERE true: SQLite would read the ON of ON CONFLICT as a join's without it.
-    into_minutes = f"INSERT INTO {minute} ({names}) SELECT {values} FROM live WHERE true"  # noqa: S608
+    into_minutes = f"INSERT INTO {minute} ({names}) SELECT {values} FROM live"  # noqa: S608
     if upsert:
         into_minutes += _merge_clause(minute, keys, columns)
     into_hours = (
         f"INSERT INTO {hour} ({names}) "  # noqa: S608
-        f"SELECT {values.replace('%(bucket)s', '%(hour)s')} FROM live WHERE true"
+        f"SELECT {values.replace('%(bucket)s', '%(hour)s')} FROM live"
         f"{_merge_clause(hour, keys, columns)}"
     )
     cte = (
-        f"WITH agg AS ({_aggregate(vendor, keys, history, params, owners)}), "  # noqa: S608
+        f"WITH agg AS ({_aggregate(keys, history, params, owners)}), "  # noqa: S608
         # Cards deleted since they were sampled have no history to keep. In key order,
         # so two merges of the same rows lock them in the same order (no deadlock).
         f"live AS (SELECT * FROM agg WHERE gpu_id IN (SELECT id FROM {GPU._meta.db_table}) "
         f"ORDER BY {', '.join(k for k in keys if k != 'bucket')})"
     )
     if not hours:
-        return [f"{cte} {into_minutes}"]
-    if vendor == "postgresql":
-        return [f"{cte}, minute AS ({into_minutes}) {into_hours}"]
-    return [f"{cte} {into_minutes}", f"{cte} {into_hours}"]
+        return f"{cte} {into_minutes}"
+    return f"{cte}, minute AS ({into_minutes}) {into_hours}"
 
 
-def _fold(vendor: str, minute_model, hour_model, keys: list[str], history: list) -> str:
+def _fold(minute_model, hour_model, keys: list[str], history: list) -> str:
     """Fold a range of minutes into their hours (averages weighted by the samples of the
     minutes that have a value)."""
     minute, hour = minute_model._meta.db_table, hour_model._meta.db_table
@@ -154,15 +131,9 @@ def _fold(vendor: str, minute_model, hour_model, keys: list[str], history: list)
         else f"max({c}) {present[c]}"
         for c in columns
     ]
-    # SQLite keeps moments as 'YYYY-MM-DD HH:MM:SS' text in UTC (% doubled for Django).
-    to_hour = (
-        "date_trunc('hour', bucket, 'UTC')"
-        if vendor == "postgresql"
-        else "strftime('%%Y-%%m-%%d %%H:00:00', bucket)"
-    )
     return (
         f"INSERT INTO {hour} ({', '.join([*keys, 'samples', *columns])}) "  # noqa: S608
-        f"SELECT {', '.join(group)}, {to_hour} AS hour_bucket, "
+        f"SELECT {', '.join(group)}, date_trunc('hour', bucket, 'UTC') AS hour_bucket, "
         f"sum(samples), {', '.join(folded)} FROM {minute} "
         "WHERE bucket >= %(start)s AND bucket < %(end)s "
         f"GROUP BY {', '.join(group)}, hour_bucket ORDER BY {', '.join(group)}, hour_bucket"
@@ -171,19 +142,15 @@ def _fold(vendor: str, minute_model, hour_model, keys: list[str], history: list)
 
 
 @cache
-def statements(vendor: str) -> Statements:
-    postgresql = vendor == "postgresql"
+def statements() -> Statements:
     return Statements(
         merge={
             table[0]: {
-                (hours, upsert): _merge(vendor, *table, hours=hours, upsert=upsert)
+                (hours, upsert): _merge(*table, hours=hours, upsert=upsert)
                 for hours in (False, True)
                 for upsert in (False, True)
             }
             for table in _TABLES
         },
-        fold=[_fold(vendor, *table[:4]) for table in _TABLES],
-        brackets=b"{}" if postgresql else b"[]",
-        for_share=" FOR SHARE" if postgresql else "",
-        for_update=" FOR UPDATE" if postgresql else "",
+        fold=[_fold(*table[:4]) for table in _TABLES],
     )

@@ -11,9 +11,8 @@ deleting it) is not merged twice. A reading of 1e15 or more in size is implausib
 broken sensor or agent) and counts as not reported: summed or squared, such numbers
 overflow float8 and would fail the whole minute. A claim whose merge fails all the same
 is logged and left for a later flush; it cannot hold up the other claims or the fold
-(see ``flush``). Retention prunes both. The SQL, the same on PostgreSQL and on the
-embedded SQLite default, is built in telemetry.rollup_sql; the queries over the rollups
-are in telemetry.history.
+(see ``flush``). Retention prunes both. The SQL is built in telemetry.rollup_sql; the
+queries over the rollups are in telemetry.history.
 """
 
 from __future__ import annotations
@@ -55,8 +54,9 @@ logger = logging.getLogger(__name__)
 CLAIM_MEMORY = timedelta(days=1)
 
 
-def _joined(blobs: list[dict[str, bytes]], name: str, ids: str, brackets: bytes) -> str:
-    """One column of every blob as one array: PostgreSQL's ``{...}`` or JSON's ``[...]``.
+def _joined(blobs: list[dict[str, bytes]], name: str, ids: str, brackets: bytes = b"{}") -> str:
+    """One column of every blob as one array: a PostgreSQL array's ``{...}`` or, for the
+    owners' strings (``brackets=b"[]"``, read with ``json_array_elements_text``), JSON's.
 
     A blob without the column (buffered before its field joined history) adds nulls, one
     per entry of its ``ids`` column, so the columns stay in lockstep.
@@ -73,45 +73,32 @@ def _joined(blobs: list[dict[str, bytes]], name: str, ids: str, brackets: bytes)
 
 
 def _merge_minute(cursor, minute: int, blobs: list[dict[str, bytes]], hours: bool) -> int:
-    brackets = statements(connection.vendor).brackets
     bucket = minute_start(minute)
-    moments = {
-        "bucket": connection.ops.adapt_datetimefield_value(bucket),
-        "hour": connection.ops.adapt_datetimefield_value(bucket.replace(minute=0)),
-    }
-    gpus = {"ids": _joined(blobs, GPU_ID, GPU_ID, brackets)}
+    moments = {"bucket": bucket, "hour": bucket.replace(minute=0)}
+    gpus = {"ids": _joined(blobs, GPU_ID, GPU_ID)}
     for param, column in zip(GPU_PARAMS, SAMPLE_FIELDS, strict=True):
-        gpus[param] = _joined(blobs, column, GPU_ID, brackets)
+        gpus[param] = _joined(blobs, column, GPU_ID)
     written = _write_minute(cursor, GpuMinute, {**gpus, **moments}, hours)
-    owners = {"ids": _joined(blobs, OWNER_GPU_ID, OWNER_GPU_ID, brackets)}
+    owners = {"ids": _joined(blobs, OWNER_GPU_ID, OWNER_GPU_ID)}
     if len(owners["ids"]) > 2:
         owners["owners"] = _joined(blobs, OWNER, OWNER_GPU_ID, b"[]")
         for param, column in zip(OWNER_PARAMS, OWNER_VALUE_COLUMNS, strict=True):
-            owners[param] = _joined(blobs, column, OWNER_GPU_ID, brackets)
+            owners[param] = _joined(blobs, column, OWNER_GPU_ID)
         _write_minute(cursor, OwnerMinute, {**owners, **moments}, hours)
     return written
 
 
-def _execute(cursor, sql: list[str], params: dict[str, Any]) -> int:
-    """Run a merge's statements; the minute rows written (its first statement's)."""
-    postgresql = connection.vendor == "postgresql"
-    if postgresql:
-        # Parameters bound by the server: PostgreSQL reads the arrays as they are, rather
-        # than lexing them as literals of a query text of megabytes.
-        cursor = psycopg.Cursor(connection.connection)
-    written = 0
-    for number, statement in enumerate(sql):
-        cursor.execute(statement, params)
-        if number == 0:
-            written = cursor.rowcount
-            if not postgresql:  # sqlite3 counts no rows for a statement that starts WITH
-                cursor.execute("SELECT changes()")
-                written = cursor.fetchone()[0]
-    return written
+def _execute(sql: str, params: dict[str, Any]) -> int:
+    """Run a merge; the rows it wrote (minute rows, or as many hour rows with them)."""
+    # Parameters bound by the server: PostgreSQL reads the arrays as they are, rather than
+    # lexing them as literals of a query text of megabytes.
+    cursor = psycopg.Cursor(connection.connection)
+    cursor.execute(sql, params)
+    return cursor.rowcount
 
 
 def _write_minute(cursor, model: type, params: dict[str, Any], hours: bool) -> int:
-    merge = statements(connection.vendor).merge[model]
+    merge = statements().merge[model]
     cursor.execute(
         f"SELECT EXISTS (SELECT 1 FROM {model._meta.db_table} WHERE bucket = %s)",  # noqa: S608
         [params["bucket"]],
@@ -119,10 +106,10 @@ def _write_minute(cursor, model: type, params: dict[str, Any], hours: bool) -> i
     if not cursor.fetchone()[0]:
         try:
             with transaction.atomic():  # a savepoint
-                return _execute(cursor, merge[hours, False], params)
+                return _execute(merge[hours, False], params)
         except (psycopg.IntegrityError, IntegrityError):
             pass  # another worker's claim of this minute came first
-    return _execute(cursor, merge[hours, True], params)
+    return _execute(merge[hours, True], params)
 
 
 # --- folding minutes into hours ---------------------------------------------------------
@@ -132,11 +119,10 @@ def _write_minute(cursor, model: type, params: dict[str, Any], hours: bool) -> i
 # every FOLD_EVERY minutes, in one pass over those minutes' rows, so an hour row is
 # rewritten six times an hour rather than sixty. The row ``_FOLD_KEY`` of the claims
 # table holds the first minute not folded yet: a minute before it is merged into its
-# hour at once (samples that came late), a later one waits for the next fold. On
-# PostgreSQL merges read it FOR SHARE and the fold takes it FOR UPDATE, so a fold never
-# misses a merge in flight and a merge never misses a fold (SQLite has one writer at a
-# time). The hours of the 1-hour views may thus lag the minutes by up to FOLD_EVERY
-# minutes.
+# hour at once (samples that came late), a later one waits for the next fold. Merges
+# read it FOR SHARE and the fold takes it FOR UPDATE, so a fold never misses a merge in
+# flight and a merge never misses a fold. The hours of the 1-hour views may thus lag the
+# minutes by up to FOLD_EVERY minutes.
 
 FOLD_EVERY = 10
 _FOLD_KEY = "fold:hours"
@@ -150,8 +136,7 @@ def _folded_until(cursor, before: int) -> int:
         [_FOLD_KEY, before],
     )
     cursor.execute(
-        f"SELECT minute FROM {CLAIMS_TABLE} WHERE claim = %s"  # noqa: S608
-        + statements(connection.vendor).for_share,
+        f"SELECT minute FROM {CLAIMS_TABLE} WHERE claim = %s FOR SHARE",  # noqa: S608
         [_FOLD_KEY],
     )
     return cursor.fetchone()[0]
@@ -159,7 +144,7 @@ def _folded_until(cursor, before: int) -> int:
 
 def _fold_hours(before: int) -> None:
     """Fold the minutes not folded yet into their hours, when a FOLD_EVERY boundary passed."""
-    sql = statements(connection.vendor)
+    sql = statements()
     select = f"SELECT minute FROM {CLAIMS_TABLE} WHERE claim = %s"  # noqa: S608
     with connection.cursor() as cursor:
         cursor.execute(select, [_FOLD_KEY])
@@ -168,15 +153,11 @@ def _fold_hours(before: int) -> None:
         return
     with transaction.atomic(), connection.cursor() as cursor:
         lock_inventory()
-        cursor.execute(select + sql.for_update, [_FOLD_KEY])
+        cursor.execute(select + " FOR UPDATE", [_FOLD_KEY])
         folded_until = cursor.fetchone()[0]
         if before <= folded_until:  # another worker folded meanwhile
             return
-        adapt = connection.ops.adapt_datetimefield_value
-        span = {
-            "start": adapt(minute_start(folded_until)),
-            "end": adapt(minute_start(before)),
-        }
+        span = {"start": minute_start(folded_until), "end": minute_start(before)}
         for statement in sql.fold:
             cursor.execute(statement, span)
         cursor.execute(

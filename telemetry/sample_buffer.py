@@ -111,8 +111,9 @@ class _RedisBuffer:
         if self._claim_script is None:
             self._claim_script = client.register_script(_CLAIM_SCRIPT)
         claimed = []
-        # Oldest first: SQLite's merge into hours depends on the order of merges, and a
-        # set's order is Redis's encoding's (sorted while small) or, in-process, a hash's.
+        # Oldest first: minutes merged into their hours at once (late ones, a first flush's
+        # backlog) make hours that depend on the order of merges (a side lacking a field
+        # keeps the other's average), and a set's order is Redis's encoding's or a hash's.
         for minute in sorted(map(int, client.smembers(pending))):
             if minute >= before:
                 continue

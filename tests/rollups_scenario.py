@@ -1,8 +1,8 @@
 """One short history of two cards, flushed as beat flushes it, and the rollups it must give.
 
-Shared by the PostgreSQL tests (``test_rollups.py``, in process) and the embedded
-default's (SQLite and the in-process Redis, in a child process), so both paths are
-held to the same hand-computed rows. It covers: fields not reported (None), several
+Played by ``test_rollups.py`` through Redis and through the in-process Redis (in the
+test's process, and in a child started without REDIS_URL), all held to the same
+hand-computed rows. It covers: fields not reported (None), several
 processes of one owner on a card, readings
 too large to be plausible (not reported either, so the databases never overflow), samples
 that arrive after their minute was flushed, and hours built from two minutes.
@@ -103,7 +103,7 @@ def play(cards: list[Any]) -> list[int]:
     cycle(T0 + timedelta(seconds=59), LATE_CYCLE_MINUTE_0)
     cycle(T0 + timedelta(minutes=1, seconds=5), CYCLE_MINUTE_1)
     written.append(rollups.flush(T0 + timedelta(minutes=2, seconds=2)))
-    # Long enough after for PostgreSQL to have folded the minutes into their hours.
+    # Long enough after for the minutes to have been folded into their hours.
     written.append(rollups.flush(T0 + timedelta(minutes=10, seconds=2)))
     return written
 
@@ -134,5 +134,5 @@ def rows(cards: list[Any]) -> dict[str, dict[tuple, list]]:
 
 
 def _rounded(value: float | None) -> float | None:
-    # The databases may differ from the hand computation in the last bits of an average.
+    # The database may differ from the hand computation in the last bits of an average.
     return None if value is None else round(float(value), 6)

@@ -21,6 +21,7 @@ from reports import scan, services
 from reports.choices import WarningState
 from reports.interface import appeal_event, reclaim_warned, reclaimed
 from reports.models import AllocationIdle, Exemption, ReclaimPolicy, ReclaimWarning
+from telemetry.models import GpuHour, OwnerHour
 from tests.idle_scenarios import load, scenario
 
 pytestmark = pytest.mark.django_db
@@ -198,23 +199,47 @@ def test_gpu_hours_held_match_the_scenario_to_the_minute(world):
     assert held[(world.team.tenant.pk,)].gpu_hours == expected.quantize(Decimal("0.0001"))
 
 
-JUDGED = (
-    "idle", "idle_since", "quiet_since", "idle_minutes", "wasted_gpu_hours", "coverage",
-    "over_provisioned", "p95_util_pct", "p95_memory_mib", "advice_compute_pct",
-    "advice_memory_mib", "sparkline",
-)  # fmt: skip
+def test_the_scan_draws_each_allocations_window_from_its_own_minutes(world):
+    _scan(world)
+    judged = {
+        name: AllocationIdle.objects.values("coverage", "sparkline", "quiet_since").get(
+            allocation=allocation
+        )
+        for name, allocation in world.allocations.items()
+    }
+    steps = scan.SPARK_POINTS  # over the 2-hour window: 5 minutes each
+    # A slice takes the card's utilization only while its owner runs something there.
+    expected = {
+        "busy": ([60.0] * steps, 0), "busy_slice": ([60.0] * steps, 0),
+        "idle": ([1.0] * steps, 200), "exempt": ([1.0] * steps, 200),
+        "idle_slice": ([0.0] * steps, 150),
+        # Placed 90 minutes ago: nothing before it counts, read or not.
+        "recent": ([None] * 6 + [0.0] * (steps - 6), 90),
+    }  # fmt: skip
+    for name, (line, quiet_minutes) in expected.items():
+        assert judged[name]["sparkline"] == line, name
+        assert judged[name]["quiet_since"] == world.now - timedelta(minutes=quiet_minutes), name
+        assert judged[name]["coverage"] == 1.0, name  # every minute of its window was read
 
 
-def test_the_set_based_scan_judges_every_allocation_as_the_python_path_does(world, monkeypatch):
-    def judged() -> dict:
-        scan.scan(world.now - timedelta(minutes=100), p95=True)
-        scan.scan(world.now, p95=True)
-        rows = AllocationIdle.objects.values("allocation_id", *JUDGED)
-        return {row["allocation_id"]: row for row in rows}
-
-    in_sql = judged()
-    AllocationIdle.objects.all().delete()
-    monkeypatch.setattr(scan, "_judged_in_sql", scan._judged_in_python)
-    assert judged() == in_sql
-    flags = [row["idle"] for row in in_sql.values()]
-    assert any(flags) and not all(flags)  # the scenario has both kinds
+def test_the_weeks_p95s_come_from_the_hours_the_allocation_used(world):
+    slice_ = world.allocations["busy_slice"]
+    owner = world.holders["busy_slice"].get_username()
+    hours = [world.now.replace(minute=0) - timedelta(hours=k) for k in range(1, 5)]
+    GpuHour.objects.bulk_create(
+        GpuHour(gpu_id=slice_.gpu_id, bucket=at, samples=720, util_avg=u, util_max=u)
+        for at, u in zip(hours, (12, 8, 10, 6), strict=True)
+    )  # fmt: skip
+    OwnerHour.objects.bulk_create(
+        OwnerHour(gpu_id=slice_.gpu_id, owner=owner, bucket=at, samples=720,
+                  memory_used_avg_mib=m, memory_used_max_mib=m)
+        for at, m in zip(hours, (3000, 1000, 2000, 500), strict=True)
+    )  # fmt: skip
+    scan.scan(world.now, p95=True)
+    row = AllocationIdle.objects.get(allocation=slice_)
+    # Nearest rank of four hours: the highest; half of what the slice holds is not reached.
+    assert (row.p95_util_pct, row.p95_memory_mib) == (12.0, 3000.0)
+    assert row.over_provisioned
+    assert (row.advice_compute_pct, row.advice_memory_mib) == (15, 4096)
+    busy = AllocationIdle.objects.get(allocation=world.allocations["busy"])
+    assert (busy.p95_util_pct, busy.p95_memory_mib, busy.over_provisioned) == (None, None, False)

@@ -203,7 +203,7 @@ def test_merges_write_a_cards_owner_rows_in_one_order_whatever_the_samples_order
 
     import psycopg
 
-    [statement] = rollup_sql.statements("postgresql").merge[OwnerMinute][False, True]
+    statement = rollup_sql.statements().merge[OwnerMinute][False, True]
     select = statement.split(" INSERT INTO")[0] + " SELECT gpu_id, owner FROM live"  # noqa: S608
     owners = [f"user{i}" for i in range(6)]
 

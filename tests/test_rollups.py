@@ -5,7 +5,6 @@ How claims of the buffer survive failures and races is in test_rollup_claims.py.
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
-from typing import Any
 
 import pytest
 from django.db import connection
@@ -121,47 +120,6 @@ def test_retention_drops_only_rows_past_their_age(cards, settings):
     assert rollups.prune(T0 + timedelta(days=401)) == {"minutes": 0, "hours": 2}
 
 
-EMBEDDED_FLUSH = """
-import django, json
-django.setup()
-from datetime import UTC, datetime, timedelta
-from django.core.management import call_command
-call_command("migrate", verbosity=0)
-from telemetry import history, rollups, sample_buffer
-from agents.models import GPU, Node
-from telemetry.models import GpuHour
-from portal import redis_client
-node = Node.objects.create(name="n")
-gpu = GPU.objects.create(node=node, index=0, uuid="GPU-0", model="T4")
-t0 = datetime(2026, 11, 30, 10, 0, tzinfo=UTC)
-for minute, util in [(0, 10), (1, 30)]:
-    snap = {"gpus": [{"uuid": "GPU-0", "index": 0, "utilization_gpu_pct": util}]}
-    sample_buffer.buffer_samples({node.pk: snap}, {"GPU-0": gpu.pk}, t0 + timedelta(minutes=minute))
-    rollups.flush(t0 + timedelta(minutes=minute + 1))
-rollups.flush(t0 + timedelta(minutes=rollups.FOLD_EVERY))  # minute 1 reaches its hour
-hour = GpuHour.objects.get()
-store = type(redis_client.client()).__module__.split(".")[0]
-print(json.dumps([hour.samples, hour.util_avg, hour.util_max, hour.power_avg_w, store]))
-"""
-
-
-def _run_embedded(script: str, tmp_path) -> Any:
-    """Run ``script`` in a child process on the embedded default (SQLite, no Redis);
-    returns the JSON of its last line of output."""
-    from tests import procs
-
-    env = procs.child_env(
-        DATABASE_URL=None, REDIS_URL=None, SECRET_KEY=None, PORTAL_VAR_DIR=str(tmp_path),
-        DJANGO_SETTINGS_MODULE="portal.settings",
-    )  # fmt: skip
-    return procs.run_python(script, env)
-
-
-def test_flushing_works_on_the_embedded_sqlite_default(tmp_path):
-    # Through the in-process Redis: the same buffer and claim script as production's.
-    assert _run_embedded(EMBEDDED_FLUSH, tmp_path) == [2, 20.0, 30.0, None, "fakeredis"]
-
-
 def _hour(card) -> tuple:
     row = GpuHour.objects.get(gpu=card)
     return row.samples, row.util_avg, row.util_max
@@ -253,24 +211,34 @@ def test_a_history_with_late_samples_gives_the_hand_computed_rollups(cards, stor
     assert scenario.rows(cards) == scenario.EXPECTED
 
 
-EMBEDDED_SCENARIO = """
+IN_PROCESS_REDIS_SCENARIO = """
 import django, json
 django.setup()
-from django.core.management import call_command
-call_command("migrate", verbosity=0)
 from agents.models import GPU, Node
+from portal import redis_client
 from tests import rollups_scenario as scenario
 node = Node.objects.create(name="n")
 cards = [GPU.objects.create(node=node, index=i, uuid=f"GPU-{i}", model="T4") for i in range(2)]
 written = scenario.play(cards)
 rows = {name: [[list(key), values] for key, values in table.items()]
         for name, table in scenario.rows(cards).items()}
-print(json.dumps({"written": written, "rows": rows}))
+store = type(redis_client.client()).__module__.split(".")[0]
+print(json.dumps({"written": written, "rows": rows, "store": store}))
 """
 
 
-def test_the_embedded_default_gives_the_same_hand_computed_rollups(tmp_path):
-    out = _run_embedded(EMBEDDED_SCENARIO, tmp_path)
+@pytest.mark.django_db(transaction=True)
+def test_a_process_started_without_redis_url_gives_the_same_rollups_in_process(settings, tmp_path):
+    # Settings read from the environment at the start, as ./dev up's process reads them
+    # (the ``store`` fixture's in-process variant swaps the client of a process with Redis).
+    from tests import procs
+
+    env = procs.child_env(
+        DATABASE_URL=procs.database_url(settings.DATABASES["default"]), REDIS_URL=None,
+        PORTAL_VAR_DIR=str(tmp_path), DJANGO_SETTINGS_MODULE="portal.settings",
+    )  # fmt: skip
+    out = procs.run_python(IN_PROCESS_REDIS_SCENARIO, env)
+    assert out["store"] == "fakeredis"
     assert out["written"] == [2, 3, 0]
     rows = {
         name: {tuple(key): values for key, values in table} for name, table in out["rows"].items()
