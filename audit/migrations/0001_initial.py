@@ -61,14 +61,14 @@ DROP FUNCTION IF EXISTS audit_append_only();
 """
 
 
-def _on_postgresql(sql):
+def _execute(sql):
+    # Through the schema editor with parameters, so the function's %% arrives as one %.
     def run(apps, schema_editor):
-        if schema_editor.connection.vendor == "postgresql":
-            schema_editor.execute(sql)
+        schema_editor.execute(sql)
 
     return run
 
 
 Migration.operations.append(
-    migrations.RunPython(_on_postgresql(APPEND_ONLY), _on_postgresql(DROP), elidable=False)
+    migrations.RunPython(_execute(APPEND_ONLY), _execute(DROP), elidable=False)
 )
