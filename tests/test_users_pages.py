@@ -306,3 +306,13 @@ def test_a_new_link_is_made_only_for_an_active_user_without_a_password(teams):
         assert "has set a password already" in refused.content.decode()
     assert AuditEntry.objects.count() == entries
 
+
+def test_the_users_and_set_password_pages_speak_chinese(teams):
+    client = Client(headers={"accept-language": "zh-hans"})
+    client.force_login(teams.user("oscar"))
+    body = client.get("/users/").content.decode()
+    assert "添加用户" in body and "已停用" in body
+    zoe = accounts.create_user(teams.user("oscar"), username="zoe")
+    stranger = Client(headers={"accept-language": "zh-hans"})
+    form = stranger.get(stranger.get(accounts.set_password_path(zoe))["Location"])
+    assert "设置你的密码" in form.content.decode()
