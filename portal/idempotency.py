@@ -152,6 +152,8 @@ class IdempotentMixin:
     # plain text for IDEMPOTENCY_KEY_HOURS. Refused rather than ignored, so that a client
     # counting on the key learns at once that a retry makes another.
     idempotency_refused: frozenset[str] = frozenset()
+    # What the 400 says: which secret the answer holds.
+    idempotency_refused_message = SECRET_ANSWER
 
     def initial(self, request: Request, *args, **kwargs) -> None:
         super().initial(request, *args, **kwargs)  # authenticated, allowed, not throttled
@@ -162,7 +164,7 @@ class IdempotentMixin:
         if key is None or handler is None:
             return
         if getattr(self, "action", None) in self.idempotency_refused:
-            raise exceptions.ValidationError({HEADER: [SECRET_ANSWER]})
+            raise exceptions.ValidationError({HEADER: [self.idempotency_refused_message]})
         # dispatch() looks the handler up after initial(): it gets this wrapped one.
         self.post = lambda req, *a, **kw: run(req, key, lambda: handler(req, *a, **kw))
 

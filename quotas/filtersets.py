@@ -8,8 +8,11 @@ tell it exists.
 from __future__ import annotations
 
 import django_filters
+from django.contrib.auth import get_user_model
+from django.db.models import QuerySet
 from django.utils.translation import gettext_lazy as _
 
+from quotas import accounts
 from quotas.choices import BudgetPeriod, Role
 from quotas.models import Membership, Quota, Tenant
 
@@ -63,3 +66,28 @@ class QuotaFilterSet(django_filters.FilterSet):
     class Meta:
         model = Quota
         fields = ["tenant", "tenant_slug", "pool", "budget_period"]
+
+
+class UserFilterSet(django_filters.FilterSet):
+    search = django_filters.CharFilter(
+        method="filter_search", max_length=150,
+        help_text=_("Only users whose user name, name or e-mail contains each of these words."),
+    )  # fmt: skip
+    username = django_filters.CharFilter(
+        max_length=150, help_text=_("Only the user with this user name.")
+    )
+    # Strict: anything but "true" or "false" is a 400, not silently no filter.
+    is_active = django_filters.ChoiceFilter(
+        choices=(("true", _("yes")), ("false", _("no"))), method="filter_active",
+        help_text=_("true: only active users; false: only deactivated ones."),
+    )  # fmt: skip
+
+    class Meta:
+        model = get_user_model()
+        fields = ["search", "username", "is_active"]
+
+    def filter_search(self, queryset: QuerySet, name: str, value: str) -> QuerySet:
+        return queryset.filter(pk__in=accounts.search_users(value).values("pk"))
+
+    def filter_active(self, queryset: QuerySet, name: str, value: str) -> QuerySet:
+        return queryset.filter(is_active=value == "true")

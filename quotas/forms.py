@@ -7,6 +7,7 @@ from django import forms
 from django.utils.translation import gettext_lazy as _
 
 from pools.models import Pool
+from quotas.accounts import NewUser
 from quotas.choices import Role
 from quotas.models import Quota, Tenant
 from quotas.tenancy import QUOTA_FIELDS, TENANT_FIELDS
@@ -51,9 +52,95 @@ class QuotaForm(ServiceErrorsMixin, forms.Form):
                 field.widget.attrs["min"] = 0
 
 
-class MemberAddForm(ServiceErrorsMixin, forms.Form):
+class NewUserFieldsMixin:
+    """An existing user by name, or a new one made in the same form: ticking ``new_user``
+    makes a user of that name with these details (``quotas.accounts``)."""
+
+    def add_new_user_fields(self) -> None:
+        self.fields["new_user"] = forms.BooleanField(
+            label=_("Make a new user with this name"), required=False,
+            help_text=_("They get a link to choose their password, shown once on the next "
+                        "page for you to pass on."),
+        )  # fmt: skip
+        self.fields["first_name"] = forms.CharField(
+            label=_("First name"), max_length=150, required=False
+        )
+        self.fields["last_name"] = forms.CharField(
+            label=_("Last name"), max_length=150, required=False
+        )
+        self.fields["email"] = forms.EmailField(label=_("E-mail"), max_length=254, required=False)
+
+    def new_user(self, username_field: str) -> NewUser | None:
+        """The user to make, or None when the form names an existing one."""
+        data = self.cleaned_data
+        if not data.get("new_user"):
+            return None
+        return NewUser(data[username_field], data["first_name"], data["last_name"], data["email"])
+
+    def user_fields(self) -> list[forms.BoundField]:
+        return [self[name] for name in ("new_user", "first_name", "last_name", "email")]
+
+
+class TenantAddForm(NewUserFieldsMixin, TenantForm):
+    """A new tenant and its first admin: an existing user, or one made with it."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.fields["admin"] = forms.CharField(
+            label=_("First admin"), max_length=150,
+            help_text=_("The user name of the tenant's first admin: an active user, or the "
+                        "new user to make."),
+        )  # fmt: skip
+        self.add_new_user_fields()
+
+    def tenant_fields(self) -> list[forms.BoundField]:
+        return [self[name] for name in TENANT_FIELDS]
+
+    def service_arguments(self) -> dict:
+        data = self.cleaned_data
+        new = self.new_user("admin")
+        return {
+            **{name: data[name] for name in TENANT_FIELDS},
+            "admin": "" if new else data["admin"],
+            "new_admin": new,
+        }
+
+
+class MemberAddForm(NewUserFieldsMixin, ServiceErrorsMixin, forms.Form):
     username = forms.CharField(label=_("User name"), max_length=150)
     role = forms.ChoiceField(label=_("Role"), choices=Role.choices, initial=Role.MEMBER)
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.add_new_user_fields()
+
+    def service_arguments(self) -> dict:
+        new = self.new_user("username")
+        data = self.cleaned_data
+        return {"username": "" if new else data["username"], "role": data["role"],
+                "new_user": new}  # fmt: skip
+
+
+class UserForm(ServiceErrorsMixin, forms.Form):
+    """A user made by a platform admin, in no tenant yet."""
+
+    username = forms.CharField(
+        label=_("User name"), max_length=150,
+        help_text=_("What they sign in with: letters, digits and @ . + - _ only."),
+    )  # fmt: skip
+    first_name = forms.CharField(label=_("First name"), max_length=150, required=False)
+    last_name = forms.CharField(label=_("Last name"), max_length=150, required=False)
+    email = forms.EmailField(label=_("E-mail"), max_length=254, required=False)
+
+
+class UserSearchForm(forms.Form):
+    STATES = (("", _("All")), ("active", _("Active")), ("inactive", _("Deactivated")))
+
+    q = forms.CharField(label=_("Search"), max_length=150, required=False)
+    state = forms.ChoiceField(label=_("State"), choices=STATES, required=False)
+
+    def active(self) -> bool | None:
+        return {"active": True, "inactive": False}.get(self.cleaned_data.get("state") or "")
 
 
 class MemberRoleForm(ServiceErrorsMixin, forms.Form):

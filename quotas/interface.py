@@ -6,6 +6,7 @@ capability rules (``quotas.permissions``). Everything else in quotas is private.
 
 from __future__ import annotations
 
+from quotas.accounts import set_apart as set_apart_users
 from quotas.lifecycle import release_lease_request
 from quotas.notices import announce_id
 from quotas.notices import text_of as notice_text
@@ -44,4 +45,5 @@ __all__ = [
     "quota_usage",
     "release_lease_request",
     "request_event",
+    "set_apart_users",
 ]

@@ -112,6 +112,12 @@ def can_manage_tenant(user: User, tenant: Tenant | None = None) -> bool:
     return is_platform_admin(user)
 
 
+def can_manage_users(user: User) -> bool:
+    """List every user, make users, deactivate and reactivate them: platform admins.
+    (A tenant's admins make new users only by inviting them: ``can_manage_members``.)"""
+    return is_platform_admin(user)
+
+
 def can_manage_members(user: User, tenant: Tenant | int) -> bool:
     """Add and remove members and change their roles: the tenant's admins, platform admins."""
     return is_platform_admin(user) or role_in(user, tenant) == Role.ADMIN

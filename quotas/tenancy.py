@@ -4,9 +4,11 @@ Each function is one transaction, checks who may (``quotas.permissions``; Permis
 when they may not), validates everything first (ValidationError with field-level messages,
 nothing changed) and records the change in the audit log in the same transaction.
 
-The one rule across rows: a tenant that has an admin keeps one. Removing or demoting its
-last admin is refused, whoever asks; the tenant row is locked while admins are counted,
-so two admins demoting each other at once cannot both succeed.
+The one rule across rows: a tenant keeps at least one active admin, from its creation on.
+It is created with its first admin (an existing user or one made in the same step);
+removing, demoting or deactivating (``quotas.accounts``) its last active admin is refused,
+whoever asks; the tenant row is locked while admins are counted, so two admins demoting
+each other at once cannot both succeed.
 """
 
 from __future__ import annotations
@@ -21,7 +23,8 @@ from django.utils.translation import gettext as _
 
 from audit.interface import record, snapshot
 from pools.models import Pool
-from quotas import permissions
+from quotas import accounts, permissions
+from quotas.accounts import NewUser
 from quotas.choices import Role
 from quotas.models import Membership, Quota, Tenant
 
@@ -78,14 +81,42 @@ def _slug_errors(tenant: Tenant) -> dict[str, list[str]]:
     return {}
 
 
-def create_tenant(actor, *, address: str | None = None, **fields: Any) -> Tenant:
+def _active_user(username: str):
+    """The active user of this name whom this portal manages (no service account)."""
+    return (
+        accounts.managed_users()
+        .filter(**{get_user_model().USERNAME_FIELD: (username or "")[:150]}, is_active=True)
+        .first()
+    )
+
+
+def create_tenant(
+    actor, *, admin: str = "", new_admin: NewUser | None = None, address: str | None = None,
+    **fields: Any,
+) -> Tenant:  # fmt: skip
+    """A tenant with its first admin: the active user named ``admin``, or ``new_admin``
+    made in the same transaction (its set-password link: ``accounts.set_password_path``)."""
     _refuse_unless(permissions.can_manage_tenant(actor))
     tenant = Tenant(**{k: v for k, v in fields.items() if k in TENANT_FIELDS})
-    _clean(tenant, _slug_errors(tenant))
+    errors = _slug_errors(tenant)
+    user = None
+    if new_admin is not None:
+        errors.update(accounts.new_user_errors(new_admin, username_field="admin"))
+    elif not (admin or "").strip():
+        errors["admin"] = [_("Name the tenant's first admin.")]
+    elif (user := _active_user(admin.strip())) is None:
+        errors["admin"] = [_("There is no active user with this name.")]
+    _clean(tenant, errors)
     with transaction.atomic():
         tenant.save()
         record("tenant.create", tenant, actor=actor, address=address, tenant_id=tenant.pk,
                after=snapshot(tenant))  # fmt: skip
+        if new_admin is not None:
+            user = accounts.make_user(new_admin, actor, address=address, tenant_id=tenant.pk,
+                                      username_field="admin")  # fmt: skip
+        membership = Membership.objects.create(tenant=tenant, user=user, role=Role.ADMIN)
+        record("membership.create", membership, actor=actor, address=address,
+               tenant_id=tenant.pk, after=snapshot(membership))  # fmt: skip
     return tenant
 
 
@@ -127,32 +158,43 @@ def delete_tenant(tenant_id: int, actor, *, address: str | None = None) -> None:
 
 
 def _admins_left(tenant_id: int, without: int) -> int:
+    """The tenant's other active admins (a deactivated one administers nothing)."""
     return (
-        Membership.objects.filter(tenant_id=tenant_id, role=Role.ADMIN).exclude(pk=without).count()
+        Membership.objects.filter(tenant_id=tenant_id, role=Role.ADMIN, user__is_active=True)
+        .exclude(pk=without)
+        .count()
     )
 
 
 def add_member(
-    tenant_id: int, actor, *, username: str, role: str = Role.MEMBER, address: str | None = None
-) -> Membership:
-    """Add an existing user to the tenant by user name."""
+    tenant_id: int, actor, *, username: str = "", role: str = Role.MEMBER,
+    address: str | None = None, new_user: NewUser | None = None,
+) -> Membership:  # fmt: skip
+    """Add an existing user to the tenant by user name, or invite ``new_user``: made in
+    the same transaction, its set-password link is ``accounts.set_password_path``."""
     _refuse_unless(permissions.can_manage_members(actor, tenant_id))
     errors: dict[str, list[str]] = {}
-    user = (
-        get_user_model()
-        .objects.filter(**{get_user_model().USERNAME_FIELD: (username or "")[:150]})
-        .first()
-    )
-    if user is None or not user.is_active:
-        errors["username"] = [_("There is no active user with this name.")]
-    elif Membership.objects.filter(tenant_id=tenant_id, user=user).exists():
-        errors["username"] = [_("This user is already a member of this tenant.")]
+    user = None
+    if new_user is not None:
+        errors.update(accounts.new_user_errors(new_user))
+    else:
+        user = (
+            get_user_model()
+            .objects.filter(**{get_user_model().USERNAME_FIELD: (username or "")[:150]})
+            .first()
+        )
+        if user is None or not user.is_active:
+            errors["username"] = [_("There is no active user with this name.")]
+        elif Membership.objects.filter(tenant_id=tenant_id, user=user).exists():
+            errors["username"] = [_("This user is already a member of this tenant.")]
     if role not in Role.values:
         errors["role"] = [_("Choose one of the roles.")]
     if errors:
         raise ValidationError(errors)
     with transaction.atomic():
         Tenant.objects.select_for_update().get(pk=tenant_id)
+        if new_user is not None:
+            user = accounts.make_user(new_user, actor, address=address, tenant_id=tenant_id)
         membership = Membership(tenant_id=tenant_id, user=user, role=role)
         _clean(membership, validate_unique=False)
         membership.save()

@@ -19,12 +19,14 @@ from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
+from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_POST
 
 from audit.interface import request_address
 from quotas import permissions, tenancy
+from quotas.account_views import keep_password_link, pop_password_link
 from quotas.choices import Role
-from quotas.forms import MemberAddForm, MemberRoleForm, QuotaForm, TenantForm
+from quotas.forms import MemberAddForm, MemberRoleForm, QuotaForm, TenantAddForm, TenantForm
 from quotas.models import Membership, Quota, Tenant
 from quotas.usage import QuotaUsage, quota_usage
 
@@ -41,6 +43,12 @@ def _visible_tenant(request: HttpRequest, slug: str) -> Tenant:
     if not permissions.can_view_tenant(request.user, tenant):
         raise Http404
     return tenant
+
+
+def _has_admin(tenant: Tenant) -> bool:
+    # Tenants made before their first admin was required may have none (or only
+    # deactivated ones): their pages say so to those who can add one.
+    return tenant.memberships.filter(role=Role.ADMIN, user__is_active=True).exists()
 
 
 def _pct(part: int | Decimal, whole: int) -> float:
@@ -98,6 +106,7 @@ def tenant_list(request: HttpRequest) -> HttpResponse:
 
 
 @login_required
+@never_cache  # it may show a new admin's set-password link, once
 def tenant_detail(request: HttpRequest, slug: str) -> HttpResponse:
     tenant = _visible_tenant(request, slug)
     usages = quota_usage([tenant.pk], members=True)
@@ -125,6 +134,8 @@ def tenant_detail(request: HttpRequest, slug: str) -> HttpResponse:
         "role": Role(role).label if (role := permissions.role_in(request.user, tenant)) else None,
         "may_manage_tenant": permissions.can_manage_tenant(request.user, tenant),
         "may_manage_members": permissions.can_manage_members(request.user, tenant),
+        "password_link": pop_password_link(request, f"tenant:{tenant.pk}"),
+        "has_admin": _has_admin(tenant),
     }
     return render(request, "quotas/tenant_detail.html", context)
 
@@ -147,13 +158,19 @@ def _run(form, service: Callable[..., Any], *args, **kwargs) -> Any:
 
 @login_required
 def tenant_add(request: HttpRequest) -> HttpResponse:
+    """A tenant with its first admin; a new admin's set-password link is shown once on the
+    tenant's page."""
     _platform_admin_only(request)
-    form = TenantForm(request.POST or None)
+    form = TenantAddForm(request.POST or None)
     if request.method == "POST" and form.is_valid():
+        arguments = form.service_arguments()
         tenant = _run(form, tenancy.create_tenant, request.user, address=request_address(request),
-                      **form.cleaned_data)  # fmt: skip
+                      **arguments)  # fmt: skip
         if tenant is not None:
             messages.success(request, _("Tenant %(name)s created.") % {"name": tenant.name})
+            if arguments["new_admin"] is not None:
+                admin = tenant.memberships.select_related("user").get(role=Role.ADMIN).user
+                keep_password_link(request, f"tenant:{tenant.pk}", admin)
             return redirect(tenant)
     return render(request, "quotas/tenant_form.html", {"form": form, "tenant": None})
 
@@ -173,6 +190,7 @@ def tenant_edit(request: HttpRequest, slug: str) -> HttpResponse:
 
 
 @login_required
+@never_cache  # it may show a new member's set-password link, once
 def tenant_members(request: HttpRequest, slug: str) -> HttpResponse:
     """Add members and change or remove them: the tenant's admins and platform admins."""
     tenant = _visible_tenant(request, slug)
@@ -180,14 +198,21 @@ def tenant_members(request: HttpRequest, slug: str) -> HttpResponse:
         raise PermissionDenied
     form = MemberAddForm(request.POST or None)
     if request.method == "POST" and form.is_valid():
+        arguments = form.service_arguments()
         added = _run(form, tenancy.add_member, tenant.pk, request.user,
-                     address=request_address(request), **form.cleaned_data)  # fmt: skip
+                     address=request_address(request), **arguments)  # fmt: skip
         if added is not None:
             messages.success(request, _("%(user)s added.") % {"user": added.user.get_username()})
+            if arguments["new_user"] is not None:
+                keep_password_link(request, f"members:{tenant.pk}", added.user)
             return redirect("quotas:tenant_members", tenant.slug)
     members = tenant.memberships.select_related("user").order_by("user__username")
     rows = [(m, MemberRoleForm(initial={"role": m.role}, prefix=f"m{m.pk}")) for m in members]
-    context = {"tenant": tenant, "form": form, "rows": rows}
+    context = {
+        "tenant": tenant, "form": form, "rows": rows,
+        "password_link": pop_password_link(request, f"members:{tenant.pk}"),
+        "has_admin": _has_admin(tenant),
+    }  # fmt: skip
     return render(request, "quotas/tenant_members.html", context)
 
 

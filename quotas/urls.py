@@ -1,6 +1,6 @@
 from django.urls import path
 
-from quotas import tenant_views
+from quotas import account_views, tenant_views
 
 app_name = "quotas"
 
@@ -27,5 +27,26 @@ urlpatterns = [
         "tenants/<slug:slug>/quotas/<int:pk>/delete/",
         tenant_views.quota_delete,
         name="quota_delete",
+    ),
+    # Users (platform admins) and the set-password page: quotas/account_views.py.
+    path("users/", account_views.user_list, name="user_list"),
+    path("users/add/", account_views.user_add, name="user_add"),
+    path("users/<int:pk>/", account_views.user_detail, name="user_detail"),
+    path("users/<int:pk>/deactivate/", account_views.user_deactivate, name="user_deactivate"),
+    path("users/<int:pk>/reactivate/", account_views.user_reactivate, name="user_reactivate"),
+    path(
+        "users/<int:pk>/password-link/",
+        account_views.user_password_link,
+        name="user_password_link",
+    ),
+    path(
+        "accounts/set-password/done/",
+        account_views.PasswordSetDoneView.as_view(),
+        name="password_set_done",
+    ),
+    path(
+        "accounts/set-password/<uidb64>/<token>/",
+        account_views.PasswordSetView.as_view(),
+        name="password_set",
     ),
 ]

@@ -6,6 +6,7 @@ decide appeals: one set of rules for the pages and the API.
   see all, and the physical cards (cards are the fleet's, not a tenant's).
 - Exemptions and appeals: platform admins, pool managers, and the approvers and admins
   of the lease's tenant; nobody decides the appeal on their own lease.
+- Reclaim policies and unit prices: platform admins.
 """
 
 from __future__ import annotations
@@ -53,3 +54,8 @@ def can_exempt(user, lease: Lease) -> bool:
 
 def can_decide_appeal(user, warning) -> bool:
     return warning.lease.holder_id != user.pk and can_exempt(user, warning.lease)
+
+
+def can_set_policies(user) -> bool:
+    """Set the pools' reclaim policies and the unit prices: platform admins."""
+    return is_platform_admin(user)

@@ -14,7 +14,7 @@ from django.utils.translation import gettext as _
 from django.views.decorators.http import require_POST
 
 from audit.interface import request_address
-from reports import accounting, report, services
+from reports import accounting, permissions, report, services
 from reports.filtersets import AllocationIdleFilterSet
 from reports.forms import AppealDecisionForm, AppealForm, ExemptionForm
 
@@ -46,6 +46,7 @@ def idle_report(request: HttpRequest) -> HttpResponse:
         "user_id": request.user.pk, "section": "idle",
         "appeal_form": AppealForm(), "decision_form": AppealDecisionForm(),
         "exemption_form": ExemptionForm(),
+        "may_set_policies": permissions.can_set_policies(request.user),
     }  # fmt: skip
     return render(request, "reports/idle_report.html", context)
 
@@ -106,5 +107,8 @@ def accounting_report(request: HttpRequest) -> HttpResponse:
         response["Content-Disposition"] = f'attachment; filename="accounting-{month:%Y-%m}.csv"'
         return response
     labels = {"held": _("held"), "used": _("used"), "idle": _("idle"), "unit": _("GPU-hours")}
-    context = {"data": data, "chart_labels": labels, "section": "accounting"}
+    context = {
+        "data": data, "chart_labels": labels, "section": "accounting",
+        "may_set_policies": permissions.can_set_policies(request.user),
+    }  # fmt: skip
     return render(request, "reports/accounting.html", context)

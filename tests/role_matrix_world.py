@@ -16,6 +16,8 @@ once per module through the services, and who calls it with which token.
   waiting; the idle scan's rows, a warning on the allocated lease, an appealed one on
   the extended lease, an exemption.
 - A's alert rule, channel, subscription and firing event; A's service account and token.
+- two users in no tenant: ``spare_user`` (active, no password chosen) and
+  ``inactive_user`` (deactivated), for the Users operations.
 
 Everything comes from the factories and the services, but for the two reclaim warnings:
 only a scan over hours of idle readings makes those, so they are written directly.
@@ -99,6 +101,8 @@ class World:
     service_account: int = 0
     service_token: int = 0
     spare_token: int = 0  # a second token of member's: theirs alone to read and revoke
+    spare_user: int = 0  # in no tenant, no password chosen: to deactivate, to send a link
+    inactive_user: int = 0  # deactivated: to reactivate
 
 
 def build_world() -> World:
@@ -110,6 +114,8 @@ def build_world() -> World:
     )
     users["staff"] = UserFactory(username="rm-staff", password=None, is_staff=True)
     w.users = users
+    w.spare_user = UserFactory(username="rm-spare", password=None).pk
+    w.inactive_user = UserFactory(username="rm-gone", password=None, is_active=False).pk
     tenant_a, tenant_b, tenant_c = (TenantFactory(name=f"rm-{n}", slug=f"rm-{n}") for n in "abc")
     w.tenant_a, w.tenant_b, w.tenant_c = tenant_a.pk, tenant_b.pk, tenant_c.pk
     roles = {"tadmin": Role.ADMIN, "approver": Role.APPROVER, "member": Role.MEMBER}

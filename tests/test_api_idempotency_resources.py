@@ -39,8 +39,8 @@ def post(user, url: str, data: dict | None, key: str | None):
 CREATES = {
     "pools": ("/api/v1/pools/", Pool, {"name": "training", "slug": "training"},
               {"name": "training", "slug": "training2"}),
-    "tenants": ("/api/v1/tenants/", Tenant, {"name": "Zeta", "slug": "zeta"},
-                {"name": "Zeta", "slug": "zeta", "description": "another"}),
+    "tenants": ("/api/v1/tenants/", Tenant, {"name": "Zeta", "slug": "zeta", "admin": "alice"},
+                {"name": "Zeta", "slug": "zeta", "admin": "alice", "description": "another"}),
     "alert-channels": ("/api/v1/alert-channels/", Channel,
                        {"name": "ci hook", "kind": "webhook", "settings": {"url": ROBOT}},
                        {"name": "ci hook 2", "kind": "webhook", "settings": {"url": ROBOT}}),
@@ -119,6 +119,23 @@ def test_making_a_token_with_a_key_is_refused_and_stores_nothing(alice):
     assert not IdempotencyRecord.objects.exists()
 
 
+def test_making_a_user_or_a_link_with_a_key_is_refused_and_stores_nothing(alice):
+    from django.contrib.auth import get_user_model
+
+    from quotas.api.users import SECRET_LINK
+
+    users = get_user_model().objects.count()
+    refused = post(alice, "/api/v1/users/", {"username": "newbie"}, "user-1")
+    assert refused.status_code == 400, refused.content
+    assert error_fields(refused)[idempotency.HEADER] == [str(SECRET_LINK)]
+    assert get_user_model().objects.count() == users
+    made = post(alice, "/api/v1/users/", {"username": "newbie"}, None)
+    assert made.status_code == 201 and "/accounts/set-password/" in made.json()["password_link"]
+    link = post(alice, f"/api/v1/users/{made.json()['id']}/password-link/", None, "link-1")
+    assert link.status_code == 400 and "/accounts/set-password/" not in link.content.decode()
+    assert not IdempotencyRecord.objects.exists()
+
+
 # Every POST of the API that runs once per key; the rest take no key (tokens refuse one).
 HONOURED = {
     "/api/v1/alert-channels/", "/api/v1/alert-channels/{id}/test/",
@@ -135,9 +152,11 @@ HONOURED = {
     "/api/v1/reclaim-exemptions/", "/api/v1/reclaim-warnings/{id}/appeal/",
     "/api/v1/reclaim-warnings/{id}/decide/",
     "/api/v1/service-accounts/",
+    "/api/v1/users/{id}/deactivate/", "/api/v1/users/{id}/reactivate/",
 }  # fmt: skip
 WITHOUT = {
     "/api/v1/tokens/", "/api/v1/service-accounts/{id}/tokens/",  # refused: the key's secret
+    "/api/v1/users/", "/api/v1/users/{id}/password-link/",  # refused: the link's secret
     "/api/v1/alertmanager/",  # no user to own a key
     "/api/v1/pool-nodes/{id}/drain/",  # idempotent itself; each move commits alone
 }  # fmt: skip

@@ -276,8 +276,10 @@ TABLE: dict[str, Row] = {
     # Tenants: read by their people, changed by platform admins. C is A's people without
     # GPU requests, so that a delete can succeed.
     "GET /api/v1/tenants/": row("401 200 200 200 200 200 200 200 200"),
+    # A tenant is created with its first admin.
     "POST /api/v1/tenants/":
-        row("401 403 201 201 403 403 403 403 403", body={"name": "rm-new", "slug": "rm-new"}),
+        row("401 403 201 201 403 403 403 403 403", body={
+            "name": "rm-new", "slug": "rm-new", "admin": "rm-member"}),
     "GET /api/v1/tenants/{id}/": row("401 200 200 200 200 200 200 404 404", "tenant_a"),
     "PUT /api/v1/tenants/{id}/":
         row("401 403 200 200 403 403 403 404 404", "tenant_a", {"name": "rm-a2", "slug": "rm-a"}),
@@ -285,6 +287,18 @@ TABLE: dict[str, Row] = {
         row("401 403 200 200 403 403 403 404 404", "tenant_a", {"description": "matrix"}),
     "DELETE /api/v1/tenants/{id}/": row("401 403 204 204 403 403 403 404 404", "tenant_c"),
     "GET /api/v1/tenants/{id}/usage/": row("401 200 200 200 200 200 200 404 404", "tenant_a"),
+    # Users: platform admins only; nobody else reads the list of people (403, not 404:
+    # the list is not a tenant's to hide).
+    "GET /api/v1/users/": row("401 200 200 200 403 403 403 403 403"),
+    "POST /api/v1/users/":
+        row("401 403 201 201 403 403 403 403 403", body={"username": "rm-new-user"}),
+    "GET /api/v1/users/{id}/": row("401 200 200 200 403 403 403 403 403", "spare_user"),
+    "POST /api/v1/users/{id}/deactivate/":
+        row("401 403 200 200 403 403 403 403 403", "spare_user"),
+    "POST /api/v1/users/{id}/reactivate/":
+        row("401 403 200 200 403 403 403 403 403", "inactive_user"),
+    "POST /api/v1/users/{id}/password-link/":
+        row("401 403 200 200 403 403 403 403 403", "spare_user"),
     # Tokens: one's own only, for everyone (a platform admin included).
     "GET /api/v1/tokens/": row("401 200 200 200 200 200 200 200 200"),
     "POST /api/v1/tokens/": row("401 403 201 201 201 201 201 201 201", body={"name": "rm-new"}),
@@ -308,6 +322,7 @@ TARGETS: dict[str, type[Model]] = {
     "exemption": Exemption, "warning": ReclaimWarning, "appealed": ReclaimWarning,
     "service_account": ServiceAccount, "service_token": ApiToken, "spare_token": ApiToken,
     "tenant_a": Tenant, "tenant_c": Tenant, "idle_card": IdleCard,
+    "spare_user": get_user_model(), "inactive_user": get_user_model(),
 }  # fmt: skip
 
 

@@ -118,7 +118,9 @@ def test_a_tenant_tells_the_caller_their_role(teams):
 @pytest.mark.parametrize("name", ACTORS)
 def test_only_platform_admins_create_change_and_delete_tenants(teams, name):
     client = _api(teams, name)
-    created = client.post("/api/v1/tenants/", {"name": "Zeta", "slug": "zeta"}, format="json")
+    created = client.post(
+        "/api/v1/tenants/", {"name": "Zeta", "slug": "zeta", "admin": "dave"}, format="json"
+    )
     changed = client.patch(f"/api/v1/tenants/{teams.acme.pk}/", {"name": "A2"}, format="json")
     deleted = client.delete(f"/api/v1/tenants/{teams.bravo.pk}/")
     if name in PLATFORM_ADMINS:
@@ -142,14 +144,23 @@ def test_only_platform_admins_create_change_and_delete_tenants(teams, name):
     "bad",
     [{"name": "", "slug": "ok"}, {"name": "Ok", "slug": "not a slug!"},
      {"name": "Ok", "slug": "acme"}, {"name": "Ok", "slug": "add"},
-     {"name": "x" * 101, "slug": "ok"}],
+     {"name": "x" * 101, "slug": "ok"}, {"name": "Ok", "slug": "ok", "admin": None},
+     {"name": "Ok", "slug": "ok", "admin": ""}, {"name": "Ok", "slug": "ok", "admin": "nobody"},
+     {"name": "Ok", "slug": "ok", "admin": "x" * 151}],
 )  # fmt: skip
 def test_a_bad_tenant_is_400_on_its_field_and_changes_nothing(teams, bad):
     count, entries = Tenant.objects.count(), AuditEntry.objects.count()
-    response = _api(teams, "alice").post("/api/v1/tenants/", bad, format="json")
+    members = Membership.objects.count()
+    body = {"admin": "dave", **bad}
+    if body["admin"] is None:
+        del body["admin"]
+    response = _api(teams, "alice").post("/api/v1/tenants/", body, format="json")
     assert response.status_code == 400
-    assert set(error_fields(response)) <= {"name", "slug"}
+    # Each mistake on its own field: the first admin, else the name or slug.
+    fields = set(error_fields(response))
+    assert fields and fields <= ({"admin"} if "admin" in bad else {"name", "slug"}), fields
     assert Tenant.objects.count() == count and AuditEntry.objects.count() == entries
+    assert Membership.objects.count() == members
 
 
 @pytest.mark.parametrize("name", ["bob", "andy", "tom", "dave"])

@@ -92,13 +92,16 @@ def test_a_tenants_page_shows_each_members_usage(teams):
 def test_only_platform_admins_create_tenants(teams, name):
     client = _client(teams, name)
     get = client.get("/tenants/add/")
-    response = client.post("/tenants/add/", {"name": "Zeta", "slug": "zeta"})
+    response = client.post("/tenants/add/", {"name": "Zeta", "slug": "zeta", "admin": "dave"})
     if name in PLATFORM_ADMINS:
         assert get.status_code == 200 and response.status_code == 302
         tenant = Tenant.objects.get(slug="zeta")
         entry = AuditEntry.objects.get(action="tenant.create")
         assert entry.tenant_id == tenant.pk and entry.actor_name == name
         assert entry.address == "127.0.0.1"
+        # Made with its first admin, in the same step.
+        assert memberships_of(tenant) == [(teams.user("dave").pk, Role.ADMIN)]
+        assert AuditEntry.objects.get(action="membership.create").tenant_id == tenant.pk
     else:
         assert get.status_code == 403 and response.status_code == 403
         assert not Tenant.objects.filter(slug="zeta").exists()

@@ -10,4 +10,11 @@ class TokensConfig(AppConfig):
     verbose_name = _("API tokens")
 
     def ready(self) -> None:
+        from django.db.models import Q
+
+        from quotas.interface import set_apart_users
         from tokens import schema  # noqa: F401 (registers the Bearer scheme with the schema)
+
+        # A service account's user is this app's: the Users pages neither list nor change
+        # it (reactivating one would undo its disabling).
+        set_apart_users(Q(service_account__isnull=False))

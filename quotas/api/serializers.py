@@ -38,12 +38,24 @@ class TenantSerializer(_ServiceSerializer):
     """A team. Platform admins create and change tenants; members read their own."""
 
     role = serializers.SerializerMethodField(help_text="The caller's role in this tenant.")
+    admin = serializers.CharField(
+        write_only=True, required=False, max_length=150,
+        help_text="Required to create a tenant: the user name of its first admin, an active "
+        "user (make a new one with POST /api/v1/users/ first). Later, admins are memberships.",
+    )  # fmt: skip
 
     class Meta:
         model = Tenant
-        fields = ["id", "name", "slug", "description", "role", "created"]
+        fields = ["id", "name", "slug", "description", "role", "admin", "created"]
         read_only_fields = ["id", "created"]
         extra_kwargs = {"description": {"max_length": 2000}}
+
+    def validate(self, attrs: dict) -> dict:
+        if self.instance is not None and "admin" in attrs:
+            raise serializers.ValidationError(
+                {"admin": [_("A tenant's admins change through its memberships.")]}
+            )
+        return attrs
 
     def get_role(self, tenant: Tenant) -> str | None:
         roles = self.context.get("roles")

@@ -1,10 +1,12 @@
-"""The sidebar's requests items: the unread notices badge, and whether to show Approvals."""
+"""The sidebar's tenancy items: the unread notices badge, whether to show Approvals, and
+whether to show the platform admins' pages (Users, unit prices, reclaim policies)."""
 
 from __future__ import annotations
 
 from django import template
 
 from quotas.notices import unread_count
+from quotas.permissions import is_platform_admin
 from quotas.request_rules import may_approve_somewhere
 
 register = template.Library()
@@ -18,3 +20,8 @@ def unread_notices(user) -> int:
 @register.simple_tag
 def approves_somewhere(user) -> bool:
     return may_approve_somewhere(user)
+
+
+@register.simple_tag
+def platform_admin(user) -> bool:
+    return is_platform_admin(user)
