@@ -187,3 +187,14 @@ def test_the_accounting_charges_the_price_set_on_the_page(teams):
     assert data.currency == "CNY"
     assert data.total.cost == (data.total.gpu_hours * Decimal("12.5")).quantize(Decimal("0.01"))
     assert data.total.cost > 0
+
+
+@pytest.mark.parametrize(
+    ("path", "item"),
+    [("/idle/", "idle"), ("/idle/policies/", "idle"), ("/accounting/", "accounting"),
+     ("/accounting/prices/", "accounting")],
+)  # fmt: skip
+def test_the_sidebar_marks_the_report_the_page_belongs_to(teams, path, item):
+    html = _client(teams, PLATFORM_ADMINS[0]).get(path).content.decode()
+    href = {"idle": "/idle/", "accounting": "/accounting/"}[item]
+    assert f'href="{href}" aria-current="page"' in html
