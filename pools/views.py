@@ -15,7 +15,7 @@ from functools import wraps
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
-from django.db.models import Count, Sum
+from django.db.models import Count, Exists, OuterRef, Sum
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.utils.translation import gettext as _
@@ -221,7 +221,10 @@ def pool_card_remove(request: HttpRequest, slug: str, gpu_id: int) -> HttpRespon
 
 def _pool_node(pool: Pool, node_id: int) -> Node:
     """A node that holds a card of ``pool`` (404 otherwise: the page acts on its own)."""
-    return get_object_or_404(Node, pk=node_id, source=NodeSource.AGENT, gpus__pool_card__pool=pool)
+    # EXISTS, not a join through the cards: a node with several cards in the pool is one row.
+    in_pool = PoolCard.objects.filter(pool=pool, gpu__node=OuterRef("pk"))
+    nodes = Node.objects.filter(Exists(in_pool), source=NodeSource.AGENT)
+    return get_object_or_404(nodes, pk=node_id)
 
 
 @require_POST

@@ -5,59 +5,73 @@ channel layer only reaches consumers of the same process, so periodic tasks
 must run there too. Each task runs in a worker thread (``sync_to_async``), and
 what it publishes with ``async_to_sync`` travels back through the server's own
 loop to the websocket consumers. Production runs ``celery worker`` and
-``celery beat`` instead; the tasks are the same.
+``celery beat`` instead; the schedule (``settings.CELERY_BEAT_SCHEDULE``) and the
+tasks are the same, and so are the schedule objects: when an entry is due is
+Celery's own answer (``is_due``), for fixed intervals and crontabs alike.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import time
-from datetime import timedelta
 
 from asgiref.sync import sync_to_async
 from celery import Celery
+from celery.beat import ScheduleEntry
+from celery.schedules import schedule as interval
 from django.db import close_old_connections
 
 logger = logging.getLogger(__name__)
 
-
-def _period_seconds(schedule: object) -> float:
-    if isinstance(schedule, timedelta):
-        return schedule.total_seconds()
-    if isinstance(schedule, int | float):
-        return float(schedule)
-    run_every = getattr(schedule, "run_every", None)  # celery.schedules.schedule
-    if isinstance(run_every, timedelta):
-        return run_every.total_seconds()
-    raise ValueError(f"embedded scheduler supports fixed intervals only, not {schedule!r}")
+# As Celery beat does (its max_interval): look at the wall clock at least this often, so
+# a clock that jumped (NTP, a suspended machine) cannot hold an entry back for a day.
+MAX_SLEEP_S = 300.0
 
 
-def _run_task(app: Celery, name: str) -> None:
+def entries(app: Celery, schedule: dict) -> dict[str, ScheduleEntry]:
+    """``schedule``'s entries built as beat builds them (its ``merge_inplace``)."""
+    return {
+        name: ScheduleEntry(**dict(entry, name=name, app=app)) for name, entry in schedule.items()
+    }
+
+
+def _run_task(app: Celery, entry: ScheduleEntry) -> None:
     close_old_connections()
     try:
-        app.tasks[name].apply(throw=True)
+        app.tasks[entry.task].apply(args=entry.args, kwargs=entry.kwargs, throw=True)
     except Exception:
-        logger.exception("embedded run of %s failed", name)
+        logger.exception("embedded run of %s failed", entry.task)
     finally:
         close_old_connections()
 
 
-async def _every(app: Celery, name: str, period: float) -> None:
+async def _run_entry(app: Celery, entry: ScheduleEntry) -> None:
     run = sync_to_async(_run_task, thread_sensitive=False)
+    when = entry.schedule
+    # A fixed interval runs at once (the demo's first poll need not wait); a crontab
+    # (the 08:00 digest) waits for its time, as in beat.
+    last_run = None if isinstance(when, interval) else when.now()
     while True:
-        started = time.monotonic()
-        await run(app, name)
-        # Fixed rate, not fixed delay: a slow run shortens the pause after it.
-        await asyncio.sleep(max(0.0, period - (time.monotonic() - started)))
+        if last_run is not None:
+            due, wait = when.is_due(last_run)
+            if not due:
+                await asyncio.sleep(min(max(wait, 0.0), MAX_SLEEP_S))
+                continue
+        # The start of the run is its time: a fixed rate, a slow run shortens the pause.
+        last_run = when.now()
+        await run(app, entry)
 
 
 def start(app: Celery, schedule: dict, loop: asyncio.AbstractEventLoop) -> list[asyncio.Task]:
-    """Start one looping task per beat entry on ``loop``; returns them for cancelling."""
+    """Start one looping task per beat entry on ``loop``, each named after its entry;
+    returns them for cancelling. A task name the app does not know fails here, at start."""
     app.loader.import_default_modules()
+    built = entries(app, schedule)
+    unknown = sorted(entry.task for entry in built.values() if entry.task not in app.tasks)
+    if unknown:
+        raise ValueError(f"beat schedule names unknown tasks: {', '.join(unknown)}")
     tasks = []
-    for entry in schedule.values():
-        period = _period_seconds(entry["schedule"])
-        tasks.append(loop.create_task(_every(app, entry["task"], period)))
-        logger.info("embedded scheduler: %s every %g s", entry["task"], period)
+    for name, entry in built.items():
+        tasks.append(loop.create_task(_run_entry(app, entry), name=name))
+        logger.info("embedded scheduler: %s %s", entry.task, entry.schedule)
     return tasks

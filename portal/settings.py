@@ -13,6 +13,7 @@ from datetime import timedelta
 from pathlib import Path
 
 import dj_database_url
+from celery.schedules import crontab
 from csp.constants import NONE, SELF
 from django.conf import global_settings
 from django.core.exceptions import ImproperlyConfigured
@@ -331,6 +332,15 @@ SPECTACULAR_SETTINGS = {
 GPU_POLL_INTERVAL = env_float("GPU_POLL_INTERVAL", 5.0, minimum=0.5)
 # GPU requests: how long before a placed request ends its requester is warned (seconds).
 REQUEST_EXPIRY_WARNING = env_int("REQUEST_EXPIRY_WARNING", 3600, minimum=0)
+# GPU requests (docs/requests.md): placement from the queue (it also runs after every
+# release and approval) and the timed steps (escalation, expiry, warnings), in seconds.
+REQUESTS_PLACE_EVERY_S = env_int("REQUESTS_PLACE_EVERY_S", 15, minimum=1)
+REQUESTS_SWEEP_EVERY_S = env_int("REQUESTS_SWEEP_EVERY_S", 60, minimum=1)
+# Reports (docs/reports.md): the idle scan with its reclaim step, the take-back of borrowed
+# capacity, and the accounting of today and yesterday, in seconds.
+IDLE_SCAN_EVERY_S = env_int("IDLE_SCAN_EVERY_S", 300, minimum=1)
+TAKEBACK_EVERY_S = env_int("TAKEBACK_EVERY_S", 60, minimum=1)
+ACCOUNTING_EVERY_S = env_int("ACCOUNTING_EVERY_S", 900, minimum=1)
 GPU_POLL_TIMEOUT = env_float("GPU_POLL_TIMEOUT", 3.0, minimum=0.1)
 GPU_POLL_CONCURRENCY = env_int("GPU_POLL_CONCURRENCY", 200, minimum=1)
 # Within a cycle, an agent that refused the connection, dropped it or answered 503 is
@@ -425,6 +435,8 @@ CELERY_RESULT_EXPIRES = timedelta(hours=1)
 CELERY_TIMEZONE = TIME_ZONE
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+# The whole beat schedule, in one place: `celery beat` reads it (as beat_schedule) and so
+# does the embedded scheduler (portal.embedded), so the demo runs every entry too.
 CELERY_BEAT_SCHEDULE = {
     "poll-agents": {
         "task": "telemetry.tasks.poll_agents",
@@ -457,6 +469,43 @@ CELERY_BEAT_SCHEDULE = {
         "task": "alerts.tasks.evaluate_business",
         "schedule": timedelta(seconds=ALERT_BUSINESS_INTERVAL),
         "options": {"expires": ALERT_BUSINESS_INTERVAL},
+    },
+    # GPU requests: the queue for capacity freed outside a release (a card back online).
+    "place-queued-requests": {
+        "task": "quotas.tasks.place_all_queued",
+        "schedule": timedelta(seconds=REQUESTS_PLACE_EVERY_S),
+        "options": {"expires": REQUESTS_PLACE_EVERY_S},
+    },
+    "sweep-requests": {
+        "task": "quotas.tasks.sweep_requests",
+        "schedule": timedelta(seconds=REQUESTS_SWEEP_EVERY_S),
+        "options": {"expires": REQUESTS_SWEEP_EVERY_S},
+    },
+    "scan-idle": {
+        "task": "reports.tasks.scan_and_reclaim",
+        "schedule": timedelta(seconds=IDLE_SCAN_EVERY_S),
+        "options": {"expires": IDLE_SCAN_EVERY_S},
+    },
+    "take-back-borrowed": {
+        "task": "reports.tasks.take_back_borrowed",
+        "schedule": timedelta(seconds=TAKEBACK_EVERY_S),
+        "options": {"expires": TAKEBACK_EVERY_S},
+    },
+    "account-days": {
+        "task": "reports.tasks.account_days",
+        "schedule": timedelta(seconds=ACCOUNTING_EVERY_S),
+        "options": {"expires": ACCOUNTING_EVERY_S},
+    },
+    # Daily at 08:00 in TIME_ZONE (Celery's timezone).
+    "idle-digest": {
+        "task": "reports.tasks.send_idle_digest",
+        "schedule": crontab(hour=8, minute=0),
+    },
+    # The API: forget Idempotency-Keys older than IDEMPOTENCY_KEY_HOURS.
+    "prune-idempotency-keys": {
+        "task": "portal.tasks.prune_idempotency_keys",
+        "schedule": timedelta(hours=1),
+        "options": {"expires": 3600},
     },
 }
 if PROMETHEUS_URL:

@@ -1,5 +1,6 @@
-"""Beat's work for GPU requests (scheduled in portal/celery.py): place what the queue
-can, and the timed steps. Each is idempotent: a second run finds nothing left to do."""
+"""Beat's work for GPU requests (scheduled in settings.CELERY_BEAT_SCHEDULE): place what
+the queue can, and the timed steps. Each is idempotent: a second run finds nothing left to
+do."""
 
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
-"""Beat's work for the reports (scheduled in portal/celery.py). Each is idempotent: the
-scan replaces its snapshot, the reclaim step acts once per lease and warning."""
+"""Beat's work for the reports (scheduled in settings.CELERY_BEAT_SCHEDULE). Each is
+idempotent: the scan replaces its snapshot, the reclaim step acts once per lease and
+warning."""
 
 from __future__ import annotations
 

@@ -10,10 +10,11 @@ from django.urls import reverse
 from django.utils import timezone
 
 from agents.choices import NodeState
+from agents.models import Node
 from audit.models import AuditEntry
 from pools.choices import AllocationState
 from pools.models import PoolCard
-from tests.factories import PoolFactory, online_cards, placed_lease
+from tests.factories import PoolFactory, UserFactory, online_cards, placed_lease
 
 pytestmark = pytest.mark.django_db
 
@@ -126,3 +127,81 @@ def test_undraining_a_node_that_is_not_draining_says_so_and_changes_nothing(alic
     response = browser_for(alice).post(_urls(pool, gpu.node, gpu)["undrain"], follow=True)
     assert "is not draining" in response.content.decode()
     assert not AuditEntry.objects.filter(action="node.undrained").exists()
+
+
+@pytest.fixture
+def wide_pool():
+    """Two nodes with three cards each in the pool (and a fourth of each outside it), and
+    a third node whose three cards are in another pool."""
+    nodes = [online_cards(4), online_cards(4)]
+    elsewhere = online_cards(3)
+    PoolFactory(name="other", slug="other", cards=elsewhere)
+    pool = PoolFactory(name="wide", slug="wide", cards=[*nodes[0][:3], *nodes[1][:3]])
+    return pool, [cards[0].node for cards in nodes], elsewhere[0].node
+
+
+@pytest.fixture
+def operator():
+    """Not staff, not a superuser: only the pools permission the drain buttons need."""
+    return UserFactory(username="olga", permissions=["pools.change_pool"])
+
+
+def test_nodes_with_several_cards_in_the_pool_drain_and_undrain_from_its_page(
+    operator, bob, wide_pool
+):
+    pool, (first, second), _ = wide_pool
+    lease = placed_lease(pool, bob, compute_pct=30, memory_mib=8192, label="bert")
+    allocation = lease.allocations.get()
+    on = allocation.gpu.node
+    client = browser_for(operator)
+    for node in (first, second):
+        assert (
+            reverse("pools:node_drain", args=[pool.slug, node.pk])
+            in client.get(pool.get_absolute_url()).content.decode()
+        )
+
+    drained = client.post(reverse("pools:node_drain", args=[pool.slug, on.pk]), follow=True)
+    assert drained.status_code == 200
+    assert drained.redirect_chain == [(pool.get_absolute_url(), 302)]
+    assert f"Node {on.name} is draining: 1 vGPU(s) moved, 0 waiting for room." in (
+        drained.content.decode()
+    )
+    on.refresh_from_db()
+    allocation.refresh_from_db()
+    assert on.state == NodeState.DRAINING
+    assert allocation.state == AllocationState.ACTIVE and allocation.gpu.node_id != on.pk
+    [entry] = AuditEntry.objects.filter(action="node.drained")
+    assert (entry.actor, entry.target_id) == (operator, str(on.pk))
+
+    undrained = client.post(reverse("pools:node_undrain", args=[pool.slug, on.pk]), follow=True)
+    assert undrained.redirect_chain == [(pool.get_absolute_url(), 302)]
+    assert f"Node {on.name} takes new vGPUs again." in undrained.content.decode()
+    on.refresh_from_db()
+    assert on.state == NodeState.ONLINE
+    [entry] = AuditEntry.objects.filter(action="node.undrained")
+    assert (entry.actor, entry.target_id) == (operator, str(on.pk))
+
+
+def test_a_node_of_another_pool_is_not_found_from_this_pools_page(operator, wide_pool):
+    pool, _, elsewhere = wide_pool
+    client = browser_for(operator)
+    before = list(AuditEntry.objects.values_list("pk", flat=True))
+    for name in ("pools:node_drain", "pools:node_undrain"):
+        assert client.post(reverse(name, args=[pool.slug, elsewhere.pk])).status_code == 404
+    elsewhere.refresh_from_db()
+    assert elsewhere.state == NodeState.ONLINE
+    assert list(AuditEntry.objects.values_list("pk", flat=True)) == before
+
+
+def test_a_member_without_the_permission_cannot_drain_or_undrain_a_many_card_node(bob, wide_pool):
+    pool, (first, second), _ = wide_pool
+    Node.objects.filter(pk=second.pk).update(state=NodeState.DRAINING)
+    client = browser_for(bob)
+    before = list(AuditEntry.objects.values_list("pk", flat=True))
+    assert client.post(reverse("pools:node_drain", args=[pool.slug, first.pk])).status_code == 403
+    undrain = reverse("pools:node_undrain", args=[pool.slug, second.pk])
+    assert client.post(undrain).status_code == 403
+    first.refresh_from_db()
+    second.refresh_from_db()
+    assert (first.state, second.state) == (NodeState.ONLINE, NodeState.DRAINING)
+    assert list(AuditEntry.objects.values_list("pk", flat=True)) == before
