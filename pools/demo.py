@@ -13,7 +13,8 @@ from decimal import Decimal
 from django.db.models import Q
 
 from agents.gpu_agent.desired import Slice
-from pools import membership
+from agents.models import Node
+from pools import membership, sync
 from pools.models import Allocation, Pool
 
 POOL_SLUG = "demo"
@@ -33,6 +34,15 @@ def seed(admin, node_labels: dict[str, str]) -> Pool:
             actor=admin,
         )  # fmt: skip
     return pool
+
+
+def send_desired_state(node_names: Iterable[str]) -> None:
+    """Send each node's agent its slices now, an empty list before any (``pools.sync``),
+    rather than after the first poll: a simulated node the portal manages runs its
+    slices' jobs and nothing else (``agents/gpu_agent/backends/sim_jobs.py``), so even its
+    first reading shows no made-up user."""
+    for node_id in Node.objects.filter(name__in=list(node_names)).values_list("pk", flat=True):
+        sync.sync_node(node_id)
 
 
 @dataclass(frozen=True)

@@ -46,13 +46,13 @@ QUOTAS = {
     "vision": {
         "guaranteed_vgpus": 4, "limit_vgpus": 10, "guaranteed_compute_pct": 200,
         "limit_compute_pct": 800, "guaranteed_memory_mib": 80 * GIB,
-        "limit_memory_mib": 320 * GIB, "guaranteed_gpu_hours": 200, "limit_gpu_hours": 2000,
+        "limit_memory_mib": 400 * GIB, "guaranteed_gpu_hours": 200, "limit_gpu_hours": 2000,
         "auto_approve_vgpus": 1, "auto_approve_compute_pct": 50, "auto_approve_hours": 8,
     },
     "speech": {
         "guaranteed_vgpus": 2, "limit_vgpus": 6, "guaranteed_compute_pct": 100,
         "limit_compute_pct": 400, "guaranteed_memory_mib": 40 * GIB,
-        "limit_memory_mib": 160 * GIB, "guaranteed_gpu_hours": 100, "limit_gpu_hours": 1000,
+        "limit_memory_mib": 200 * GIB, "guaranteed_gpu_hours": 100, "limit_gpu_hours": 1000,
         "auto_approve_vgpus": 1, "auto_approve_compute_pct": 30, "auto_approve_hours": 4,
     },
 }  # fmt: skip
@@ -157,6 +157,10 @@ def _day(at, admin, pool: Pool, users: dict, tenants: dict, models: Sequence[str
                     duration_hours=48,
                     reason="Throughput benchmark of the new acoustic model.")  # fmt: skip
     decide(21 * 60 + 50, benchmark, mei, True, "Two days, as agreed.")
+    segmentation = ask(21 * 60 + 30, ana, vision, "segmentation", a100, count=3,
+                       whole_card=True, duration_hours=36,
+                       reason="Segmentation model, three cards data-parallel.")  # fmt: skip
+    decide(21 * 60 + 20, segmentation, mei, True, "")
     # The approver's own request: a platform admin decides it. She never uses it.
     notebook = ask(21 * 60, mei, vision, "notebook", a100,
                    compute_pct=slices["notebook"].compute_pct,
@@ -172,6 +176,12 @@ def _day(at, admin, pool: Pool, users: dict, tenants: dict, models: Sequence[str
                  reason="Hyper-parameter search.")  # fmt: skip
     decide(15 * 60 + 30, search, mei, False,
            "A whole card is more than a search needs: ask for a slice.")  # fmt: skip
+    tts = ask(14 * 60, ben, speech, "tts", l40s, count=2, compute_pct=60, memory_mib=24 * GIB,
+              reason="Train the new text-to-speech voice.")  # fmt: skip
+    decide(13 * 60 + 40, tts, mei, True, "")
+    augment = ask(10 * 60, ana, vision, "augment", t4, count=2, compute_pct=50,
+                  memory_mib=8 * GIB, reason="Data augmentation workers.")  # fmt: skip
+    decide(9 * 60 + 45, augment, mei, True, "")
     # Within the policy: approved and placed at once; released when done.
     sweep = ask(12 * 60, ana, vision, "sweep", h100, compute_pct=40, memory_mib=16 * GIB,
                 duration_hours=6, reason="Learning-rate sweep.")  # fmt: skip

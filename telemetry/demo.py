@@ -37,20 +37,21 @@ def missing_minutes(node_names: Iterable[str], start: datetime, end: datetime) -
     return [m for m in (start + i * MINUTE for i in range(count)) if m not in have]
 
 
-def backfill(minutes: Iterable[tuple[datetime, dict[str, dict]]]) -> int:
-    """Write each minute's readings (node name -> its agent's portal view) into the
-    rollups; returns the GPU-minutes written. Meant for minutes already past: a minute
-    is merged once the next minute's readings are buffered."""
+def backfill(readings: Iterable[tuple[datetime, dict[str, dict]]]) -> int:
+    """Write readings of minutes past (each a moment and node name -> its agent's portal
+    view, in time order) into the rollups, as the poll cycles and the flushes of those
+    minutes would have; returns the GPU-minutes written."""
     node_ids = dict(Node.objects.values_list("name", "pk"))
     gpu_ids = dict(GPU.objects.values_list("uuid", "pk"))
-    written = buffered = 0
-    last = None
-    for moment, views in minutes:
+    written = minutes = 0
+    minute = None
+    for moment, views in readings:
+        if minute_floor(moment) != minute:
+            if minute is not None and (minutes := minutes + 1) % FLUSH_EVERY == 0:
+                written += rollups.flush(minute + MINUTE)
+            minute = minute_floor(moment)
         answered = {node_ids[name]: view for name, view in views.items() if name in node_ids}
         sample_buffer.buffer_samples(answered, gpu_ids, moment)
-        last, buffered = moment, buffered + 1
-        if buffered % FLUSH_EVERY == 0:
-            written += rollups.flush(minute_floor(moment) + MINUTE)
-    if last is not None:
-        written += rollups.flush(minute_floor(last) + MINUTE)
+    if minute is not None:
+        written += rollups.flush(minute + MINUTE)
     return written

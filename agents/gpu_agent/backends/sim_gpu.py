@@ -114,6 +114,8 @@ class SimGpu:
             )  # fmt: skip
         idle = LoadProfile("idle", 0.5)
         self.profile = JobsLoad(tuple(job.load for job in jobs)) if jobs else idle
+        # Processes that ended freed their memory at once.
+        self.mem_used = min(self.mem_used, self._memory_target())
 
     def _memory_target(self) -> float:
         if self.processes:

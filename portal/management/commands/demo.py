@@ -57,6 +57,7 @@ HOT_NODE = f"{DEMO_PREFIX}-hot"
 HOT_SCENARIO = Path(__file__).resolve().parents[3] / "agents/gpu_agent/scenarios/hot.json"
 # The minute rollups keep a week; a day and a half is what the idle scan and charts read.
 MAX_HISTORY_HOURS = 36
+HISTORY_STEP_S = 10
 
 
 def _var_secret(name: str, nbytes: int = 18) -> str:
@@ -105,6 +106,7 @@ class Command(BaseCommand):
         agents = [self._start_agents(options, token)]
         try:
             agents.append(self._start_agents(options, token, hot=True))
+            pools_demo.send_desired_state(self._node_names(options).values())
             # One poll before the rest: the cards are known and join the pool, so the
             # story's requests can be placed on them.
             telemetry_tasks.poll_agents()
@@ -203,16 +205,19 @@ class Command(BaseCommand):
             raise CommandError(f"the simulated agents did not start (ports {port}+ in use?)")
         return agent
 
+    def _node_names(self, options: dict) -> dict[str, str]:
+        """The simulators' host names (one node alone is named as --hostname) -> the nodes."""
+        hosts = [DEMO_PREFIX] if options["nodes"] == 1 else [
+            f"{DEMO_PREFIX}-{i + 1:02d}" for i in range(options["nodes"])
+        ]  # fmt: skip
+        return {host: _node_name(i) for i, host in enumerate(hosts)} | {HOT_NODE: HOT_NODE}
+
     def _fill_history(self, options: dict) -> None:
         """The minutes of the last ``--history-hours`` the rollups lack, as the simulator
         would have reported them with the slices the portal held then."""
         end = timezone.now().replace(second=0, microsecond=0)
         start = end - timedelta(hours=options["history_hours"])
-        # The simulator's host names (one node alone is named as --hostname) -> the nodes.
-        hosts = [DEMO_PREFIX] if options["nodes"] == 1 else [
-            f"{DEMO_PREFIX}-{i + 1:02d}" for i in range(options["nodes"])
-        ]  # fmt: skip
-        node_of = {host: _node_name(i) for i, host in enumerate(hosts)} | {HOT_NODE: HOT_NODE}
+        node_of = self._node_names(options)
         missing = telemetry_demo.missing_minutes(node_of.values(), start, end)
         if not missing:
             return
@@ -228,15 +233,17 @@ class Command(BaseCommand):
                     by_host[host_of[h.node]].append(h.slice)
             return by_host
 
-        wanted = {m.timestamp() for m in missing}
+        # A reading every HISTORY_STEP_S, as the poller's cycles would have read them.
+        per_minute = range(0, 60, HISTORY_STEP_S)
+        wanted = {m.timestamp() + s for m in missing for s in per_minute}
         streams = [
             replay.portal_views(self._agent_args(options, hot), start.timestamp(),
-                                end.timestamp(), slices_at, wanted=wanted)
+                                end.timestamp(), slices_at, step_s=HISTORY_STEP_S, wanted=wanted)
             for hot in (False, True)
         ]  # fmt: skip
         written = telemetry_demo.backfill(_merged(streams, node_of))
         self.stdout.write(
-            f"History: {len(missing)} minutes filled from the simulator "
+            f"History: {len(missing)} minute(s) filled from the simulator "
             f"({written} GPU-minutes, {time.monotonic() - began:.0f} s)."
         )
 
@@ -249,9 +256,17 @@ class Command(BaseCommand):
         def ready() -> None:
             import asyncio
 
+            from twisted.internet import reactor
+            from twisted.internet.defer import Deferred
+
             tasks.extend(
                 embedded.start(celery_app, settings.CELERY_BEAT_SCHEDULE, asyncio.get_event_loop())
             )
+            # On Ctrl+C or SIGTERM the runs in flight finish before the loop stops.
+            reactor.addSystemEventTrigger(
+                "before", "shutdown",
+                lambda: Deferred.fromFuture(asyncio.ensure_future(embedded.stop(tasks))),
+            )  # fmt: skip
             mode = "embedded" if settings.EMBEDDED else "PostgreSQL/Redis"
             self.stdout.write(
                 f"GPU Portal is running at {url} ({mode}, "
@@ -274,8 +289,6 @@ class Command(BaseCommand):
             ready_callable=ready,
         )
         server.run()
-        for task in tasks:
-            task.cancel()
         self.stdout.write(f"stopped after {time.monotonic() - started:.0f} s")
 
 
