@@ -1,32 +1,23 @@
-"""The demo's pool (``manage.py demo``): one rule pool over the simulated cards and, once
-their first readings arrive, a few slices placed for a demo developer, so the pool page's
-per-card map has something to show. Wired in by the project's demo command."""
+"""The demo's pool (``manage.py demo``): one rule pool over the simulated cards, and the
+slices its allocations were on at any moment, for the demo's history. The slices
+themselves come through GPU requests (``quotas.demo``). Wired in by the project's demo
+command."""
 
 from __future__ import annotations
 
-import logging
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import datetime
 from decimal import Decimal
 
-from django.contrib.auth import get_user_model
+from django.db.models import Q
 
-from pools import membership
-from pools.choices import LeaseState
-from pools.models import Pool
-from pools.placement import Ask
-from pools.services import PlacementError, place_lease
-from telemetry.interface import poll_cycle_recorded
-
-log = logging.getLogger(__name__)
+from agents.gpu_agent.desired import Slice
+from agents.models import Node
+from pools import membership, sync
+from pools.models import Allocation, Pool
 
 POOL_SLUG = "demo"
-DEVELOPER = "developer"
-# (label, ask): shared slices of several sizes, and one card held whole.
-SLICES = (
-    ("notebook", Ask(compute_pct=30, memory_mib=8 * 1024)),
-    ("training", Ask(count=2, compute_pct=50, memory_mib=20 * 1024)),
-    ("inference", Ask(compute_pct=25, memory_mib=10 * 1024)),
-    ("benchmark", Ask(whole_card=True)),
-)
 
 
 def seed(admin, node_labels: dict[str, str]) -> Pool:
@@ -45,23 +36,41 @@ def seed(admin, node_labels: dict[str, str]) -> Pool:
     return pool
 
 
-def place_slices_when_cards_arrive(pool_id: int) -> None:
-    """After the poll cycle that brings the pool its cards (they join in pools' own
-    receiver, connected first), place the demo slices once; nothing if some are placed."""
+def send_desired_state(node_names: Iterable[str]) -> None:
+    """Send each node's agent its slices now, an empty list before any (``pools.sync``),
+    rather than after the first poll: a simulated node the portal manages runs its
+    slices' jobs and nothing else (``agents/gpu_agent/backends/sim_jobs.py``), so even its
+    first reading shows no made-up user."""
+    for node_id in Node.objects.filter(name__in=list(node_names)).values_list("pk", flat=True):
+        sync.sync_node(node_id)
 
-    def place(sender, cycle, **kwargs) -> None:
-        pool = Pool.objects.filter(pk=pool_id).first()
-        if pool is None or pool.leases.filter(state=LeaseState.ACTIVE).exists():
-            poll_cycle_recorded.disconnect(place, dispatch_uid="pools.demo")
-            return
-        if not pool.cards.exists():
-            return
-        poll_cycle_recorded.disconnect(place, dispatch_uid="pools.demo")
-        developer, _ = get_user_model().objects.get_or_create(username=DEVELOPER)
-        for label, ask in SLICES:
-            try:
-                place_lease(pool, ask, holder=developer, unix_user=DEVELOPER, label=label)
-            except PlacementError as exc:
-                log.info("demo slice %s not placed: %s", label, exc)
 
-    poll_cycle_recorded.connect(place, weak=False, dispatch_uid="pools.demo")
+@dataclass(frozen=True)
+class HeldSlice:
+    """An allocation as its node's agent held it, from when to when (None: still held)."""
+
+    node: str
+    slice: Slice
+    placed_at: datetime
+    released_at: datetime | None
+
+    def held_at(self, moment: datetime) -> bool:
+        return self.placed_at <= moment and (self.released_at is None or moment < self.released_at)
+
+
+def held_slices(node_names: Iterable[str], since: datetime) -> list[HeldSlice]:
+    """The allocations on these nodes' cards held at some time since ``since``, each as
+    the slice its agent was sent (``pools.sync.desired_slices``: id, size and owner)."""
+    rows = (
+        Allocation.objects.filter(gpu__node__name__in=list(node_names), placed_at__isnull=False)
+        .filter(Q(released_at__isnull=True) | Q(released_at__gt=since))
+        .order_by("pk")
+        .values_list(
+            "pk", "gpu__node__name", "gpu__uuid", "compute_pct", "memory_mib",
+            "lease__unix_user", "placed_at", "released_at",
+        )
+    )  # fmt: skip
+    return [
+        HeldSlice(node, Slice(f"alloc-{pk}", uuid, compute, memory, owner), placed, released)
+        for pk, node, uuid, compute, memory, owner, placed, released in rows
+    ]

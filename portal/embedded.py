@@ -75,3 +75,17 @@ def start(app: Celery, schedule: dict, loop: asyncio.AbstractEventLoop) -> list[
         tasks.append(loop.create_task(_run_entry(app, entry), name=name))
         logger.info("embedded scheduler: %s %s", entry.task, entry.schedule)
     return tasks
+
+
+async def stop(tasks: list[asyncio.Task], timeout: float = 30.0) -> None:
+    """Cancel the entries' loops and let the runs in flight end, while the event loop still
+    runs: a run's thread may be waiting on it (``async_to_sync`` of a Channels publish),
+    and a thread left waiting on a stopped loop keeps the process from exiting. The runs'
+    threads are the loop's default executor's (``sync_to_async`` not thread-sensitive)."""
+    for task in tasks:
+        task.cancel()
+    loop = asyncio.get_running_loop()
+    try:
+        await asyncio.wait_for(loop.shutdown_default_executor(), timeout)
+    except TimeoutError:
+        logger.warning("embedded scheduler: runs still in flight after %g s", timeout)

@@ -38,7 +38,8 @@ WIRING = {
         "pools.demo", "alerts.api.urls", "alerts.urls", "alerts.demo", "alerts.ws_routing",
         "quotas.api.urls", "quotas.urls", "quotas.api.request_urls", "quotas.request_urls",
         "quotas.routing", "audit.api.urls", "audit.urls", "reports.api.urls", "reports.urls",
-        "tokens.api.urls", "tokens.urls",
+        "tokens.api.urls", "tokens.urls", "quotas.demo", "reports.demo", "telemetry.demo",
+        "agents.gpu_agent.replay",
     },
 }  # fmt: skip
 

@@ -1,4 +1,4 @@
-"""The idle report in Chromium on the demo's slices (pools.demo.SLICES): the idle ones
+"""The idle report in Chromium on the demo's slices (quotas.demo.SLICES): the idle ones
 and the busy ones in their own tables, each with its sparkline, with no content-security-
 policy violation; a screenshot is kept in test-artifacts/idle-report.png."""
 
@@ -13,8 +13,8 @@ from django.contrib.auth import get_user_model
 from django.utils import timezone
 from playwright.sync_api import expect
 
-from pools.demo import SLICES
 from pools.services import place_lease
+from quotas.demo import SLICES
 from reports import scan
 from telemetry.models import GpuMinute, OwnerMinute
 from tests import procs

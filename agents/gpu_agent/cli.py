@@ -138,6 +138,13 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="FILE",
         help="YAML or JSON script of loads and faults (see docs/agent.md)",
     )
+    sim.add_argument(
+        "--idle-owner",
+        action="append",
+        metavar="USER",
+        help="repeatable: this user holds slices but runs nothing in them (the owners of the "
+        "other slices each run a job in theirs)",
+    )
     return p
 
 
@@ -156,7 +163,9 @@ def node_hostnames(hostname: str, nodes: int) -> list[str]:
     return [hostname] if nodes == 1 else [f"{hostname}-{i + 1:02d}" for i in range(nodes)]
 
 
-def make_backends(args: argparse.Namespace) -> list[Backend]:
+def make_backends(
+    args: argparse.Namespace, clock: Callable[[], float] = time.time
+) -> list[Backend]:
     if args.backend == "nvml":
         from agents.gpu_agent.backends.nvml import NvmlBackend
 
@@ -175,9 +184,11 @@ def make_backends(args: argparse.Namespace) -> list[Backend]:
     gpus = args.gpus
     if gpus is None:
         gpus = scenario.gpus if scenario and scenario.gpus is not None else 8
+    names = node_hostnames(args.hostname, args.nodes or 1)
+    kwargs = {"clock": clock, "scenario": scenario, "idle_owners": args.idle_owner or ()}
     return [
-        SimulatedBackend(name, gpus, models[i % len(models)], seed, scenario=scenario)
-        for i, name in enumerate(node_hostnames(args.hostname, args.nodes or 1))
+        SimulatedBackend(name, gpus, models[i % len(models)], seed, **kwargs)
+        for i, name in enumerate(names)
     ]
 
 
@@ -212,9 +223,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.no_auth and args.token:
         log.warning("--no-auth given: the token is ignored and /v1/snapshot is open")
     if args.backend == "nvml" and any(
-        v is not None for v in (args.gpus, args.model, args.nodes, args.seed, args.scenario)
+        v is not None
+        for v in (args.gpus, args.model, args.nodes, args.seed, args.scenario, args.idle_owner)
     ):
-        parser.error("--gpus, --model, --nodes, --seed and --scenario only apply to --backend sim")
+        parser.error(
+            "--gpus, --model, --nodes, --seed, --scenario and --idle-owner only apply to "
+            "--backend sim"
+        )
     host, port = args.listen
     if port and port + (args.nodes or 1) - 1 > 65535:
         parser.error(f"--nodes {args.nodes} from port {port} runs past port 65535")

@@ -57,6 +57,9 @@ def collect_snapshot(
     (``lazy.py``), so both serve exactly the same snapshot.
     """
     started = time.perf_counter()
+    follow = getattr(backend, "follow_slices", None)
+    if follow is not None:  # the simulator runs its slices' jobs (backends/sim_jobs.py)
+        follow(desired.slices)
     snapshot = backend.collect()
     if pods is not None:
         pods.label(snapshot.gpus)

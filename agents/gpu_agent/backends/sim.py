@@ -4,17 +4,20 @@ Readings come from a small physical model rather than plain noise (see
 ``sim_gpu``). Everything is driven by ``clock`` and seeded generators, so a given
 seed and clock sequence always produce the same readings (and a restarted agent
 shows the same UUIDs). A scenario file (``scenario``) scripts what happens to the
-cards; without one, each card gets a random load profile.
+cards; without one, each card gets a random load profile. Once the portal sends the
+node its slices, the cards run what their owners run in them (``sim_jobs``).
 """
 
 from __future__ import annotations
 
 import random
 import time
-from collections.abc import Callable, Sequence
+from collections import defaultdict
+from collections.abc import Callable, Collection, Sequence
 
 from agents.gpu_agent.backends.scenario import Scenario, ScenarioRunner
 from agents.gpu_agent.backends.sim_gpu import SimGpu
+from agents.gpu_agent.backends.sim_jobs import Job, jobs_for
 from agents.gpu_agent.backends.sim_specs import (
     DEFAULT_SPEC,
     SPECS,
@@ -25,6 +28,7 @@ from agents.gpu_agent.backends.sim_specs import (
     spec_for,
 )
 from agents.gpu_agent.backends.xid import XidTally
+from agents.gpu_agent.desired import Slice
 from agents.gpu_agent.model import NodeSnapshot
 
 SIM_DRIVER_VERSION = "550.54.15"
@@ -53,12 +57,16 @@ class SimulatedBackend:
         clock: Callable[[], float] = time.time,
         profiles: Sequence[LoadProfile] | None = None,
         scenario: Scenario | None = None,
+        idle_owners: Collection[str] = (),
     ) -> None:
         if gpu_count < 0:
             raise ValueError("gpu_count must not be negative")
         if profiles is not None and len(profiles) != gpu_count:
             raise ValueError(f"expected {gpu_count} load profiles, got {len(profiles)}")
         self.hostname = hostname
+        self._seed = seed
+        self._idle_owners = frozenset(idle_owners)
+        self._followed: Sequence[Slice] | None = None
         self._clock = clock
         self._last_t = clock()
         if profiles is None:
@@ -88,6 +96,19 @@ class SimulatedBackend:
     def set_profile(self, index: int, profile: LoadProfile) -> None:
         """Change a GPU's workload; the readings drift to it as a real card would."""
         self._gpus[index].profile = profile
+
+    def follow_slices(self, slices: Sequence[Slice] | None) -> None:
+        """The slices the portal placed here (the agent's desired state, before each
+        collection): from the first list on, the cards run their owners' jobs and nothing
+        else. A scripted node runs its script whatever it holds."""
+        if slices is None or slices is self._followed or self._runner is not None:
+            return
+        self._followed = slices
+        by_card: dict[str, list[Job]] = defaultdict(list)
+        for job in jobs_for(slices, self._seed, self._idle_owners):
+            by_card[job.gpu_uuid].append(job)
+        for gpu in self._gpus:
+            gpu.run_jobs(by_card.get(gpu.uuid, []))
 
     def collect(self) -> NodeSnapshot:
         now = self._clock()

@@ -14,6 +14,7 @@ import math
 import random
 from dataclasses import dataclass, field
 
+from agents.gpu_agent.backends.sim_jobs import Job, JobsLoad
 from agents.gpu_agent.backends.sim_specs import LoadProfile, spec_for
 from agents.gpu_agent.backends.xid import XidTally
 from agents.gpu_agent.model import GpuReading, ProcessReading
@@ -24,6 +25,8 @@ _USERS = ("alice", "bob", "carol", "dave", "erin")
 _CONTEXT_MIB = 2.0
 # How far past its usual peak a card runs when its cooling fails (a blocked fan, a hot aisle).
 _OVERHEAT_EXTRA_C = 16.0
+# What slices' jobs may hold of a card together: oversubscribed memory is asked, not used.
+_JOBS_MEMORY_SHARE = 0.9
 
 
 @dataclass
@@ -63,7 +66,7 @@ class SimGpu:
         self.index = index
         self.model = model
         self.spec = spec_for(model)
-        self.profile = profile
+        self.profile: LoadProfile | JobsLoad = profile
         self.uuid = _uuid_for(seed, hostname, index)
         bus = _BUS_NUMBERS[index % len(_BUS_NUMBERS)]
         self.pci_bus_id = f"{index // len(_BUS_NUMBERS):08X}:{bus}:00.0"
@@ -92,6 +95,27 @@ class SimGpu:
         uptime_s = self.rng.uniform(86_400, 30 * 86_400)
         self.energy_mj = uptime_s * (self.spec.idle_power_w * 1.8) * 1000
         self.last_util: int | None = None
+
+    def run_jobs(self, jobs: list[Job]) -> None:
+        """Run exactly these slice jobs (``sim_jobs``) from now on: their processes, their
+        load added up, and no made-up user's job; an idle card when there are none."""
+        self.auto_processes = False
+        cap = self.spec.memory_mib * _JOBS_MEMORY_SHARE - _CONTEXT_MIB
+        total = sum(job.memory_mib for job in jobs)
+        scale = min(1.0, cap / total) if total else 1.0
+        self.processes = {}
+        for job in jobs:
+            pid = job.pid
+            while pid in self.processes:  # two jobs drew the same pid
+                pid += 1
+            self.processes[pid] = SimProcess(
+                pid=pid, user=job.owner, command=job.command,
+                memory_mib=int(job.memory_mib * scale), env=job.env,
+            )  # fmt: skip
+        idle = LoadProfile("idle", 0.5)
+        self.profile = JobsLoad(tuple(job.load for job in jobs)) if jobs else idle
+        # Processes that ended freed their memory at once.
+        self.mem_used = min(self.mem_used, self._memory_target())
 
     def _memory_target(self) -> float:
         if self.processes:

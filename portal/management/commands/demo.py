@@ -1,9 +1,11 @@
 """Run the whole portal in one command: agents, web server, poller.
 
-``manage.py demo`` migrates, seeds an admin and simulated nodes, starts one
-simulator process serving those nodes, and serves the portal with daphne while
-the Celery beat schedule runs in the same process. It is what the README's
-first command ends in.
+``manage.py demo`` migrates, seeds an admin, the demo's people and simulated nodes,
+starts one simulator process serving those nodes, polls them once (so the cards join the
+demo pool), tells the demo's day of GPU requests once, fills the last day of history the
+rollups lack from the simulator's past, and serves the portal with daphne while the
+Celery beat schedule runs in the same process. It is what the README's first command
+ends in. Each app seeds its own part (its ``demo.py``); this command puts them together.
 """
 
 from __future__ import annotations
@@ -13,6 +15,9 @@ import subprocess
 import sys
 import threading
 import time
+from collections import defaultdict
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 # daphne installs Twisted's asyncio reactor on import; it must come first.
@@ -24,13 +29,19 @@ from django.contrib.auth import get_user_model
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import transaction
+from django.utils import timezone
 
 from agents.choices import NodeSource
+from agents.gpu_agent import replay
 from agents.models import Node
 from alerts import demo as alerts_demo
 from pools import demo as pools_demo
 from portal import celery_app, embedded, embedded_db
 from portal.files import private_secret
+from quotas import demo as quotas_demo
+from reports import demo as reports_demo
+from telemetry import demo as telemetry_demo
+from telemetry import tasks as telemetry_tasks
 
 DEMO_MODELS = [
     "NVIDIA A100-SXM4-80GB",
@@ -44,6 +55,9 @@ AGENT_START_TIMEOUT_S = 30
 # scenario): the temperature rule fires five minutes later and resolves when it cools.
 HOT_NODE = f"{DEMO_PREFIX}-hot"
 HOT_SCENARIO = Path(__file__).resolve().parents[3] / "agents/gpu_agent/scenarios/hot.json"
+# The minute rollups keep a week; a day and a half is what the idle scan and charts read.
+MAX_HISTORY_HOURS = 36
+HISTORY_STEP_S = 10
 
 
 def _var_secret(name: str, nbytes: int = 18) -> str:
@@ -66,6 +80,13 @@ class Command(BaseCommand):
         parser.add_argument("--nodes", type=int, default=4, help="simulated nodes")
         parser.add_argument("--gpus", type=int, default=8, help="GPUs per simulated node")
         parser.add_argument("--username", default="admin")
+        parser.add_argument(
+            "--history-hours",
+            type=int,
+            default=24,
+            help=f"hours of history to fill from the simulator where the rollups have none "
+            f"(0-{MAX_HISTORY_HOURS}; default 24)",
+        )
 
     def handle(self, *args, **options) -> None:
         if settings.EMBEDDED_DATABASE is None:
@@ -86,19 +107,29 @@ class Command(BaseCommand):
     def _demo(self, options: dict) -> None:
         if not 1 <= options["nodes"] <= 64 or not 1 <= options["gpus"] <= 16:
             raise CommandError("--nodes must be 1-64 and --gpus 1-16")
+        if not 0 <= options["history_hours"] <= MAX_HISTORY_HOURS:
+            raise CommandError(f"--history-hours must be 0-{MAX_HISTORY_HOURS}")
         call_command("migrate", interactive=False, verbosity=0)
         password = self._seed_admin(options["username"])
+        people = {name: _var_secret(f"demo-{name}-password", 12) for name in quotas_demo.PEOPLE}
+        quotas_demo.seed_people(people)
         token = _var_secret("demo-agent-token")
         self._seed_nodes(options, token)
-        # A pool over the simulated cards, with slices once their first readings arrive.
         admin = get_user_model().objects.get(username=options["username"])
         pool = pools_demo.seed(admin, {"demo": "true"})
-        pools_demo.place_slices_when_cards_arrive(pool.pk)
+        reports_demo.seed(admin, pool)
         self._seed_alerts(admin)
         agents = [self._start_agents(options, token)]
         try:
             agents.append(self._start_agents(options, token, hot=True))
-            self._serve(options, password)
+            pools_demo.send_desired_state(self._node_names(options).values())
+            # One poll before the rest: the cards are known and join the pool, so the
+            # story's requests can be placed on them.
+            telemetry_tasks.poll_agents()
+            if quotas_demo.seed_story(admin, pool, DEMO_MODELS):
+                self.stdout.write("Told the demo's day of GPU requests.")
+            self._fill_history(options)
+            self._serve(options, password, people)
         finally:
             for agent in agents:
                 agent.terminate()
@@ -130,7 +161,7 @@ class Command(BaseCommand):
     def _seed_nodes(self, options: dict, token: str) -> None:
         agent_host = "127.0.0.1" if options["host"] in ("0.0.0.0", "::") else options["host"]  # noqa: S104
         for i in range(options["nodes"]):
-            name = f"{DEMO_PREFIX}-{i + 1:02d}"
+            name = _node_name(i)
             Node.objects.update_or_create(
                 name=name,
                 defaults={
@@ -150,29 +181,25 @@ class Command(BaseCommand):
             },
         )
 
+    def _agent_args(self, options: dict, hot: bool = False) -> list[str]:
+        """The simulator's command line after ``gpu-agent``: the fleet, or the hot node."""
+        nodes = 1 if hot else options["nodes"]
+        port = options["agent_port"] + (options["nodes"] if hot else 0)
+        args = [
+            "--backend", "sim", "--nodes", str(nodes), "--gpus", str(options["gpus"]),
+            "--hostname", HOT_NODE if hot else DEMO_PREFIX, "--listen", f"{options['host']}:{port}",
+        ]  # fmt: skip
+        if hot:
+            return [*args, "--scenario", str(HOT_SCENARIO), "--model", DEMO_MODELS[1]]
+        for model in DEMO_MODELS:
+            args += ["--model", model]
+        # The story's idle slice: its owner runs nothing in it (backends/sim_jobs.py).
+        return [*args, "--idle-owner", quotas_demo.IDLE_OWNER]
+
     def _start_agents(self, options: dict, token: str, hot: bool = False) -> subprocess.Popen:
         nodes = 1 if hot else options["nodes"]
         port = options["agent_port"] + (options["nodes"] if hot else 0)
-        command = [
-            sys.executable,
-            "-m",
-            "agents.gpu_agent",
-            "--backend",
-            "sim",
-            "--nodes",
-            str(nodes),
-            "--gpus",
-            str(options["gpus"]),
-            "--hostname",
-            HOT_NODE if hot else DEMO_PREFIX,
-            "--listen",
-            f"{options['host']}:{port}",
-        ]
-        if hot:
-            command += ["--scenario", str(HOT_SCENARIO), "--model", DEMO_MODELS[1]]
-        else:
-            for model in DEMO_MODELS:
-                command += ["--model", model]
+        command = [sys.executable, "-m", "agents.gpu_agent", *self._agent_args(options, hot)]
         # The token travels in the environment, not on a command line others can read.
         env = {**os.environ, "GPU_AGENT_TOKEN": token}
         agent = subprocess.Popen(command, stdout=subprocess.PIPE, env=env, text=True)  # noqa: S603
@@ -194,7 +221,49 @@ class Command(BaseCommand):
             raise CommandError(f"the simulated agents did not start (ports {port}+ in use?)")
         return agent
 
-    def _serve(self, options: dict, password: str) -> None:
+    def _node_names(self, options: dict) -> dict[str, str]:
+        """The simulators' host names (one node alone is named as --hostname) -> the nodes."""
+        hosts = [DEMO_PREFIX] if options["nodes"] == 1 else [
+            f"{DEMO_PREFIX}-{i + 1:02d}" for i in range(options["nodes"])
+        ]  # fmt: skip
+        return {host: _node_name(i) for i, host in enumerate(hosts)} | {HOT_NODE: HOT_NODE}
+
+    def _fill_history(self, options: dict) -> None:
+        """The minutes of the last ``--history-hours`` the rollups lack, as the simulator
+        would have reported them with the slices the portal held then."""
+        end = timezone.now().replace(second=0, microsecond=0)
+        start = end - timedelta(hours=options["history_hours"])
+        node_of = self._node_names(options)
+        missing = telemetry_demo.missing_minutes(node_of.values(), start, end)
+        if not missing:
+            return
+        began = time.monotonic()
+        held = pools_demo.held_slices(node_of.values(), start)
+        host_of = {node: host for host, node in node_of.items()}
+
+        def slices_at(t: float) -> dict[str, list]:
+            moment = datetime.fromtimestamp(t, UTC)
+            by_host = defaultdict(list)
+            for h in held:
+                if h.held_at(moment):
+                    by_host[host_of[h.node]].append(h.slice)
+            return by_host
+
+        # A reading every HISTORY_STEP_S, as the poller's cycles would have read them.
+        per_minute = range(0, 60, HISTORY_STEP_S)
+        wanted = {m.timestamp() + s for m in missing for s in per_minute}
+        streams = [
+            replay.portal_views(self._agent_args(options, hot), start.timestamp(),
+                                end.timestamp(), slices_at, step_s=HISTORY_STEP_S, wanted=wanted)
+            for hot in (False, True)
+        ]  # fmt: skip
+        written = telemetry_demo.backfill(_merged(streams, node_of))
+        self.stdout.write(
+            f"History: {len(missing)} minute(s) filled from the simulator "
+            f"({written} GPU-minutes, {time.monotonic() - began:.0f} s)."
+        )
+
+    def _serve(self, options: dict, password: str, people: dict[str, str]) -> None:
         from portal.asgi import application
 
         url = f"http://{options['host']}:{options['port']}/"
@@ -203,15 +272,27 @@ class Command(BaseCommand):
         def ready() -> None:
             import asyncio
 
+            from twisted.internet import reactor
+            from twisted.internet.defer import Deferred
+
             tasks.extend(
                 embedded.start(celery_app, settings.CELERY_BEAT_SCHEDULE, asyncio.get_event_loop())
             )
+            # On Ctrl+C or SIGTERM the runs in flight finish before the loop stops.
+            reactor.addSystemEventTrigger(
+                "before", "shutdown",
+                lambda: Deferred.fromFuture(asyncio.ensure_future(embedded.stop(tasks))),
+            )  # fmt: skip
             mode = "embedded" if settings.EMBEDDED else "PostgreSQL/Redis"
             self.stdout.write(
                 f"GPU Portal is running at {url} ({mode}, "
                 f"{options['nodes']} simulated nodes x {options['gpus']} GPUs)\n"
                 f"Log in as {options['username']} / {password}\n"
-                "Press Ctrl+C to stop."
+                + "".join(
+                    f"  or as {name} / {people[name]} ({what}: {', '.join(roles)})\n"
+                    for name, (what, roles) in quotas_demo.PEOPLE.items()
+                )
+                + "Press Ctrl+C to stop."
             )
             self.stdout.flush()
 
@@ -224,6 +305,18 @@ class Command(BaseCommand):
             ready_callable=ready,
         )
         server.run()
-        for task in tasks:
-            task.cancel()
         self.stdout.write(f"stopped after {time.monotonic() - started:.0f} s")
+
+
+def _node_name(index: int) -> str:
+    return f"{DEMO_PREFIX}-{index + 1:02d}"
+
+
+def _merged(streams: list[Iterator], node_of: dict[str, str]) -> Iterator[tuple[datetime, dict]]:
+    """The replays of the fleet and the hot node, moment by moment (they step alike),
+    each view under its node's name."""
+    for parts in zip(*streams, strict=True):
+        views = {}
+        for _moment, part in parts:
+            views.update({node_of[host]: view for host, view in part.items()})
+        yield datetime.fromtimestamp(parts[0][0], UTC), views
