@@ -113,8 +113,10 @@ def seed_story(admin, pool: Pool, models: Sequence[str], now: datetime | None = 
 def _teams(admin, pool: Pool, users: dict) -> dict[str, Tenant]:
     tenants = {}
     for slug, (name, description) in TENANTS.items():
-        tenant = tenancy.create_tenant(admin, name=name, slug=slug, description=description)
-        tenancy.add_member(tenant.pk, admin, username=admin.get_username(), role=Role.ADMIN)
+        # The platform admin is each team's first admin, as on the new-tenant page.
+        tenant = tenancy.create_tenant(
+            admin, admin=admin.get_username(), name=name, slug=slug, description=description
+        )
         for username, (_, roles) in PEOPLE.items():
             if slug in roles and username in users:
                 tenancy.add_member(tenant.pk, admin, username=username, role=roles[slug])
