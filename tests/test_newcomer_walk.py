@@ -56,20 +56,22 @@ class Watch:
         return page
 
 
-@pytest.fixture
-def demo(tmp_path) -> Iterator[tuple[str, str, procs.Proc]]:
-    """`./dev up`'s last step on the embedded default: the URL and the admin's password."""
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory) -> Iterator[tuple[str, dict[str, str], procs.Proc]]:
+    """`./dev up`'s last step on the embedded default: the URL and the printed logins."""
     port, agent_port = procs.free_port(), procs.free_ports(3)
     proc = procs.start(
         "demo",
         [procs.PYTHON, "manage.py", "demo", "--port", str(port), "--agent-port", str(agent_port),
-         "--nodes", "2", "--gpus", "4"],
-        procs.embedded_env(tmp_path, GPU_POLL_INTERVAL="1", REQUESTS_PLACE_EVERY_S="2"),
+         "--nodes", "2", "--gpus", "4", "--history-hours", "2"],
+        procs.embedded_env(
+            tmp_path_factory.mktemp("var"), GPU_POLL_INTERVAL="1", REQUESTS_PLACE_EVERY_S="2"
+        ),
     )  # fmt: skip
     try:
-        [login] = proc.wait_for("Log in as admin", timeout=120)
-        password = re.search(r"Log in as admin / (\S+)", login).group(1)
-        yield f"http://127.0.0.1:{port}", password, proc
+        proc.wait_for("Press Ctrl+C to stop", timeout=180)
+        logins = dict(re.findall(r"(?:Log in|or) as (\S+) / (\S+)", "".join(proc.lines)))
+        yield f"http://127.0.0.1:{port}", logins, proc
     finally:
         assert proc.stop(timeout=30) in (0, -15), "".join(proc.lines[-30:])
 
@@ -135,10 +137,10 @@ def _ask(watch: Watch, dev: Page, *, whole: bool, reason: str) -> None:
 
 
 def test_a_newcomer_walks_every_flow_on_the_embedded_default(demo, browser: Browser):
-    url, admin_password, proc = demo
+    url, logins, proc = demo
     watch = Watch(url)
     admin_context = browser.new_context()
-    admin = _log_in(watch, admin_context, "admin", admin_password)
+    admin = _log_in(watch, admin_context, "admin", logins["admin"])
 
     # The admin: two users, a tenant (its first admin is the admin), both invited, a quota.
     dana_link = _make_user(watch, admin, "dana", "Dana")
@@ -227,6 +229,50 @@ def test_a_newcomer_walks_every_flow_on_the_embedded_default(demo, browser: Brow
 
     for context in browser.contexts:
         context.close()
+    assert watch.failures == [], watch.failures
+    assert all(status in (200, 302) for status, _ in watch.documents), watch.documents
+    assert watch.console == [], watch.console
+    assert "Traceback" not in "".join(proc.lines), "".join(proc.lines[-40:])
+
+
+# Pages a crawl must not follow: they act, sign out, download or leave the portal's pages.
+NOT_FOLLOWED = re.compile(r"/accounts/logout|/i18n/|format=csv|export\.csv|/admin/|/api/")
+
+
+@pytest.mark.parametrize("user", ["admin", "mei", "ana"])
+def test_every_page_the_demo_links_to_answers_for_each_of_its_people(demo, browser, user):
+    """From the sidebar and one step beyond it (a tenant, a pool, a request, a node, an
+    event...), every page the demo's content links to opens, for the admin, the approver
+    and a developer alike: no error status, no console error."""
+    url, logins, proc = demo
+    watch = Watch(url)
+    context = browser.new_context()
+    page = _log_in(watch, context, user, logins[user])
+    sidebar = page.eval_on_selector_all(
+        "aside a.nav-link[href^='/']", "links => links.map(a => a.getAttribute('href'))"
+    )
+    assert len(sidebar) >= 6, sidebar
+    seen: set[str] = set()
+    for path in dict.fromkeys(sidebar):
+        watch.open(page, path)
+        seen.add(path)
+        links = page.eval_on_selector_all(
+            "main a[href^='/'], .page-body a[href^='/']",
+            "links => links.map(a => a.getAttribute('href'))",
+        )
+        # One of each kind of page this one links to (the first tenant, pool, request...).
+        kinds = {}
+        for link in links:
+            link = link.split("#")[0]
+            kind = re.sub(r"\d+|[?].*", "", link)
+            if link and link not in seen and not NOT_FOLLOWED.search(link):
+                kinds.setdefault(kind, link)
+        for link in kinds.values():
+            if link not in seen:
+                watch.open(page, link)
+                seen.add(link)
+    context.close()
+    assert len(seen) > len(sidebar), seen
     assert watch.failures == [], watch.failures
     assert all(status in (200, 302) for status, _ in watch.documents), watch.documents
     assert watch.console == [], watch.console
