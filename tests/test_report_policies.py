@@ -185,7 +185,10 @@ def test_the_accounting_charges_the_price_set_on_the_page(teams):
     data = client.get("/accounting/").context["data"]
     # The teams hold a half card and a whole card, placed two hours ago: 3 GPU-hours.
     assert data.currency == "CNY"
-    assert data.total.cost == (data.total.gpu_hours * Decimal("12.5")).quantize(Decimal("0.01"))
+    # Each line is charged its own GPU-hours at the price, to the cent; the total adds them.
+    for line in data.lines:
+        assert line.cost == (line.gpu_hours * Decimal("12.5")).quantize(Decimal("0.01"))
+    assert data.total.cost == sum(line.cost for line in data.lines)
     assert data.total.cost > 0
 
 
