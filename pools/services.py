@@ -54,8 +54,16 @@ def _card(row: tuple) -> placement.Card:
         memory_capacity_mib=m_cap, memory_physical_mib=physical, compute_used=c_used,
         memory_used_mib=m_used, slices=slices, held_whole=whole,
         schedulable=(cordoned is None and health == GpuHealth.OK and state == NodeState.ONLINE),
-        node_labels=labels if isinstance(labels, dict) else {},
+        node_labels=_labels(labels),
     )  # fmt: skip
+
+
+def _labels(value) -> dict:
+    """A node's labels as read: the ORM decodes the JSON, a raw cursor hands it over as
+    text (Django's psycopg loader leaves jsonb to the field)."""
+    if isinstance(value, str):
+        value = json.loads(value)
+    return value if isinstance(value, dict) else {}
 
 
 def _schedulable(rows):
