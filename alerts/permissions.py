@@ -16,9 +16,9 @@ from django.db.models import Q, QuerySet
 from agents.permissions import CHANGE_NODE
 from alerts.live import ALL_GROUP, PLATFORM_GROUP, tenant_group
 from alerts.models import Channel, Event, Rule, Subscription
-from quotas.choices import Role
+from quotas.interface import administered_tenant_ids
 from quotas.models import Tenant
-from quotas.permissions import is_platform_admin
+from quotas.permissions import can_approve, is_platform_admin, tenant_ids_of
 
 User = AbstractBaseUser | AnonymousUser
 
@@ -28,7 +28,7 @@ def managed_tenants(user: User) -> QuerySet[Tenant]:
         return Tenant.objects.none()
     if is_platform_admin(user):
         return Tenant.objects.all()
-    return Tenant.objects.filter(memberships__user=user, memberships__role=Role.ADMIN)
+    return Tenant.objects.filter(pk__in=administered_tenant_ids(user))
 
 
 def visible_channels(user: User) -> QuerySet[Channel]:
@@ -54,10 +54,10 @@ def visible_events(user: User) -> QuerySet[Event]:
         return Event.objects.none()
     if is_platform_admin(user):
         return Event.objects.all()
-    mine = Q(tenant__memberships__user=user)
+    mine = Q(tenant_id__in=tenant_ids_of(user))
     if sees_platform_events(user):
         mine |= Q(tenant__isnull=True)
-    return Event.objects.filter(mine).distinct()
+    return Event.objects.filter(mine)
 
 
 def can_acknowledge(user: User, event: Event) -> bool:
@@ -68,10 +68,7 @@ def can_acknowledge(user: User, event: Event) -> bool:
         return True
     if event.tenant_id is None:
         return sees_platform_events(user)
-    return Tenant.objects.filter(
-        pk=event.tenant_id, memberships__user=user,
-        memberships__role__in=(Role.ADMIN, Role.APPROVER),
-    ).exists()  # fmt: skip
+    return can_approve(user, event.tenant_id)
 
 
 def visible_subscriptions(user: User) -> QuerySet[Subscription]:
@@ -88,12 +85,6 @@ def manages_rules(user: User) -> bool:
     return is_platform_admin(user)
 
 
-def member_tenant_ids(user: User) -> set[int]:
-    if not user.is_authenticated:
-        return set()
-    return set(Tenant.objects.filter(memberships__user=user).values_list("pk", flat=True))
-
-
 def visible_rules(user: User) -> QuerySet[Rule]:
     """The rules that apply to the reader: every rule not scoped to a tenant, and those of
     the reader's tenants (another tenant's rule would tell its name); all for the
@@ -102,9 +93,7 @@ def visible_rules(user: User) -> QuerySet[Rule]:
         return Rule.objects.none()
     if is_platform_admin(user):
         return Rule.objects.all()
-    return Rule.objects.filter(
-        Q(tenant__isnull=True) | Q(tenant__memberships__user=user)
-    ).distinct()
+    return Rule.objects.filter(Q(tenant__isnull=True) | Q(tenant_id__in=tenant_ids_of(user)))
 
 
 def event_groups(user: User) -> list[str]:
@@ -114,7 +103,8 @@ def event_groups(user: User) -> list[str]:
         return []
     if is_platform_admin(user):
         return [ALL_GROUP]
-    groups = [tenant_group(pk) for pk in sorted(member_tenant_ids(user))]
+    mine = tenant_ids_of(user).values_list("tenant_id", flat=True)
+    groups = [tenant_group(pk) for pk in sorted(mine)]
     if sees_platform_events(user):
         groups.append(PLATFORM_GROUP)
     return groups

@@ -31,8 +31,8 @@ from alerts.evaluate import RuleSpec, scope_allows
 from alerts.models import Event, Rule
 from alerts.routing import route_notice
 from alerts.services import fingerprint_of
-from quotas.choices import Role
-from quotas.models import Membership, Tenant
+from quotas.interface import administered_tenant_ids, tenant_admin_ids
+from quotas.models import Tenant
 from quotas.permissions import platform_admins
 from reports.choices import WarningState
 from reports.models import ReclaimWarning
@@ -115,13 +115,6 @@ def sync_warning(warning_id: int) -> None:
             events.clear(pk)
 
 
-def tenant_admin_ids(tenant_id: int | None) -> set[int]:
-    if tenant_id is None:
-        return set()
-    return set(Membership.objects.filter(tenant_id=tenant_id, role=Role.ADMIN)
-               .values_list("user_id", flat=True))  # fmt: skip
-
-
 def _rule_id(key: str) -> int | None:
     """The notice rule's id, or None when it is disabled (then nothing is sent)."""
     row = Rule.objects.filter(key=key).values_list("pk", "enabled").first()
@@ -151,8 +144,7 @@ def digest_for(user_id: int, digest: dict[str, Any], platform: bool) -> dict[str
     tenants they administer for a tenant admin (None: nothing for them)."""
     if platform:
         return digest
-    mine = set(Membership.objects.filter(user_id=user_id, role=Role.ADMIN)
-               .values_list("tenant_id", flat=True))  # fmt: skip
+    mine = set(administered_tenant_ids(user_id).values_list("tenant_id", flat=True))
     tenants = [t for t in digest.get("tenants", []) if t.get("tenant_id") in mine]
     if not tenants:
         return None

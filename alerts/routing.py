@@ -30,6 +30,7 @@ from agents.permissions import CHANGE_NODE
 from alerts import outbox
 from alerts.choices import SEVERITY_RANK, ScopeKind, Severity
 from alerts.models import Event, Subscription
+from quotas.interface import tenant_members
 from quotas.permissions import holders_of, platform_admins
 
 
@@ -87,7 +88,7 @@ def matching(event: Event) -> list[Subscription]:
     elif event.tenant_id is None:
         allowed = _allowed(owners, platform_admins() | holders_of(CHANGE_NODE))
     else:
-        allowed = _allowed(owners, platform_admins() | Q(memberships__tenant_id=event.tenant_id))
+        allowed = _allowed(owners, platform_admins() | tenant_members(event.tenant_id))
     return [s for s in subs if s.tenant_id is not None or s.owner_id in allowed]
 
 

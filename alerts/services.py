@@ -1,4 +1,5 @@
-"""Channels and events: create, change, delete (audited), and what fires.
+"""Channels: create, change, delete (audited), test; and the helpers the rules share
+(fingerprints, the rules' version). Events fire through ``alerts.events``.
 
 Plain values in and out; every change runs in one transaction with its audit entry.
 Settings are checked by the channel kind's transport; a bad value raises
@@ -14,13 +15,12 @@ from typing import Any
 
 from django.conf import settings
 from django.core.exceptions import ValidationError
-from django.db import IntegrityError, transaction
-from django.utils import timezone
+from django.db import transaction
 from django.utils.translation import gettext as _
 
 from alerts import outbox
-from alerts.choices import OPEN_EVENT_STATES, ChannelKind, EventState, Severity
-from alerts.models import Channel, Event
+from alerts.choices import ChannelKind
+from alerts.models import Channel
 from alerts.transports import TRANSPORTS
 from audit.interface import record, snapshot
 from portal import redis_client
@@ -151,54 +151,3 @@ def bump_rules_version() -> None:
 def fingerprint_of(rule_key: str, scope: str, labels: Mapping[str, Any]) -> str:
     text = json.dumps([rule_key, scope, sorted((str(k), str(v)) for k, v in labels.items())])
     return hashlib.sha256(text.encode()).hexdigest()
-
-
-def raise_event(
-    *, rule_key: str, rule_name: str, severity: str = Severity.WARNING, scope: str = "",
-    labels: Mapping[str, Any] | None = None, summary: str = "", tenant_id: int | None = None,
-    fingerprint: str = "", rule_id: int | None = None,
-) -> tuple[int, bool]:  # fmt: skip
-    """Fire: a new event, or the open one with the same fingerprint seen again (its
-    summary refreshed). (event id, whether it is new)."""
-    labels = dict(labels or {})
-    fingerprint = fingerprint or fingerprint_of(rule_key, scope, labels)
-    now = timezone.now()
-    for _attempt in range(3):
-        updated = Event.objects.filter(fingerprint=fingerprint, state__in=OPEN_EVENT_STATES).update(
-            last_seen_at=now, summary=summary[:2000]
-        )
-        if updated:
-            event_id = Event.objects.get(fingerprint=fingerprint, state__in=OPEN_EVENT_STATES).pk
-            return event_id, False
-        try:
-            with transaction.atomic():
-                event = Event.objects.create(
-                    rule_id=rule_id, rule_key=rule_key[:100], rule_name=rule_name[:200],
-                    severity=severity,
-                    scope=scope[:255], fingerprint=fingerprint, labels=labels,
-                    summary=summary[:2000], tenant_id=tenant_id, started_at=now,
-                    last_seen_at=now,
-                )  # fmt: skip
-            return event.pk, True
-        except IntegrityError:
-            continue  # another process opened it meanwhile: update that one
-    raise RuntimeError(f"cannot raise event {fingerprint}")
-
-
-def resolve_event(event_id: int) -> bool:
-    now = timezone.now()
-    return bool(
-        Event.objects.filter(pk=event_id, state__in=OPEN_EVENT_STATES).update(
-            state=EventState.RESOLVED, resolved_at=now, last_seen_at=now
-        )
-    )
-
-
-def notify(event_id: int, channel_ids: list[int]) -> list[int]:
-    """One delivery of the event to each enabled channel; their ids. (Events raised by
-    rules reach their subscribers through ``alerts.events`` and ``alerts.routing``.)"""
-    with transaction.atomic():
-        enabled = Channel.objects.filter(pk__in=channel_ids, enabled=True).values_list(
-            "pk", flat=True
-        )
-        return [outbox.enqueue(channel_id, event_id=event_id) for channel_id in enabled]

@@ -26,7 +26,8 @@ from audit.interface import record
 from pools import statements
 from pools.choices import AgentSync, AllocationState, LeaseState
 from pools.models import Allocation, PoolCard
-from pools.services import _give_back, ask_of, notify_nodes, picks
+from pools.placement import Ask
+from pools.services import _give_back, notify_nodes, picks
 from pools.signals import AllocationMove, CardCordon, announce_cordon, announce_moves
 
 logger = logging.getLogger(__name__)
@@ -45,7 +46,7 @@ def _choose(allocation: Allocation, exclude: set[int]) -> tuple[int, int, int] |
     ``exclude``), through the allocation service's own statements; returns (gpu id, node
     id, physical MiB) of the card taken, or None."""
     lease, pool = allocation.lease, allocation.pool
-    ask = replace(ask_of(lease, pool), count=1, same_node=False)
+    ask = replace(Ask.of(lease, pool.policy), count=1, same_node=False)
     if lease.same_node:
         # The lease's other slices that stay (healthy card, online node) fix the node.
         sibling = (

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pools.agent_reports import agent_report
 from pools.failover import clear_cordon, drain_node, undrain_node
-from pools.placement import Ask
+from pools.placement import Ask, share_pct
 from pools.reconcile import Drift, drift
 from pools.services import (
     PlacementError,
@@ -44,5 +44,6 @@ __all__ = [
     "release_lease",
     "release_plan",
     "resize_lease",
+    "share_pct",
     "undrain_node",
 ]

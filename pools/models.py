@@ -15,13 +15,24 @@ from decimal import Decimal
 from django.conf import settings
 from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
-from django.db.models import BooleanField, ExpressionWrapper, F, FloatField, Q, Value
+from django.db.models import (
+    BooleanField,
+    Case,
+    ExpressionWrapper,
+    F,
+    FloatField,
+    IntegerField,
+    Q,
+    Value,
+    When,
+)
 from django.db.models.functions import Cast, Coalesce, Least, NullIf
 from django.urls import reverse
 from django.utils.translation import gettext_lazy as _
 
 from agents.models import GPU, Node
 from pools.choices import AgentSync, AllocationState, LeaseState, PlacementPolicy
+from pools.placement import MAX_COMPUTE_PCT
 
 MAX_RATIO = Decimal("10")
 _ratio_validators = [MinValueValidator(Decimal("1")), MaxValueValidator(MAX_RATIO)]
@@ -229,6 +240,11 @@ class Allocation(models.Model):
     def agent_id(self) -> str:
         """The id the agent knows the slice by (its ``allocation_id``)."""
         return f"alloc-{self.pk}"
+
+
+# ``placement.share_pct`` over an allocation's columns, for sums the database does.
+SHARE_PCT = Case(When(whole_card=True, then=Value(MAX_COMPUTE_PCT)), default=F("compute_pct"),
+                 output_field=IntegerField())  # fmt: skip
 
 
 class NodeSync(models.Model):

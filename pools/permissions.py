@@ -41,7 +41,7 @@ _grants: list[LeaseGrant] = []
 def grant_leases(rule: LeaseGrant) -> LeaseGrant:
     """Register a further rule for ``visible_leases``; call it from ``AppConfig.ready``.
 
-    E.g. ``Q(gpu_request__tenant__memberships__user=user)``. A rule may join to many rows:
+    E.g. quotas' ``leases_visible_to``: its tenants' leases. A rule may join to many rows:
     ``visible_leases`` answers each lease once whatever the join.
     """
     _grants.append(rule)

@@ -1,10 +1,9 @@
 """Placement: which cards take a request's vGPUs. A pure function over plain data.
 
-No ORM and no Django here (DESIGN.md decision 7), so hypothesis can test it and
-bench/placement can time it at 10,000 cards. The allocation service (``pools.services``)
-reads the candidate cards, calls ``place`` and then takes the capacity with conditional
-UPDATEs. ``pools.placement_index.CardIndex`` gives the same answers as ``place`` without
-reading every card, for callers that keep the cards in memory.
+No ORM and no Django here (DESIGN.md decision 7), so hypothesis can test it. The
+allocation service (``pools.services.picks``) reads the candidate cards that fit in SQL,
+calls ``place`` on them and then takes the capacity in one statement
+(``pools.statements``); bench/placement times that whole path against PostgreSQL.
 
 Units: compute in percent points of one card (a card has ``100 x compute ratio``),
 memory in MiB (``physical x memory ratio``). Each vGPU of a request goes to a different
@@ -55,6 +54,12 @@ class Card:
         return self.memory_capacity_mib - self.memory_used_mib
 
 
+def share_pct(whole_card: bool, compute_pct: int) -> int:
+    """The card percent one vGPU holds: a whole card all of it (100), a slice its own
+    compute. Quotas, GPU-hours, reports and placement all count a vGPU this way."""
+    return MAX_COMPUTE_PCT if whole_card else compute_pct
+
+
 @dataclass(frozen=True, slots=True)
 class Ask:
     count: int = 1
@@ -72,6 +77,17 @@ class Ask:
         if self.whole_card:
             return card.compute_capacity, card.memory_capacity_mib
         return self.compute_pct, self.memory_mib
+
+    @classmethod
+    def of(cls, spec, policy: str = BINPACK) -> Ask:
+        """The ask of a GPU request or a lease (both carry the same fields): a whole card
+        asks for all of the card, 100 % and its memory once known (0 until placed)."""
+        return cls(
+            count=spec.count, compute_pct=share_pct(spec.whole_card, spec.compute_pct),
+            memory_mib=0 if spec.whole_card else spec.memory_mib, whole_card=spec.whole_card,
+            model=spec.gpu_model, node=spec.node_name, node_labels=spec.node_labels or {},
+            same_node=spec.same_node, policy=policy,
+        )  # fmt: skip
 
     @property
     def valid(self) -> bool:

@@ -54,8 +54,16 @@ def _card(row: tuple) -> placement.Card:
         memory_capacity_mib=m_cap, memory_physical_mib=physical, compute_used=c_used,
         memory_used_mib=m_used, slices=slices, held_whole=whole,
         schedulable=(cordoned is None and health == GpuHealth.OK and state == NodeState.ONLINE),
-        node_labels=labels if isinstance(labels, dict) else {},
+        node_labels=_labels(labels),
     )  # fmt: skip
+
+
+def _labels(value) -> dict:
+    """A node's labels as read: the ORM decodes the JSON, a raw cursor hands it over as
+    text (Django's psycopg loader leaves jsonb to the field)."""
+    if isinstance(value, str):
+        value = json.loads(value)
+    return value if isinstance(value, dict) else {}
 
 
 def _schedulable(rows):
@@ -224,14 +232,6 @@ def could_ever_fit(pool: Pool, ask: placement.Ask) -> bool:
     return rows[: ask.count].count() >= ask.count
 
 
-def ask_of(lease: Lease, pool: Pool) -> placement.Ask:
-    return placement.Ask(
-        count=lease.count, compute_pct=lease.compute_pct, memory_mib=lease.memory_mib,
-        whole_card=lease.whole_card, model=lease.gpu_model, node=lease.node_name,
-        node_labels=lease.node_labels or {}, same_node=lease.same_node, policy=pool.policy,
-    )  # fmt: skip
-
-
 def place_lease(
     pool: Pool, ask: placement.Ask, *, holder, unix_user: str, label: str = ""
 ) -> Lease:
@@ -253,11 +253,12 @@ def place_lease(
         node_labels=dict(ask.node_labels),
         same_node=ask.same_node,
     )
-    # A whole card's slice is the card: 100 % and its physical memory (set per card).
+    # A whole card's slice is the card: 100 % and its physical memory (the statement
+    # sets each card's).
     template = Allocation(
         pool=pool,
-        compute_pct=100 if ask.whole_card else ask.compute_pct,
-        memory_mib=0 if ask.whole_card else ask.memory_mib,
+        compute_pct=placement.share_pct(ask.whole_card, ask.compute_pct),
+        memory_mib=ask.memory_mib,
         whole_card=ask.whole_card,
         placed_at=timezone.now(),
     )

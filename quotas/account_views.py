@@ -107,9 +107,7 @@ def _managed_user(pk: int) -> AbstractBaseUser:
 def user_detail(request: HttpRequest, pk: int) -> HttpResponse:
     _users_admin_only(request)
     person = _managed_user(pk)
-    memberships = (
-        Membership.objects.filter(user=person).select_related("tenant").order_by("tenant__name")
-    )
+    memberships = Membership.objects.of(person).select_related("tenant").order_by("tenant__name")
     context = {
         "person": person,
         "memberships": memberships,

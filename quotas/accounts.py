@@ -45,7 +45,6 @@ from django.utils.translation import gettext as _
 
 from audit.interface import record, snapshot
 from quotas import permissions
-from quotas.choices import Role
 from quotas.models import Membership, Tenant
 
 # What the audit log keeps of a user (never the password: ``snapshot`` drops it anyway).
@@ -200,14 +199,14 @@ def _refuse_over(actor, user: AbstractBaseUser) -> None:
 
 def _last_admin_of(user: AbstractBaseUser) -> list[str]:
     """The tenants of which ``user`` is the last active admin, with those tenants locked."""
-    tenant_ids = list(
-        Membership.objects.filter(user=user, role=Role.ADMIN).values_list("tenant_id", flat=True)
-    )
+    tenant_ids = list(permissions.administered_tenant_ids(user).values_list("tenant_id", flat=True))
     if not tenant_ids:
         return []
     locked = list(Tenant.objects.select_for_update().filter(pk__in=tenant_ids).order_by("pk"))
     others = set(
-        Membership.objects.filter(tenant_id__in=tenant_ids, role=Role.ADMIN, user__is_active=True)
+        Membership.objects.filter(tenant_id__in=tenant_ids)
+        .admins()
+        .active()
         .exclude(user=user)
         .values_list("tenant_id", flat=True)
     )

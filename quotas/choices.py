@@ -8,6 +8,10 @@ class Role(models.TextChoices):
     MEMBER = "member", _("Member")
 
 
+# The roles that decide a tenant's GPU requests (and its alerts, exemptions, appeals).
+DECIDING_ROLES = (Role.ADMIN, Role.APPROVER)
+
+
 class BudgetPeriod(models.TextChoices):
     MONTH = "month", _("Calendar month")
     ROLLING_30 = "rolling30", _("Rolling 30 days")

@@ -14,8 +14,7 @@ from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
 
 from quotas.notices import ALL_GROUP, tenant_group, user_group
-from quotas.permissions import is_platform_admin
-from quotas.request_rules import approver_tenant_ids
+from quotas.permissions import is_platform_admin, tenant_ids_of
 
 CLOSE_UNAUTHENTICATED = 4401
 
@@ -35,7 +34,8 @@ class RequestConsumer(AsyncWebsocketConsumer):
     def _groups(user) -> list[str]:
         if is_platform_admin(user):
             return [user_group(user.pk), ALL_GROUP]
-        return [user_group(user.pk), *(tenant_group(t) for t in sorted(approver_tenant_ids(user)))]
+        deciding = tenant_ids_of(user, deciding=True).values_list("tenant_id", flat=True)
+        return [user_group(user.pk), *(tenant_group(t) for t in sorted(deciding))]
 
     async def disconnect(self, code: int) -> None:
         for group in getattr(self, "joined", ()):

@@ -12,6 +12,7 @@ from django.utils.translation import gettext_lazy as _
 
 from pools.models import Pool
 from quotas.models import Quota, Tenant
+from quotas.permissions import tenants_of
 
 LABEL_PAIR = re.compile(r"^[A-Za-z0-9_.\-/]{1,63}=[A-Za-z0-9_.\-]{0,63}$")
 
@@ -68,7 +69,7 @@ class GpuRequestForm(ServiceErrorsMixin, forms.Form):
 
     def __init__(self, *args, user, **kwargs) -> None:
         super().__init__(*args, **kwargs)
-        tenants = Tenant.objects.filter(memberships__user=user)
+        tenants = tenants_of(user)
         self.fields["tenant"].queryset = tenants
         self.fields["pool"].queryset = Pool.objects.filter(
             pk__in=Quota.objects.filter(tenant__in=tenants).values("pool_id")
@@ -90,14 +91,12 @@ class GpuRequestForm(ServiceErrorsMixin, forms.Form):
         return data
 
     def ask(self) -> dict:
-        """The service's keyword arguments."""
+        """The service's keyword arguments (``create_request`` sizes a whole card)."""
         data = self.cleaned_data
-        whole = data["size"] == "whole"
         return {
             "tenant": data["tenant"], "pool": data["pool"], "count": data["count"],
-            "whole_card": whole,
-            "compute_pct": 100 if whole else data["compute_pct"],
-            "memory_mib": 0 if whole else data["memory_mib"],
+            "whole_card": data["size"] == "whole",
+            "compute_pct": data["compute_pct"], "memory_mib": data["memory_mib"],
             "gpu_model": data["gpu_model"], "node_name": data["node_name"],
             "node_labels": data["node_labels"], "same_node": data["same_node"],
             "duration_hours": data["duration_hours"], "reason": data["reason"],

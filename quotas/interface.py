@@ -1,7 +1,9 @@
 """Quotas' public interface for the apps above it (alerts, reports).
 
 Models and choices are public too (``quotas.models``, ``quotas.choices``), and the
-capability rules (``quotas.permissions``). Everything else in quotas is private.
+capability rules (``quotas.permissions``). Everything else in quotas is private. The apps
+above ask who holds which role here (``tenant_admin_ids`` and the like), never by
+querying ``Membership`` themselves.
 """
 
 from __future__ import annotations
@@ -10,8 +12,14 @@ from quotas.accounts import set_apart as set_apart_users
 from quotas.lifecycle import release_lease_request
 from quotas.notices import announce_id
 from quotas.notices import text_of as notice_text
+from quotas.permissions import (
+    administered_tenant_ids,
+    tenant_admin_ids,
+    tenant_admins,
+    tenant_members,
+)
 from quotas.queries import RequestFact, expiring_requests, pending_requests
-from quotas.services import ask_of
+from quotas.services import demand_of
 from quotas.signals import request_event
 from quotas.tenancy import add_member
 from quotas.usage import (
@@ -20,8 +28,6 @@ from quotas.usage import (
     Held,
     QuotaUsage,
     Usage,
-    gpu_hours_left,
-    gpu_hours_used,
     held_hours,
     quota_usage,
 )
@@ -34,11 +40,10 @@ __all__ = [
     "RequestFact",
     "Usage",
     "add_member",
+    "administered_tenant_ids",
     "announce_id",
-    "ask_of",
+    "demand_of",
     "expiring_requests",
-    "gpu_hours_left",
-    "gpu_hours_used",
     "held_hours",
     "notice_text",
     "pending_requests",
@@ -46,4 +51,7 @@ __all__ = [
     "release_lease_request",
     "request_event",
     "set_apart_users",
+    "tenant_admin_ids",
+    "tenant_admins",
+    "tenant_members",
 ]

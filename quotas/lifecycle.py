@@ -16,11 +16,11 @@ from django.utils import timezone
 from django.utils.translation import gettext as _
 
 from audit.interface import record, snapshot
-from pools.interface import PlacementError, resize_lease
-from quotas.choices import NoticeKind, RequestState, Role
-from quotas.models import GpuRequest, Membership, Quota
+from pools.interface import PlacementError, resize_lease, share_pct
+from quotas.choices import NoticeKind, RequestState
+from quotas.models import GpuRequest, Quota
 from quotas.notices import announce
-from quotas.request_rules import can_decide, can_manage
+from quotas.permissions import can_decide, can_manage, tenant_admin_ids
 from quotas.services import (
     _over,
     allocated_usage,
@@ -72,7 +72,7 @@ def extend_request(req_id: int, user, hours, *, address: str | None = None) -> G
         if req.extension_hours:
             raise ValidationError({"hours": [_("An extension already waits for an approver.")]})
         quota = Quota.objects.select_for_update().get(tenant_id=req.tenant_id, pool_id=req.pool_id)
-        compute = 100 if req.whole_card else req.compute_pct
+        compute = share_pct(req.whole_card, req.compute_pct)
         if problem := budget_problem(quota, req.count, compute, hours):
             raise ValidationError({"hours": [problem]})
         before = snapshot(req)
@@ -194,10 +194,7 @@ def escalate_pending(now: datetime | None = None) -> int:
             ).update(escalated_at=now):
                 continue
             req.escalated_at = now
-            admins = set(
-                Membership.objects.filter(tenant_id=req.tenant_id, role=Role.ADMIN)
-                .values_list("user_id", flat=True)
-            )  # fmt: skip
+            admins = tenant_admin_ids(req.tenant_id)
             record("request.escalate", req, tenant_id=req.tenant_id, after=snapshot(req))
             announce(req, NoticeKind.ESCALATED, recipients=admins | {req.requester_id})
             done += 1

@@ -14,7 +14,7 @@ from django.urls import reverse
 from django.utils.translation import gettext_lazy as _
 
 from pools.models import Lease, Pool
-from quotas.choices import BudgetPeriod, NoticeKind, RequestState, Role
+from quotas.choices import DECIDING_ROLES, BudgetPeriod, NoticeKind, RequestState, Role
 
 
 class Tenant(models.Model):
@@ -37,6 +37,25 @@ class Tenant(models.Model):
         return reverse("quotas:tenant_detail", args=[self.slug])
 
 
+class MembershipQuerySet(models.QuerySet):
+    """The questions asked of memberships, each written once: whose, which roles."""
+
+    def of(self, user) -> MembershipQuerySet:
+        """The memberships of ``user`` (a user or a user's id; none for anonymous)."""
+        return self.filter(user_id=getattr(user, "pk", user))
+
+    def deciding(self) -> MembershipQuerySet:
+        """Those whose role decides the tenant's requests: approvers and tenant admins."""
+        return self.filter(role__in=DECIDING_ROLES)
+
+    def admins(self) -> MembershipQuerySet:
+        return self.filter(role=Role.ADMIN)
+
+    def active(self) -> MembershipQuerySet:
+        """Of active users (a deactivated admin administers nothing)."""
+        return self.filter(user__is_active=True)
+
+
 class Membership(models.Model):
     user = models.ForeignKey(
         settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="memberships"
@@ -44,6 +63,8 @@ class Membership(models.Model):
     tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="memberships")
     role = models.CharField(_("role"), max_length=16, choices=Role, default=Role.MEMBER)
     created = models.DateTimeField(auto_now_add=True)
+
+    objects = MembershipQuerySet.as_manager()
 
     class Meta:
         ordering = ["tenant_id", "user_id"]

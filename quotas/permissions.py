@@ -31,11 +31,10 @@ from rest_framework import permissions
 from rest_framework.request import Request
 
 from pools.models import Allocation
-from quotas.choices import Role
+from quotas.choices import DECIDING_ROLES, RequestState, Role
 from quotas.models import GpuRequest, Membership, Tenant
 
 CHANGE_TENANT = "quotas.change_tenant"
-APPROVING_ROLES = (Role.ADMIN, Role.APPROVER)
 
 User = AbstractBaseUser | AnonymousUser
 
@@ -74,25 +73,51 @@ def role_in(user: User, tenant: Tenant | int) -> str | None:
     """The user's role in the tenant, or None when not a member."""
     if not user.is_authenticated:
         return None
-    tenant_id = tenant if isinstance(tenant, int) else tenant.pk
+    tenant_id = getattr(tenant, "pk", tenant)
     return (
-        Membership.objects.filter(user_id=user.pk, tenant_id=tenant_id)
+        Membership.objects.of(user)
+        .filter(tenant_id=tenant_id)
         .values_list("role", flat=True)
         .first()
     )
 
 
-def tenant_ids_of(user: User, roles: tuple[str, ...] | None = None) -> QuerySet:
-    """The ids of the tenants the user belongs to (with one of ``roles``), as a subquery."""
-    rows = Membership.objects.filter(user_id=user.pk if user.is_authenticated else None)
-    if roles is not None:
-        rows = rows.filter(role__in=roles)
+def tenant_ids_of(user: User, *, deciding: bool = False) -> QuerySet:
+    """The ids of the user's tenants (those where they decide, with ``deciding``), as a
+    subquery: the one "my tenants" of pages, API, sockets and the apps above."""
+    rows = Membership.objects.of(user)
+    if deciding:
+        rows = rows.deciding()
     return rows.values("tenant_id")
 
 
 def tenants_of(user: User) -> QuerySet[Tenant]:
     """The tenants the user is a member of, whatever the role (none for anonymous)."""
     return Tenant.objects.filter(pk__in=tenant_ids_of(user))
+
+
+def administered_tenant_ids(user) -> QuerySet:
+    """The ids of the tenants ``user`` (a user or an id) is an admin of, as a subquery."""
+    return Membership.objects.of(user).admins().values("tenant_id")
+
+
+def tenant_admin_ids(tenant_id: int | None) -> set[int]:
+    """The user ids of the tenant's admins (none for no tenant)."""
+    if tenant_id is None:
+        return set()
+    return set(Membership.objects.filter(tenant_id=tenant_id).admins()
+               .values_list("user_id", flat=True))  # fmt: skip
+
+
+def tenant_admins() -> Q:
+    """A filter over users: the admins of any tenant (as ``platform_admins``, for picking
+    recipients in one query)."""
+    return Q(pk__in=Membership.objects.admins().values("user_id"))
+
+
+def tenant_members(tenant_id: int) -> Q:
+    """A filter over users: the tenant's members, whatever their role."""
+    return Q(pk__in=Membership.objects.filter(tenant_id=tenant_id).values("user_id"))
 
 
 def visible_tenants(user: User) -> QuerySet[Tenant]:
@@ -125,29 +150,60 @@ def can_manage_members(user: User, tenant: Tenant | int) -> bool:
 
 def can_approve(user: User, tenant: Tenant | int) -> bool:
     """Decide the tenant's GPU requests: its approvers and admins, platform admins.
-    (``quotas.services.can_decide`` adds that nobody decides their own request.)"""
-    return is_platform_admin(user) or role_in(user, tenant) in APPROVING_ROLES
+    (``can_decide`` adds that nobody decides their own request.)"""
+    return is_platform_admin(user) or role_in(user, tenant) in DECIDING_ROLES
+
+
+def approves_somewhere(user: User) -> bool:
+    """Whether the approvals queue is for ``user``: a platform admin, or an approver or
+    admin of some tenant."""
+    return is_platform_admin(user) or tenant_ids_of(user, deciding=True).exists()
+
+
+# --- GPU requests ------------------------------------------------------------------------
 
 
 def visible_requests(user: User) -> QuerySet[GpuRequest]:
-    """The GPU requests the user may read: all for platform admins; for anyone else those
-    of their tenants (members see their team's requests) and their own."""
+    """The GPU requests the user may read (pages, API, socket parts): all for platform
+    admins; for anyone else their tenants' and their own. Their own stay theirs after they
+    leave the tenant: they may still hold its GPUs (leaving releases nothing), and are
+    still told of each step, as they still see the lease (``leases_visible_to``)."""
+    rows = GpuRequest.objects.select_related("tenant", "pool", "requester", "decided_by")
     if is_platform_admin(user):
-        return GpuRequest.objects.all()
+        return rows
     if not user.is_authenticated:
-        return GpuRequest.objects.none()
-    return GpuRequest.objects.filter(Q(tenant_id__in=tenant_ids_of(user)) | Q(requester=user))
+        return rows.none()
+    return rows.filter(Q(tenant_id__in=tenant_ids_of(user)) | Q(requester_id=user.pk))
 
 
-def approvable_requests(user: User) -> QuerySet[GpuRequest]:
-    """The requests the user may decide (pending or not), own ones left out."""
+def can_decide(user: User, req: GpuRequest) -> bool:
+    """Approve or reject: the tenant's approvers and admins, and platform admins; never
+    the requester alone (nobody decides their own request, unless a platform admin)."""
     if is_platform_admin(user):
-        return GpuRequest.objects.all()
+        return True
+    return can_approve(user, req.tenant_id) and user.pk != req.requester_id
+
+
+def can_manage(user: User, req: GpuRequest) -> bool:
+    """Release, extend, resize or cancel: the requester (while still a member), the
+    tenant's admins, platform admins."""
     if not user.is_authenticated:
-        return GpuRequest.objects.none()
-    return GpuRequest.objects.filter(tenant_id__in=tenant_ids_of(user, APPROVING_ROLES)).exclude(
-        requester=user
+        return False
+    if is_platform_admin(user):
+        return True
+    role = role_in(user, req.tenant_id)
+    return role == Role.ADMIN or (role is not None and user.pk == req.requester_id)
+
+
+def decidable_requests(user: User) -> QuerySet[GpuRequest]:
+    """Pending requests and pending extensions ``user`` may decide, oldest first."""
+    waiting = Q(state=RequestState.PENDING) | Q(
+        state=RequestState.ALLOCATED, extension_hours__isnull=False
     )
+    rows = visible_requests(user).filter(waiting).order_by("created", "pk")
+    if is_platform_admin(user):
+        return rows
+    return rows.filter(tenant_id__in=tenant_ids_of(user, deciding=True)).exclude(requester=user)
 
 
 def leases_visible_to(user: User) -> Q:

@@ -1,5 +1,5 @@
 """The GPU request pages: ask, my requests and GPUs, a request's page, the approvals
-queue, and the actions on them. Rules live in the services and quotas.request_rules;
+queue, and the actions on them. Rules live in the services and quotas.permissions;
 here only who is asking, which form, and where to go next.
 
 The two list pages also answer ``?part=1`` with their live part alone: their script
@@ -20,7 +20,7 @@ from django.views.decorators.http import require_POST
 
 from audit.interface import history_of, request_address
 from pools.models import Allocation
-from quotas import lifecycle, request_rules
+from quotas import lifecycle, permissions
 from quotas.choices import OPEN_STATES, RequestState
 from quotas.forms_requests import DecisionForm, ExtendForm, GpuRequestForm, ResizeForm
 from quotas.models import GpuRequest, Notice
@@ -57,7 +57,7 @@ def _notices(user) -> list[dict]:
 
 @login_required
 def request_mine(request: HttpRequest) -> HttpResponse:
-    mine = request_rules.visible_requests(request.user).filter(requester=request.user)
+    mine = permissions.visible_requests(request.user).filter(requester=request.user)
     context = {
         "rows": _rows(mine.order_by("-created")[:200]),
         "notices": _notices(request.user),
@@ -86,7 +86,7 @@ def request_new(request: HttpRequest) -> HttpResponse:
 
 
 def _visible(request: HttpRequest, pk: int) -> GpuRequest:
-    req = request_rules.visible_requests(request.user).filter(pk=pk).first()
+    req = permissions.visible_requests(request.user).filter(pk=pk).first()
     if req is None:
         raise Http404  # another tenant's request is as absent as a missing one
     return req
@@ -97,9 +97,9 @@ def _detail(request: HttpRequest, req: GpuRequest, *, status: int = 200, **forms
     context = {
         "row": _rows([req])[0],
         "history": history_of(req),
-        "can_manage": request_rules.can_manage(user, req),
+        "can_manage": permissions.can_manage(user, req),
         "is_open": req.state in OPEN_STATES,
-        "can_decide": request_rules.can_decide(user, req),
+        "can_decide": permissions.can_decide(user, req),
         "extend_form": forms.get("extend_form") or ExtendForm(),
         "resize_form": forms.get("resize_form")
         or ResizeForm(initial={"compute_pct": req.compute_pct, "memory_mib": req.memory_mib}),
@@ -243,9 +243,9 @@ def extension_decide(request: HttpRequest, pk: int) -> HttpResponse:
 
 @login_required
 def approvals(request: HttpRequest) -> HttpResponse:
-    if not request_rules.may_approve_somewhere(request.user):
+    if not permissions.approves_somewhere(request.user):
         raise PermissionDenied
-    context = {"rows": _rows(request_rules.decidable_requests(request.user)[:500]),
+    context = {"rows": _rows(permissions.decidable_requests(request.user)[:500]),
                "decision_form": DecisionForm()}  # fmt: skip
     template = (
         "quotas/approvals_part.html" if request.GET.get("part") else "quotas/approvals_queue.html"

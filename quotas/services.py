@@ -20,28 +20,25 @@ from django.utils import timezone
 from django.utils.translation import gettext as _
 
 from audit.interface import record, snapshot
-from pools.interface import Ask, PlacementError, could_ever_fit, place_lease, release_lease
+from pools.interface import (
+    Ask,
+    PlacementError,
+    could_ever_fit,
+    place_lease,
+    release_lease,
+    share_pct,
+)
 from pools.models import Allocation, Pool
-from quotas.budget import ask_hours, gpu_hours_left
-from quotas.choices import OPEN_STATES, NoticeKind, RequestState, Role
-from quotas.models import GpuRequest, Membership, Quota, Tenant
+from quotas.choices import OPEN_STATES, NoticeKind, RequestState
+from quotas.models import GpuRequest, Quota, Tenant
 from quotas.notices import announce, publish
-from quotas.permissions import is_platform_admin
-from quotas.usage import LIVE, Usage
+from quotas.permissions import can_decide, role_in
+from quotas.usage import LIVE, Usage, ask_hours, gpu_hours_left
 
 ASK_FIELDS = (
     "count", "whole_card", "compute_pct", "memory_mib", "gpu_model", "node_name",
     "node_labels", "same_node", "duration_hours", "reason", "priority",
 )  # fmt: skip
-
-
-def ask_of(req: GpuRequest) -> Ask:
-    return Ask(
-        count=req.count, compute_pct=100 if req.whole_card else req.compute_pct,
-        memory_mib=0 if req.whole_card else req.memory_mib, whole_card=req.whole_card,
-        model=req.gpu_model, node=req.node_name, node_labels=req.node_labels or {},
-        same_node=req.same_node, policy=req.pool.policy,
-    )  # fmt: skip
 
 
 # The tenant's live leases in the pool as an array, so the allocations are read through
@@ -91,7 +88,7 @@ def _claimed_usage(tenant_id: int, pool_id: int, *, user_id: int | None = None) 
         "count", "whole_card", "compute_pct", "memory_mib"
     ):
         vgpus += count
-        compute += count * (100 if whole else c)
+        compute += count * share_pct(whole, c)
         memory += count * m
     return Usage(placed.vgpus + vgpus, placed.compute_pct + compute, placed.memory_mib + memory)
 
@@ -107,9 +104,13 @@ def _caps_members(quota: Quota) -> bool:
     return any(limit is not None for limit in _limits(quota, per_user=True))
 
 
-def _demand(req: GpuRequest) -> Usage:
-    compute = 100 if req.whole_card else req.compute_pct
-    return Usage(req.count, req.count * compute, req.count * req.memory_mib)
+def demand_of(req: GpuRequest) -> Usage:
+    """What the request holds, or asks to hold, against a quota (a whole card's memory
+    counts once the card is known)."""
+    return Usage(
+        req.count, req.count * share_pct(req.whole_card, req.compute_pct),
+        req.count * req.memory_mib,
+    )  # fmt: skip
 
 
 def _over(quota: Quota, used: Usage, ask: Usage, *, per_user: bool = False) -> list[str]:
@@ -130,16 +131,6 @@ def _over(quota: Quota, used: Usage, ask: Usage, *, per_user: bool = False) -> l
     return problems
 
 
-def role_in(user, tenant_id: int) -> str | None:
-    if not user.is_authenticated:
-        return None
-    return (
-        Membership.objects.filter(user=user, tenant_id=tenant_id)
-        .values_list("role", flat=True)
-        .first()
-    )
-
-
 def create_request(
     user, *, tenant: Tenant, pool: Pool, address: str | None = None, **ask
 ) -> GpuRequest:
@@ -151,9 +142,9 @@ def create_request(
         requester=user,
         **{k: v for k, v in ask.items() if k in ASK_FIELDS},
     )
-    if req.whole_card:
-        req.compute_pct = 100
-        req.memory_mib = 0  # set to the card's memory when placed
+    # Sized as placement asks: a whole card is all of its card (its memory set when placed).
+    placing = Ask.of(req, pool.policy)
+    req.compute_pct, req.memory_mib = placing.compute_pct, placing.memory_mib
     errors: dict[str, list[str]] = {}
     # The tenant, pool and requester are rows the caller holds: no query to re-check them.
     exclude = ["lease", "tenant", "pool", "requester", *(["memory_mib"] if req.whole_card else [])]
@@ -173,11 +164,11 @@ def create_request(
         quota = Quota.objects.select_for_update().filter(tenant=tenant, pool=pool).first()
         if quota is None:
             raise ValidationError(closed)
-        if not could_ever_fit(pool, ask_of(req)):
+        if not could_ever_fit(pool, placing):
             errors["count" if req.count > 1 else "memory_mib"] = [
                 _("No card in this pool is large enough for this request (or enough of them).")
             ]
-        demand = _demand(req)
+        demand = demand_of(req)
         if over := _over(quota, _claimed_usage(tenant.pk, pool.pk), demand):
             errors.setdefault("count", []).extend([_("Over the tenant's quota."), *over])
         if _caps_members(quota) and (over := _over(
@@ -246,17 +237,9 @@ def within_policy(quota: Quota, count: int, compute_pct: int, hours: int | None)
 
 
 def _auto_approvable(quota: Quota, req: GpuRequest) -> bool:
-    compute = 100 if req.whole_card else req.compute_pct
-    return within_policy(quota, req.count, compute, req.duration_hours)
-
-
-def can_decide(user, req: GpuRequest) -> bool:
-    """Approvers and admins of the request's tenant, and platform admins; never the
-    requester alone (nobody approves their own request, unless a platform admin)."""
-    if is_platform_admin(user):
-        return True
-    role = role_in(user, req.tenant_id)
-    return role in (Role.APPROVER, Role.ADMIN) and user.pk != req.requester_id
+    return within_policy(
+        quota, req.count, share_pct(req.whole_card, req.compute_pct), req.duration_hours
+    )
 
 
 def _approve(req: GpuRequest, user, comment: str, address: str | None) -> None:
@@ -338,7 +321,7 @@ def place_request(req_id: int) -> bool:
 def _place_locked(req: GpuRequest, quota: Quota) -> bool:
     """``place_request`` once the caller's transaction holds the quota row and the
     request's (``create_request`` holds both from the start)."""
-    demand = _demand(req)
+    demand = demand_of(req)
     used = allocated_usage(req.tenant_id, req.pool_id)
     if _over(quota, used, demand):
         return False
@@ -347,7 +330,7 @@ def _place_locked(req: GpuRequest, quota: Quota) -> bool:
         # against the quota once placed, needs a savepoint to undo.
         with transaction.atomic() if req.whole_card else contextlib.nullcontext():
             lease = place_lease(
-                req.pool, ask_of(req), holder=req.requester,
+                req.pool, Ask.of(req, req.pool.policy), holder=req.requester,
                 unix_user=req.requester.get_username()[:64],
                 label=f"{req.tenant.slug} #{req.pk}",
             )  # fmt: skip

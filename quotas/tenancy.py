@@ -160,9 +160,7 @@ def delete_tenant(tenant_id: int, actor, *, address: str | None = None) -> None:
 def _admins_left(tenant_id: int, without: int) -> int:
     """The tenant's other active admins (a deactivated one administers nothing)."""
     return (
-        Membership.objects.filter(tenant_id=tenant_id, role=Role.ADMIN, user__is_active=True)
-        .exclude(pk=without)
-        .count()
+        Membership.objects.filter(tenant_id=tenant_id).admins().active().exclude(pk=without).count()
     )
 
 
@@ -185,7 +183,7 @@ def add_member(
         )
         if user is None or not user.is_active:
             errors["username"] = [_("There is no active user with this name.")]
-        elif Membership.objects.filter(tenant_id=tenant_id, user=user).exists():
+        elif Membership.objects.of(user).filter(tenant_id=tenant_id).exists():
             errors["username"] = [_("This user is already a member of this tenant.")]
     if role not in Role.values:
         errors["role"] = [_("Choose one of the roles.")]

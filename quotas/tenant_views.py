@@ -48,7 +48,7 @@ def _visible_tenant(request: HttpRequest, slug: str) -> Tenant:
 def _has_admin(tenant: Tenant) -> bool:
     # Tenants made before their first admin was required may have none (or only
     # deactivated ones): their pages say so to those who can add one.
-    return tenant.memberships.filter(role=Role.ADMIN, user__is_active=True).exists()
+    return tenant.memberships.admins().active().exists()
 
 
 def _pct(part: int | Decimal, whole: int) -> float:
@@ -89,7 +89,7 @@ def _quota_rows(usages: list[QuotaUsage]) -> dict[int, list[dict[str, Any]]]:
 def tenant_list(request: HttpRequest) -> HttpResponse:
     tenants = list(permissions.visible_tenants(request.user).order_by("name"))
     rows = _quota_rows(quota_usage([t.pk for t in tenants]))
-    roles = dict(Membership.objects.filter(user=request.user).values_list("tenant_id", "role"))
+    roles = dict(Membership.objects.of(request.user).values_list("tenant_id", "role"))
     entries = [
         {
             "tenant": t,
@@ -169,7 +169,7 @@ def tenant_add(request: HttpRequest) -> HttpResponse:
         if tenant is not None:
             messages.success(request, _("Tenant %(name)s created.") % {"name": tenant.name})
             if arguments["new_admin"] is not None:
-                admin = tenant.memberships.select_related("user").get(role=Role.ADMIN).user
+                admin = tenant.memberships.admins().select_related("user").get().user
                 keep_password_link(request, f"tenant:{tenant.pk}", admin)
             return redirect(tenant)
     return render(request, "quotas/tenant_form.html", {"form": form, "tenant": None})

@@ -21,25 +21,22 @@ from datetime import datetime, timedelta
 from decimal import Decimal
 
 from django.db.models import (
-    Case,
     Count,
     DecimalField,
     DurationField,
     ExpressionWrapper,
     F,
     Func,
-    IntegerField,
     Q,
     QuerySet,
     Sum,
     Value,
-    When,
 )
 from django.db.models.functions import Coalesce, Greatest, Least
 from django.utils import timezone
 
 from pools.choices import AllocationState
-from pools.models import Allocation
+from pools.models import SHARE_PCT, Allocation
 from quotas.choices import BudgetPeriod
 from quotas.models import Quota
 
@@ -99,11 +96,7 @@ class _Epoch(Func):
     output_field = DecimalField()
 
 
-_PCT_WEIGHT = Case(When(whole_card=True, then=Value(100)), default=F("compute_pct"),
-                   output_field=IntegerField())  # fmt: skip
-
-
-def _pct_seconds(start: datetime, now: datetime, weight=_PCT_WEIGHT) -> Sum:
+def _pct_seconds(start: datetime, now: datetime, weight=SHARE_PCT) -> Sum:
     """Card-percent-seconds (or ``weight``-seconds) inside ``[start, now)``, summed."""
     end = Least(Coalesce(F("released_at"), Value(now)), Value(now))
     held = ExpressionWrapper(
@@ -197,31 +190,23 @@ def quota_usage(
     return result
 
 
-def gpu_hours_used(tenant_id: int, pool_id: int, *, now: datetime | None = None) -> Decimal:
-    """GPU-hours the tenant used in the pool in its quota's current budget period (the
-    calendar month when it has no quota there)."""
-    now = now or timezone.now()
-    quota = Quota.objects.filter(tenant_id=tenant_id, pool_id=pool_id).first()
-    period = quota.budget_period if quota else BudgetPeriod.MONTH
-    start = period_start(period, now)
-    rows = Allocation.objects.filter(**{TENANT: tenant_id}, pool_id=pool_id).aggregate(
-        s=_pct_seconds(start, now)
-    )
-    return _hours(rows["s"])
-
-
-def gpu_hours_left(tenant, pool, now: datetime | None = None) -> Decimal | None:
-    """GPU-hours the tenant may still use in the pool this budget period: the quota's
-    ``limit_gpu_hours`` less what it used (never below 0). None when the tenant has no
-    quota in the pool, or its quota sets no GPU-hour budget (a limit of 0: the request
-    check in ``quotas.budget`` reads it the same way). Takes models or primary keys."""
-    tenant_id = getattr(tenant, "pk", tenant)
-    pool_id = getattr(pool, "pk", pool)
-    quota = Quota.objects.filter(tenant_id=tenant_id, pool_id=pool_id).first()
-    if quota is None or not quota.limit_gpu_hours:
+def gpu_hours_left(quota: Quota, now: datetime | None = None) -> Decimal | None:
+    """GPU-hours left of ``quota``'s budget in its current period: its ``limit_gpu_hours``
+    less what the tenant used in the pool, never below 0; None when it sets no GPU-hour
+    budget (a limit of 0). The request service calls it holding the quota row's lock."""
+    if not quota.limit_gpu_hours:
         return None
-    used = gpu_hours_used(tenant_id, pool_id, now=now)
-    return max(Decimal(quota.limit_gpu_hours) - used, Decimal(0))
+    now = now or timezone.now()
+    rows = Allocation.objects.filter(**{TENANT: quota.tenant_id}, pool_id=quota.pool_id).aggregate(
+        s=_pct_seconds(period_start(quota.budget_period, now), now)
+    )
+    return max(Decimal(quota.limit_gpu_hours) - _hours(rows["s"]), Decimal(0))
+
+
+def ask_hours(count: int, compute_pct: int, hours: int) -> Decimal:
+    """GPU-hours that holding ``count`` vGPUs of ``compute_pct`` (``share_pct``: 100 for
+    whole cards) for ``hours`` costs."""
+    return Decimal(count * compute_pct * hours) / 100
 
 
 @dataclass(frozen=True, slots=True)

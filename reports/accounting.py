@@ -27,6 +27,7 @@ from django.db.models import Avg, Count, DurationField, ExpressionWrapper, F, Ma
 from django.utils import timezone
 from django.utils.translation import gettext as _
 
+from pools.interface import share_pct
 from pools.models import Allocation, Pool
 from quotas.interface import REQUESTER, TENANT, held_hours
 from quotas.models import GpuRequest, Tenant
@@ -134,7 +135,7 @@ def _used(start: datetime, end: datetime, groups: dict[tuple, int]):
                 owner=None if row["whole_card"] else row["lease__unix_user"],
                 start=max(row["placed_at"], start),
                 end=min(row["released_at"] or now, end, now),
-                cap_pct=100 if row["whole_card"] else row["compute_pct"],
+                cap_pct=share_pct(row["whole_card"], row["compute_pct"]),
                 idle_util_pct=policy.idle_util_pct if policy else 5,
                 idle_memory_mib=row["memory_mib"] * memory_pct / 100,
             )

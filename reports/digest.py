@@ -12,8 +12,8 @@ from django.contrib.auth import get_user_model
 from django.db import transaction
 from django.utils import timezone
 
-from quotas.choices import Role
-from quotas.models import Membership, Tenant
+from quotas.interface import tenant_admins
+from quotas.models import Tenant
 from quotas.permissions import platform_admins
 from reports.models import AllocationIdle, IdleCard
 from reports.signals import idle_digest
@@ -52,9 +52,8 @@ def build(day: date | None = None) -> dict[str, Any]:
 
 def recipients() -> frozenset[int]:
     """Platform admins (``quotas.permissions.is_platform_admin``) and every tenant admin."""
-    admins = get_user_model().objects.filter(platform_admins()).values_list("pk", flat=True)
-    tenant_admins = Membership.objects.filter(role=Role.ADMIN).values_list("user_id", flat=True)
-    return frozenset(admins) | frozenset(tenant_admins)
+    admins = get_user_model().objects.filter(platform_admins() | tenant_admins())
+    return frozenset(admins.values_list("pk", flat=True))
 
 
 def send(day: date | None = None) -> dict[str, Any]:

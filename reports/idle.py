@@ -1,5 +1,8 @@
 """The idle rules: plain functions over plain data (no ORM), so they are tested with
-hypothesis and run at fleet scale in the scan (``reports.scan``).
+hypothesis, and the scan (``reports.scan``) runs them at fleet scale on what PostgreSQL
+summed of each allocation's minutes (``telemetry.interface.attributed_use``: the last
+busy minute, the first read, the minutes read in the window, the sparkline and the
+week's p95s).
 
 An allocation's use in one minute is what its card's rollup says, attributed to it:
 a whole card takes the card's utilization and memory; a slice takes its owner's memory
@@ -10,9 +13,10 @@ owner had processes there (a card's utilization cannot be split between slices).
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+
+from pools.interface import share_pct
 
 MINUTE = timedelta(minutes=1)
 # At least this share of the window's minutes must have been read before an allocation
@@ -30,22 +34,12 @@ class Thresholds:
 
 
 @dataclass(frozen=True, slots=True)
-class Minute:
-    """One minute's rollup as attributed to the allocation (None: not reported)."""
-
-    at: datetime
-    util_pct: float | None
-    memory_mib: float | None
-
-
-@dataclass(frozen=True, slots=True)
 class AllocationUse:
     allocation_id: int
     compute_pct: int
     memory_mib: int
     whole_card: bool
     placed_at: datetime
-    minutes: tuple[Minute, ...]  # the minutes read in the scan's range, any order
     live_memory_mib: float | None = None  # the agent's latest report, when there is one
     # When the previous scan, whose range reached this one's, saw the run begin: the
     # scan reads only the window's minutes, so a longer run is carried from scan to scan.
@@ -62,51 +56,25 @@ class Verdict:
     wasted_gpu_hours: float  # the run's length x the allocation's share of a card
 
 
-def share(compute_pct: int, whole_card: bool) -> float:
-    """An allocation's share of a card in GPU-hours (quotas.usage counts the same way)."""
-    return 1.0 if whole_card else compute_pct / 100
-
-
-def busy(minute: Minute, memory_limit_mib: float, thresholds: Thresholds) -> bool:
-    util = minute.util_pct or 0.0
-    memory = minute.memory_mib or 0.0
-    return util >= thresholds.util_pct or memory >= memory_limit_mib
-
-
 def memory_limit(use: AllocationUse, thresholds: Thresholds) -> float:
     return use.memory_mib * thresholds.memory_pct / 100
 
 
 @dataclass(frozen=True, slots=True)
 class Seen:
-    """What an allocation's minutes read in the scan's range say, summed: by ``summarize``
-    here, or by ``telemetry.interface.attributed_use`` in SQL at fleet scale."""
+    """What an allocation's minutes read in the scan's range say, summed in SQL by
+    ``telemetry.interface.attributed_use`` (a minute is busy at or over either of the
+    thresholds: utilization, or ``memory_limit`` of memory)."""
 
     last_busy: datetime | None  # the last minute at or over either threshold
     first_read: datetime | None
     read_in_window: int  # minutes read since max(placed_at, now - window)
 
 
-def summarize(use: AllocationUse, thresholds: Thresholds, now: datetime) -> Seen:
-    limit = memory_limit(use, thresholds)
-    start = max(use.placed_at, now - thresholds.window)
-    read = [m for m in use.minutes if use.placed_at <= m.at < now]
-    return Seen(
-        last_busy=max((m.at for m in read if busy(m, limit, thresholds)), default=None),
-        first_read=min((m.at for m in read), default=None),
-        read_in_window=len({m.at for m in read if m.at >= start}),
-    )
-
-
-def verdict(use: AllocationUse, thresholds: Thresholds, now: datetime) -> Verdict:
+def judge(use: AllocationUse, seen: Seen, thresholds: Thresholds, now: datetime) -> Verdict:
     """Idle when every minute read since ``idle_since`` was under both thresholds, the run
     is at least the window long, enough of the window was read, and the agent's latest
     report (when there is one) does not show the allocation's memory in use."""
-    return judge(use, summarize(use, thresholds, now), thresholds, now)
-
-
-def judge(use: AllocationUse, seen: Seen, thresholds: Thresholds, now: datetime) -> Verdict:
-    """``verdict`` from the minutes' summary (``use.minutes`` is not read)."""
     limit = memory_limit(use, thresholds)
     start = max(use.placed_at, now - thresholds.window)
     if seen.last_busy is not None:
@@ -121,22 +89,15 @@ def judge(use: AllocationUse, seen: Seen, thresholds: Thresholds, now: datetime)
     live_busy = use.live_memory_mib is not None and use.live_memory_mib >= max(limit, 1.0)
     idle = not live_busy and now - since >= thresholds.window and coverage >= MIN_COVERAGE
     minutes = int((now - since) / MINUTE) if idle else 0
+    card_share = share_pct(use.whole_card, use.compute_pct) / 100
     return Verdict(
         idle=idle,
         idle_since=since if idle else None,
         quiet_since=since,
         idle_minutes=minutes,
         coverage=round(coverage, 3),
-        wasted_gpu_hours=round(minutes / 60 * share(use.compute_pct, use.whole_card), 4),
+        wasted_gpu_hours=round(minutes / 60 * card_share, 4),
     )
-
-
-def p95(values: Iterable[float | None]) -> float | None:
-    """The 95th percentile (nearest rank) of the values given; None for none."""
-    data = sorted(v for v in values if v is not None)
-    if not data:
-        return None
-    return data[max(math.ceil(0.95 * len(data)) - 1, 0)]
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,7 +116,7 @@ def right_size(
     to 5 % and 1 GiB. None without readings."""
     if p95_util is None and p95_memory_mib is None:
         return None
-    held_compute = 100 if whole_card else compute_pct
+    held_compute = share_pct(whole_card, compute_pct)
     util = p95_util or 0.0
     memory = p95_memory_mib or 0.0
     # A slice's utilization is the card's: its own share is at most what it holds.
@@ -168,20 +129,3 @@ def right_size(
         compute_pct=min(suggested_compute, held_compute),
         memory_mib=min(suggested_memory, memory_mib) if memory_mib else suggested_memory,
     )
-
-
-def sparkline(
-    minutes: Sequence[Minute], start: datetime, end: datetime, points: int = 24
-) -> list[float | None]:
-    """Utilization in ``points`` equal steps over ``[start, end)``: each step's average
-    of the minutes read in it (None where none was)."""
-    step = (end - start) / points
-    sums = [0.0] * points
-    counts = [0] * points
-    for m in minutes:
-        if not start <= m.at < end or step <= timedelta(0):
-            continue
-        i = min(int((m.at - start) / step), points - 1)
-        sums[i] += m.util_pct or 0.0
-        counts[i] += 1
-    return [round(s / c, 1) if c else None for s, c in zip(sums, counts, strict=True)]

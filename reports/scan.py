@@ -106,7 +106,7 @@ def _judged(rows, policies, default, start, now, previous, live_used, carried):
         use = idle.AllocationUse(
             allocation_id=row["id"], compute_pct=row["compute_pct"],
             memory_mib=row["memory_mib"], whole_card=row["whole_card"],
-            placed_at=row["placed_at"], minutes=(),
+            placed_at=row["placed_at"],
             live_memory_mib=live_used.get(f"alloc-{row['id']}"),
             previous_since=previous.get(row["id"]),
         )  # fmt: skip

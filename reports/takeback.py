@@ -27,10 +27,10 @@ from django.utils.translation import gettext as _
 
 from audit.interface import record, snapshot
 from pools.choices import LeaseState
-from pools.interface import release_plan
+from pools.interface import Ask, release_plan
 from pools.models import Lease
 from quotas.choices import NoticeKind, RequestState
-from quotas.interface import announce_id, ask_of, quota_usage
+from quotas.interface import announce_id, demand_of, quota_usage
 from quotas.models import GpuRequest
 from reports.choices import OPEN_WARNINGS, WarningCause, WarningState
 from reports.models import ReclaimPolicy, ReclaimWarning
@@ -52,12 +52,11 @@ def within_guarantee(req: GpuRequest) -> bool:
     usage = next((u for u in quota_usage([req.tenant_id]) if u.quota.pool_id == req.pool_id), None)
     if usage is None:
         return False
-    quota, used = usage.quota, usage.used
-    compute = 100 if req.whole_card else req.compute_pct
+    quota, used, ask = usage.quota, usage.used, demand_of(req)
     return (
-        used.vgpus + req.count <= quota.guaranteed_vgpus
-        and used.compute_pct + req.count * compute <= quota.guaranteed_compute_pct
-        and used.memory_mib + req.count * req.memory_mib <= quota.guaranteed_memory_mib
+        used.vgpus + ask.vgpus <= quota.guaranteed_vgpus
+        and used.compute_pct + ask.compute_pct <= quota.guaranteed_compute_pct
+        and used.memory_mib + ask.memory_mib <= quota.guaranteed_memory_mib
     )
 
 
@@ -130,7 +129,7 @@ def _warn_for(req: GpuRequest, now: datetime) -> int:
     ]  # fmt: skip
     if not candidates:
         return 0
-    chosen = release_plan(pool, ask_of(req), candidates, already)
+    chosen = release_plan(pool, Ask.of(req, pool.policy), candidates, already)
     if not chosen:
         return 0
     policy = ReclaimPolicy.objects.filter(pool=pool).first()

@@ -32,9 +32,10 @@ from django.contrib.auth.models import AbstractBaseUser
 from django.utils import timezone
 
 from agents.choices import NodeState
-from alerts import config
+from alerts import config, cycle, events
 from alerts import services as alert_services
 from alerts.choices import ChannelKind, Severity
+from alerts.models import Rule
 from audit.models import AuditEntry
 from pools import failover
 from pools.models import PoolCard
@@ -180,6 +181,12 @@ def build_world() -> World:
                "scope_kind": "tenant", "scope_id": w.tenant_a},
         actor=admin, address=None,
     )  # fmt: skip
+    # Fired as the rules fire (before the subscription, so that nothing is sent out).
+    w.event, _check_again = events.fire(
+        cycle.spec_of(Rule.objects.get(pk=w.rule)),
+        events.Occurrence(fingerprint="rm.quota", scope=f"tenant:{tenant_a.slug}",
+                          summary="A is at 60 %", tenant_id=w.tenant_a),
+    )  # fmt: skip
     w.channel = alert_services.create_channel(
         actor=tadmin, address=None, name="rm ops", kind=ChannelKind.WEBHOOK,
         settings_values={"url": "https://hooks.example.com/rm"}, tenant_id=w.tenant_a,
@@ -187,10 +194,6 @@ def build_world() -> World:
     w.subscription = config.save_subscription(
         None, {"channel": w.channel, "min_severity": Severity.WARNING},
         actor=tadmin, address=None, tenant_id=w.tenant_a,
-    )  # fmt: skip
-    w.event, _new = alert_services.raise_event(
-        rule_key="rm.quota", rule_name="rm quota", severity=Severity.WARNING,
-        scope=f"tenant:{tenant_a.slug}", summary="A is at 60 %", tenant_id=w.tenant_a,
     )  # fmt: skip
 
     # Tokens: each caller's, the admin's read token, member's spare, A's service account.

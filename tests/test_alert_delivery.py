@@ -13,12 +13,13 @@ import pytest
 from aiosmtpd.controller import Controller
 from django.utils import timezone
 
-from alerts import outbox, services
-from alerts.choices import ChannelKind, DeliveryStatus
+from alerts import events, outbox, services
+from alerts.choices import ChannelKind, Condition, DeliveryStatus, EventState, Severity
+from alerts.evaluate import RuleSpec
 from alerts.models import Channel, Delivery, Event
 from tests import procs
 from tests.alert_receivers import PATHS, SECRET, Receiver, handler_for, serve_on
-from tests.factories import EventFactory, UserFactory
+from tests.factories import EventFactory, MembershipFactory, SubscriptionFactory, UserFactory
 
 
 @pytest.fixture
@@ -75,6 +76,23 @@ def channel(kind: str, url: str = "", secret: str = "", **values) -> Channel:
         owner_id=UserFactory().pk,
     )  # fmt: skip
     return Channel.objects.get(pk=channel_id)
+
+
+def rule(name: str = "R") -> RuleSpec:
+    return RuleSpec(None, "r", name, Condition.TEMPERATURE, severity=Severity.WARNING,
+                    renotify_seconds=0)  # fmt: skip
+
+
+def fire_to(ch: Channel, name: str) -> int:
+    """Fire an event as the rules do (``alerts.events``), in a tenant of the channel's
+    owner who subscribed the channel: routing queues its one delivery, whose id this is."""
+    tenant = MembershipFactory(user=ch.owner).tenant
+    SubscriptionFactory(owner=ch.owner, channel=ch, min_severity=Severity.INFO)
+    what = events.Occurrence(fingerprint=f"fp-{name}", scope=f"tenant:{tenant.slug}",
+                             summary=name, tenant_id=tenant.pk)  # fmt: skip
+    events.fire(rule(name), what)
+    [delivery_id] = Delivery.objects.filter(channel=ch).values_list("pk", flat=True)
+    return delivery_id
 
 
 def deliver_one(ch: Channel, event: Event | None = None) -> Delivery:
@@ -223,13 +241,14 @@ def test_a_delivery_is_claimed_once_and_an_abandoned_claim_is_taken_again(db, se
 
 
 def test_the_same_fingerprint_while_open_is_one_event(db):
-    first, new = services.raise_event(rule_key="r", rule_name="R", scope="node:a")
-    again, new_again = services.raise_event(rule_key="r", rule_name="R", scope="node:a",
-                                            summary="still")  # fmt: skip
-    assert (first, new, new_again) == (again, True, False)
-    assert services.resolve_event(first)
-    reopened, new = services.raise_event(rule_key="r", rule_name="R", scope="node:a")
-    assert new and reopened != first
+    what = events.Occurrence(fingerprint="fp-a", scope="node:a", summary="hot")
+    first, _ = events.fire(rule(), what)
+    again, _ = events.fire(rule(), events.Occurrence("fp-a", "node:a", summary="still"))
+    assert first == again and Event.objects.get(pk=first).summary == "still"
+    assert events.clear(first) and not events.clear(first)
+    assert Event.objects.get(pk=first).state == EventState.RESOLVED
+    reopened, _ = events.fire(rule(), what)  # no renotify interval: a new event
+    assert reopened != first and Event.objects.count() == 2
 
 
 # --- with a real Celery worker ---------------------------------------------------------------
@@ -259,8 +278,7 @@ def test_a_receiver_down_then_back_gets_the_alert(worker_env):
     worker = procs.start_celery_worker(worker_env, "alerts-down")
     try:
         ch = channel("webhook", f"http://127.0.0.1:{port}")
-        event_id, _new = services.raise_event(rule_key="r", rule_name="Down then back")
-        [delivery_id] = services.notify(event_id, [ch.pk])
+        delivery_id = fire_to(ch, "Down then back")
         wait_until(lambda: Delivery.objects.get(pk=delivery_id).attempts >= 3)
         assert Delivery.objects.get(pk=delivery_id).status == DeliveryStatus.PENDING
         rx = Receiver()
@@ -286,8 +304,7 @@ def test_a_worker_killed_mid_delivery_loses_nothing(worker_env):
     first = procs.start_celery_worker(worker_env, "alerts-killed")
     try:
         ch = channel("webhook", url)
-        event_id, _new = services.raise_event(rule_key="r", rule_name="Killed")
-        [delivery_id] = services.notify(event_id, [ch.pk])
+        delivery_id = fire_to(ch, "Killed")
         assert rx.arrived.wait(30)
         first.popen.kill()  # SIGKILL: no chance to record or acknowledge anything
         first.popen.wait()

@@ -16,6 +16,7 @@ from django.conf import settings
 from django.db import connection
 from django.db.models import Count, Sum
 
+from agents.choices import NodeState
 from pools import placement, services
 from pools.choices import AllocationState, LeaseState, PlacementPolicy
 from pools.models import Allocation, Lease, PoolCard
@@ -24,6 +25,7 @@ from quotas.models import GpuRequest
 from tests import procs
 from tests.factories import (
     MembershipFactory,
+    NodeFactory,
     PoolFactory,
     QuotaFactory,
     TenantFactory,
@@ -169,6 +171,22 @@ def test_the_cards_read_in_sql_are_placements_best_in_its_own_order(bob):
         assert placement.place(services.candidate_cards(pool, ask), ask) == placement.place(
             services.pool_cards(pool, schedulable_only=True), ask
         )
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("policy", [PlacementPolicy.BINPACK, PlacementPolicy.SPREAD])
+def test_an_ask_for_a_node_label_lands_on_that_node_on_every_path(bob, policy):
+    # Binpack across cards picks in SQL; spread and one-node asks choose among the cards
+    # read (placement.matches compares their nodes' labels in Python).
+    rack = NodeFactory(state=NodeState.ONLINE, labels={"rack": "r1"})
+    pool = PoolFactory(cards=online_cards(2) + online_cards(2, node=rack), policy=policy)
+    ask = placement.Ask(compute_pct=10, memory_mib=GIB, node_labels={"rack": "r1"})
+    assert {c.node_labels.get("rack") for c in services.candidate_cards(pool, ask)} == {"r1"}
+    for count, same_node in ((1, False), (2, True), (2, False)):
+        lease = place(pool, bob, count=count, compute_pct=10, memory_mib=GIB,
+                      node_labels={"rack": "r1"}, same_node=same_node)  # fmt: skip
+        assert set(lease.allocations.values_list("gpu__node_id", flat=True)) == {rack.pk}
+    assert_counters_are_the_allocations()
 
 
 # --- racing processes ----------------------------------------------------------------------

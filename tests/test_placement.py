@@ -1,15 +1,15 @@
 """Placement, the pure function: properties over random pools (hypothesis) and examples.
 
-The properties are stated on ``placement.place`` and the index is held to give exactly its
-answers, so both carry the same proofs.
+The properties are stated on ``placement.place``, which the allocation service runs on
+the candidate cards it reads (``pools.services.picks``).
 """
 
 from __future__ import annotations
 
-import random
 from dataclasses import replace
+from types import SimpleNamespace
 
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from pools.placement import (
@@ -22,8 +22,8 @@ from pools.placement import (
     free_share,
     matches,
     place,
+    share_pct,
 )
-from pools.placement_index import CardIndex
 
 A100, T4 = "NVIDIA A100-SXM4-80GB", "Tesla T4"
 PHYSICAL = {A100: 81920, T4: 15360}
@@ -207,50 +207,6 @@ def test_an_ask_that_fits_now_could_ever_fit(pool, ask):
         assert could_ever_fit(pool, ask)
 
 
-@given(cards(), st.lists(asks(), min_size=1, max_size=12))
-@settings(max_examples=200)
-def test_the_index_places_exactly_like_the_function_as_cards_fill_and_empty(pool, sequence):
-    index = CardIndex(pool)
-    current = {c.id: c for c in pool}
-    for n, ask in enumerate(sequence):
-        chosen = place(list(current.values()), ask)
-        assert index.place(ask) == chosen
-        for card_id in chosen or ():
-            current[card_id] = after(current[card_id], ask)
-            index.update(current[card_id])
-        if n % 3 == 2 and current:  # now and then a card empties again
-            emptied = replace(
-                next(iter(current.values())), compute_used=0, memory_used_mib=0, slices=0,
-                held_whole=False,
-            )  # fmt: skip
-            current[emptied.id] = emptied
-            index.update(emptied)
-
-
-@given(
-    cards(nodes=12, most=60),
-    st.lists(asks().map(lambda ask: replace(ask, same_node=True, node="")), min_size=1,
-             max_size=10),
-)  # fmt: skip
-@settings(max_examples=150)
-def test_the_index_picks_the_same_node_as_the_function_among_many_nodes(pool, sequence):
-    """One-node asks are answered by ranking nodes by a bound per size class and stopping
-    early: among a dozen nodes, through placements and releases, the same node and cards."""
-    index = CardIndex(pool)
-    current = {c.id: c for c in pool}
-    for ask in sequence:
-        chosen = place(list(current.values()), ask)
-        assert index.place(ask) == chosen
-        for card_id in chosen or ():
-            current[card_id] = after(current[card_id], ask)
-            index.update(current[card_id])
-    for card_id in list(current)[::3]:  # cards go away: their nodes are ranked without them
-        del current[card_id]
-        index.remove(card_id)
-    for ask in sequence:
-        assert index.place(ask) == place(list(current.values()), ask)
-
-
 # --- examples --------------------------------------------------------------------------
 
 
@@ -341,21 +297,17 @@ def test_an_invalid_ask_places_nothing():
     pool = [card(1)]
     for ask in (Ask(count=0), Ask(compute_pct=0), Ask(compute_pct=101), Ask(memory_mib=-1)):
         assert place(pool, ask) is None
-        assert CardIndex(pool).place(ask) is None
 
 
-def test_the_index_finds_the_same_card_in_a_large_pool():
-    rnd = random.Random(7)
-    pool = [
-        card(i, i // 8, compute_used=(u := rnd.choice([0, 10, 30, 50, 90])),
-             memory_used_mib=u * 800, slices=int(u > 0))
-        for i in range(1, 2001)
-    ]  # fmt: skip
-    index = CardIndex(pool)
-    for ask in (
-        Ask(compute_pct=25, memory_mib=GIB),
-        Ask(count=4, compute_pct=60, policy=SPREAD),
-        Ask(count=2, compute_pct=10, same_node=True),
-        Ask(whole_card=True, count=3),
-    ):
-        assert index.place(ask) == place(pool, ask)
+def test_the_ask_of_a_request_or_lease_takes_a_whole_card_as_all_of_it():
+    spec = SimpleNamespace(
+        count=2, compute_pct=30, memory_mib=4096, whole_card=True, gpu_model=T4, node_name="",
+        node_labels=None, same_node=True,
+    )  # fmt: skip
+    ask = Ask.of(spec, SPREAD)
+    assert (ask.compute_pct, ask.memory_mib, ask.whole_card) == (100, 0, True)
+    assert (ask.count, ask.model, ask.node_labels, ask.same_node, ask.policy) == (
+        2, T4, {}, True, SPREAD)  # fmt: skip
+    sliced = Ask.of(SimpleNamespace(**{**vars(spec), "whole_card": False}))
+    assert (sliced.compute_pct, sliced.memory_mib, sliced.policy) == (30, 4096, BINPACK)
+    assert share_pct(True, 30) == 100 and share_pct(False, 30) == 30

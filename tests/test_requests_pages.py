@@ -43,6 +43,14 @@ def test_a_member_asks_for_a_slice_through_the_form(team):
     assert (req.requester, req.compute_pct, req.state) == (team.dev, 25, RequestState.PENDING)
 
 
+@pytest.mark.parametrize("slice_fields", [{}, {"compute_pct": None, "memory_mib": None}])
+def test_a_whole_card_asked_through_the_form_is_sized_as_all_of_the_card(team, slice_fields):
+    data = form_data(team, size="whole", **slice_fields)
+    assert client_for(team.dev).post("/requests/new/", data).status_code == 302
+    req = GpuRequest.objects.get()
+    assert (req.whole_card, req.compute_pct, req.memory_mib) == (True, 100, 0)
+
+
 def test_the_form_offers_only_the_users_tenants_and_their_pools(team):
     other = gpu_team("speech")
     page = client_for(team.dev).get("/requests/new/").content.decode()

@@ -1,17 +1,20 @@
 """What tenancy opens in the apps below it: a member sees the process owners on the cards
 of their tenants' allocations while those were held, the leases and requests of their
-tenants, and nothing of another tenant's."""
+tenants (and a former member their own), and nothing of another tenant's."""
 
 from __future__ import annotations
 
 from datetime import timedelta
 
 import pytest
+from django.test import Client
+from django.urls import reverse
 from django.utils import timezone
 from rest_framework.test import APIClient
 
 from pools.models import Lease
-from quotas import permissions
+from quotas import permissions, tenancy
+from quotas.models import GpuRequest
 from tests.factories import GPUFactory, OwnerMinuteFactory, held_allocation
 from tests.tenants import teams_fixture  # noqa: F401 (the teams fixture)
 
@@ -66,18 +69,47 @@ def test_leases_visible_to_a_member_are_their_tenants_and_their_own(teams):
     assert not Lease.objects.filter(permissions.leases_visible_to(teams.user("dave"))).exists()
 
 
+def _ids(rows) -> set[int]:
+    return set(rows.values_list("pk", flat=True))
+
+
 def test_requests_are_visible_to_their_tenant_and_decided_by_its_approvers(teams):
     bob, andy, tom, alice = (teams.user(n) for n in ("bob", "andy", "tom", "alice"))
-    acme = set(teams.acme.requests.values_list("pk", flat=True))
-    assert set(permissions.visible_requests(bob).values_list("pk", flat=True)) == acme
-    assert set(permissions.visible_requests(tom).values_list("pk", flat=True)) == set(
-        teams.bravo.requests.values_list("pk", flat=True)
-    )
+    acme = _ids(teams.acme.requests.all())
+    assert _ids(permissions.visible_requests(bob)) == acme
+    assert _ids(permissions.visible_requests(tom)) == _ids(teams.bravo.requests.all())
     assert permissions.visible_requests(alice).count() == 2
-    assert set(permissions.approvable_requests(andy).values_list("pk", flat=True)) == acme
-    assert not permissions.approvable_requests(bob).exists()  # a member, and his own
+    assert not permissions.visible_requests(teams.user("dave")).exists()
+    pending = GpuRequest.objects.create(tenant=teams.acme, pool=teams.pool, requester=bob,
+                                        reason="training")  # fmt: skip
+    assert _ids(permissions.decidable_requests(andy)) == {pending.pk}
+    assert _ids(permissions.decidable_requests(alice)) == {pending.pk}
+    assert not permissions.decidable_requests(bob).exists()  # a member, and his own
+    assert not permissions.decidable_requests(tom).exists()  # another tenant's admin
+    assert permissions.can_decide(andy, pending) and not permissions.can_decide(bob, pending)
     assert permissions.can_approve(andy, teams.acme) and not permissions.can_approve(
         bob, teams.acme
     )
     assert not permissions.can_approve(andy, teams.bravo)
     assert permissions.can_approve(teams.user("oscar"), teams.bravo)
+
+
+def test_a_former_member_still_sees_the_requests_they_made_and_no_other(teams):
+    bob, erin = teams.user("bob"), teams.user("erin")
+    [own] = GpuRequest.objects.filter(requester=bob)
+    held_allocation(teams.acme, teams.pool, erin, timezone.now() - timedelta(hours=1))
+    [theirs] = GpuRequest.objects.filter(requester=erin)
+    tenancy.remove_member(teams.memberships["bob"].pk, erin)
+    # Leaving releases nothing: bob still holds the GPU, its lease and its request.
+    assert _ids(permissions.visible_requests(bob)) == {own.pk}
+    assert Lease.objects.filter(permissions.leases_visible_to(bob)).get() == own.lease
+    assert not permissions.can_manage(bob, own)  # acting on it needs the membership
+    client = APIClient()
+    client.force_authenticate(bob)
+    assert [r["id"] for r in client.get("/api/v1/gpu-requests/").json()["results"]] == [own.pk]
+    assert client.get(f"/api/v1/gpu-requests/{theirs.pk}/").status_code == 404
+    page = Client()
+    page.force_login(bob)
+    assert page.get(reverse("requests:request_detail", args=[own.pk])).status_code == 200
+    assert page.get(reverse("requests:request_detail", args=[theirs.pk])).status_code == 404
+    assert f"/requests/{own.pk}/" in page.get(reverse("requests:request_mine")).text

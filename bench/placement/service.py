@@ -21,9 +21,8 @@ import os
 import random
 import time
 
-from bench.placement.common import percentile
+from bench.placement.common import GIB, RACKS, percentile
 
-GIB = 1024
 PHYSICAL = 81920
 
 
@@ -45,7 +44,7 @@ def setup(cards: int, policy: str) -> tuple[int, int, dict[int, tuple[int, int]]
     Node.objects.all().delete()
     nodes = Node.objects.bulk_create(
         Node(name=f"bench-{i:05d}", agent_url=f"http://127.0.0.1:1/{i}", agent_token="t" * 32,
-             state=NodeState.ONLINE)
+             state=NodeState.ONLINE, labels={"rack": f"r{i % RACKS}"})
         for i in range((cards + 7) // 8)
     )  # fmt: skip
     gpus = GPU.objects.bulk_create(

@@ -18,7 +18,7 @@ from rest_framework.response import Response
 from audit.interface import request_address
 from pools.models import Allocation, Pool
 from portal.idempotency import IdempotentMixin
-from quotas import lifecycle, request_rules, waiting
+from quotas import lifecycle, permissions, waiting
 from quotas.api.docs import CREATE_EXAMPLES, READ_EXAMPLES, WAIT_PARAMETER
 from quotas.choices import RequestState
 from quotas.models import GpuRequest, Tenant
@@ -129,7 +129,7 @@ class GpuRequestFilterSet(filters.FilterSet):
     def filter_waiting(self, queryset, name, value):
         if not value:
             return queryset
-        return queryset & request_rules.decidable_requests(self.request.user)
+        return queryset & permissions.decidable_requests(self.request.user)
 
 
 def _drf_error(exc: DjangoValidationError) -> ValidationError:
@@ -158,7 +158,7 @@ class GpuRequestViewSet(
     def get_queryset(self):
         allocations = Allocation.objects.select_related("gpu__node")
         return (
-            request_rules.visible_requests(self.request.user)
+            permissions.visible_requests(self.request.user)
             .select_related("lease")
             .prefetch_related(Prefetch("lease__allocations", queryset=allocations))
             .order_by("-created", "-pk")

@@ -64,7 +64,7 @@ class TenantViewSet(IdempotentMixin, viewsets.ModelViewSet):
         context = super().get_serializer_context()
         # The caller's roles, read once per page rather than once per tenant.
         context["roles"] = dict(
-            Membership.objects.filter(user_id=self.request.user.pk).values_list("tenant_id", "role")
+            Membership.objects.of(self.request.user).values_list("tenant_id", "role")
         )
         return context
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 from django import template
 
 from quotas.notices import unread_count
+from quotas.permissions import approves_somewhere as _approves_somewhere
 from quotas.permissions import is_platform_admin
-from quotas.request_rules import may_approve_somewhere
 
 register = template.Library()
 
@@ -19,7 +19,7 @@ def unread_notices(user) -> int:
 
 @register.simple_tag
 def approves_somewhere(user) -> bool:
-    return may_approve_somewhere(user)
+    return _approves_somewhere(user)
 
 
 @register.simple_tag

@@ -1,0 +1,5 @@
+import sys
+
+from bench.placement.run import main
+
+sys.exit(main())
