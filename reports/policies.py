@@ -96,19 +96,20 @@ def update_policy(
     return policy
 
 
-def delete_policy(policy_id: int, actor, *, address: str | None = None) -> None:
+def _delete(model, pk: int, action: str, actor, address: str | None) -> None:
+    """Delete one policy or price row, audited with the row as it was."""
     _refuse_unless(permissions.can_set_policies(actor))
     with transaction.atomic():
-        policy = (
-            ReclaimPolicy.objects.select_for_update(of=("self",))
-            .select_related("pool")
-            .get(pk=policy_id)
-        )
-        before, text = snapshot(policy), str(policy)
-        policy.delete()
-        record("reclaim_policy.delete", None, actor=actor, address=address, before=before,
-               target_type="reports.reclaimpolicy", target_id=str(policy_id),
+        row = model.objects.select_for_update(of=("self",)).select_related("pool").get(pk=pk)
+        before, text = snapshot(row), str(row)
+        row.delete()
+        record(action, None, actor=actor, address=address, before=before,
+               target_type=model._meta.label_lower, target_id=str(pk),
                target_repr=text)  # fmt: skip
+
+
+def delete_policy(policy_id: int, actor, *, address: str | None = None) -> None:
+    _delete(ReclaimPolicy, policy_id, "reclaim_policy.delete", actor, address)
 
 
 # --- unit prices -------------------------------------------------------------------------
@@ -176,15 +177,4 @@ def update_price(price_id: int, actor, *, address: str | None = None, **fields: 
 
 
 def delete_price(price_id: int, actor, *, address: str | None = None) -> None:
-    _refuse_unless(permissions.can_set_policies(actor))
-    with transaction.atomic():
-        price = (
-            UnitPrice.objects.select_for_update(of=("self",))
-            .select_related("pool")
-            .get(pk=price_id)
-        )
-        before, text = snapshot(price), str(price)
-        price.delete()
-        record("unit_price.delete", None, actor=actor, address=address, before=before,
-               target_type="reports.unitprice", target_id=str(price_id),
-               target_repr=text)  # fmt: skip
+    _delete(UnitPrice, price_id, "unit_price.delete", actor, address)
