@@ -93,6 +93,7 @@ def test_a_policy_is_added_edited_and_removed_with_its_audit(teams):
     assert not ReclaimPolicy.objects.exists()
     deleted = AuditEntry.objects.get(action="reclaim_policy.delete")
     assert deleted.before["pool_id"] == pool.pk and deleted.target_id == str(policy.pk)
+    assert deleted.target_type == "reports.reclaimpolicy"
 
 
 @pytest.mark.parametrize(
@@ -156,7 +157,9 @@ def test_prices_are_added_edited_and_removed_with_their_audit(teams):
     assert (update.before["per_gpu_hour"], update.after["per_gpu_hour"]) == ("20.0000", "25.0000")
     assert client.post(f"/accounting/prices/{own.pk}/delete/").status_code == 302
     assert list(UnitPrice.objects.values_list("pool_id", flat=True)) == [None]
-    assert AuditEntry.objects.get(action="unit_price.delete").before["pool_id"] == pool.pk
+    deleted = AuditEntry.objects.get(action="unit_price.delete")
+    assert deleted.before["pool_id"] == pool.pk
+    assert (deleted.target_type, deleted.target_id) == ("reports.unitprice", str(own.pk))
 
 
 @pytest.mark.parametrize(
