@@ -30,7 +30,7 @@ def reason(exc: BaseException) -> str:
 async def open_connection(
     pool: Pool, origin: Origin, addresses: list[str], ssl_context: ssl.SSLContext | None
 ) -> Connection:
-    """A connection to the first of ``addresses`` (checked ones, agents/address_policy.py)
+    """A connection to the first of ``addresses`` (checked ones, portal/egress.py)
     that accepts, in order; TLS checks the certificate against the URL's host."""
     loop = asyncio.get_running_loop()
     _scheme, host, port = origin

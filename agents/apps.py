@@ -16,6 +16,7 @@ class AgentsConfig(AppConfig):
     def ready(self) -> None:
         # Every pool of the agent client (the poller's, the connection test's) checks the
         # addresses it connects to against the settings' agent networks.
-        from agents import address_policy, networks
+        from agents import networks
+        from portal import egress
 
-        address_policy.set_default_policy(networks.policy)
+        egress.set_default_policy(networks.policy)

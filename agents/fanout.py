@@ -37,11 +37,11 @@ from typing import Any
 
 import orjson
 
-from agents.address_policy import AddressPolicy, AddressRefused, Resolver
 from agents.agent_connection import Connection as _Connection
 from agents.agent_connection import open_connection
 from agents.agent_connection import reason as _reason
 from agents.http1 import Origin, Target, prepare, prepare_get
+from portal.egress import AddressPolicy, AddressRefused, Resolver
 
 MAX_BODY_BYTES = 4 * 1024 * 1024
 RETRY_STATUSES = frozenset({503})
@@ -128,7 +128,7 @@ class Pool:
 
     ``ssl_context`` is used for https origins (default: the system's trusted CAs,
     created on first use); ``server_hostname`` is the URL's host. ``address_policy``
-    (default: the one set by agents/address_policy.py's ``set_default_policy``) says which
+    (default: the one set by portal/egress.py's ``set_default_policy``) says which
     addresses it may connect to; it connects only to the addresses it checked.
     """
 

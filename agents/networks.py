@@ -1,5 +1,5 @@
 """Where agents may be: the settings' allowed and denied networks, applied at registration
-(an address in the URL) and at every connection (agents/address_policy.py, through the
+(an address in the URL) and at every connection (portal/egress.py, through the
 pools of agents/fanout.py: the poller's and the connection test's).
 
 ``AGENT_NETWORKS_ALLOW`` (empty: any) and ``AGENT_NETWORKS_DENY`` (by default link-local,
@@ -11,9 +11,6 @@ an inventory may be imported before its names are in DNS, and DNS can change.
 from __future__ import annotations
 
 import ipaddress
-import logging
-import socket
-from collections.abc import Iterable
 from urllib.parse import urlsplit
 
 from django.conf import settings
@@ -21,9 +18,14 @@ from django.core.signals import setting_changed
 from django.dispatch import receiver
 from django.utils.translation import gettext as _
 
-from agents.address_policy import AddressPolicy, AddressRefused, IPAddress, literal, resolve_now
-
-log = logging.getLogger(__name__)
+from portal.egress import (
+    AddressPolicy,
+    AddressRefused,
+    build_policy,
+    literal,
+    portal_services,
+    resolve_now,
+)
 
 _SETTINGS = ("AGENT_NETWORKS_ALLOW", "AGENT_NETWORKS_DENY", "DATABASES", "REDIS_URL")
 _policy: AddressPolicy | None = None
@@ -34,7 +36,7 @@ def policy() -> AddressPolicy:
     global _policy
     if _policy is None:
         _policy = build_policy(
-            settings.AGENT_NETWORKS_ALLOW, settings.AGENT_NETWORKS_DENY, _services()
+            settings.AGENT_NETWORKS_ALLOW, settings.AGENT_NETWORKS_DENY, portal_services()
         )
     return _policy
 
@@ -44,47 +46,6 @@ def _forget_policy(setting: str, **kwargs) -> None:
     global _policy
     if setting in _SETTINGS:
         _policy = None
-
-
-def build_policy(
-    allow: Iterable[str], deny: Iterable[str], services: Iterable[tuple[str, int]]
-) -> AddressPolicy:
-    endpoints: set[tuple[IPAddress, int]] = set()
-    for host, port in services:
-        for address in _addresses(host, port):
-            endpoints.add((address, port))
-    local = {port for address, port in endpoints if address.is_loopback or address.is_unspecified}
-    return AddressPolicy(
-        allow=tuple(ipaddress.ip_network(cidr, strict=False) for cidr in allow),
-        deny=tuple(ipaddress.ip_network(cidr, strict=False) for cidr in deny),
-        services=frozenset(endpoints),
-        local_service_ports=frozenset(local),
-    )
-
-
-def _services() -> list[tuple[str, int]]:
-    """The portal's own TCP services: its PostgreSQL and its Redis."""
-    found = []
-    database = settings.DATABASES["default"]
-    host = database.get("HOST") or "localhost"  # empty: a local socket, and likely 5432
-    if not host.startswith("/"):
-        found.append((host, int(database.get("PORT") or 5432)))
-    if settings.REDIS_URL:
-        parts = urlsplit(settings.REDIS_URL)
-        if parts.scheme in ("redis", "rediss") and parts.hostname:
-            found.append((parts.hostname, parts.port or 6379))
-    return found
-
-
-def _addresses(host: str, port: int) -> list[IPAddress]:
-    if (address := literal(host)) is not None:
-        return [address]
-    try:
-        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
-    except (OSError, UnicodeError) as exc:
-        log.warning("cannot resolve %s to keep agents off it: %s", host, exc)
-        return []
-    return [ipaddress.ip_address(info[4][0]) for info in infos]
 
 
 def _host_and_port(url: str) -> tuple[str, int]:

@@ -68,6 +68,7 @@ class Channel(models.Model):
         ordering = ["name", "pk"]
         verbose_name = _("alert channel")
         verbose_name_plural = _("alert channels")
+        permissions = [("post_to_any_host", _("Can send alerts to any host"))]
         constraints = [
             models.CheckConstraint(
                 condition=Q(owner__isnull=False, tenant__isnull=True)

@@ -2,20 +2,26 @@
 the pages and the API.
 
 Everyone manages their own channels and subscriptions; a tenant's are managed by its
-admins; the platform admin (``quotas.permissions.is_platform_admin``) sees and manages
-all, and alone edits rules (everyone reads them, to subscribe). Nobody else learns that a
-channel or subscription exists: another's answers 404, not 403. Events are seen as
-routing sends them.
+admins; a channel's URL may point at any host only for those ``may_post_to`` lets; the
+platform admin (``quotas.permissions.is_platform_admin``) sees and manages all, and
+alone edits rules (everyone reads them, to subscribe). Nobody else learns that a channel
+or subscription exists: another's answers 404, not 403. Events are seen as routing sends
+them.
 """
 
 from __future__ import annotations
 
+from urllib.parse import urlsplit
+
+from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from django.db.models import Q, QuerySet
 
 from agents.permissions import CHANGE_NODE
 from alerts.live import ALL_GROUP, PLATFORM_GROUP, tenant_group
 from alerts.models import Channel, Event, Rule, Subscription
+from alerts.transports import TRANSPORTS
+from alerts.transports.http import allowed_http_host
 from quotas.interface import administered_tenant_ids
 from quotas.models import Tenant
 from quotas.permissions import can_approve, is_platform_admin, tenant_ids_of
@@ -79,6 +85,24 @@ def visible_subscriptions(user: User) -> QuerySet[Subscription]:
     return Subscription.objects.filter(
         Q(owner=user) | Q(tenant__in=managed_tenants(user).values("pk"))
     )
+
+
+POST_TO_ANY_HOST = "alerts.post_to_any_host"
+
+
+def may_post_to(user: User | None, kind: str, url: str) -> bool:
+    """Whether ``user`` may point a channel of ``kind`` at ``url``'s host. Anyone: the
+    vendor's public robot hosts and the operator's ALERT_OPEN_HOSTS (and the http hosts
+    they allow); any other host, where an alert would carry the portal's requests into a
+    network, only platform admins and holders of ``POST_TO_ANY_HOST``. ``None`` is the
+    portal itself (the demo's seed)."""
+    if user is None:
+        return True
+    host = (urlsplit(url).hostname or "").lower()
+    open_hosts = {h.lower() for h in settings.ALERT_OPEN_HOSTS}
+    if host in TRANSPORTS[kind].public_hosts or host in open_hosts or allowed_http_host(host):
+        return True
+    return is_platform_admin(user) or user.has_perm(POST_TO_ANY_HOST)
 
 
 def manages_rules(user: User) -> bool:

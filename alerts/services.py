@@ -21,6 +21,7 @@ from django.utils.translation import gettext as _
 from alerts import outbox
 from alerts.choices import ChannelKind
 from alerts.models import Channel
+from alerts.permissions import may_post_to
 from alerts.transports import TRANSPORTS
 from audit.interface import record, snapshot
 from portal import redis_client
@@ -45,10 +46,18 @@ def _check_common(name: Any, kind: Any, language: Any, values: Any) -> dict[str,
     return errors
 
 
-def _apply_settings(channel: Channel, values: Mapping[str, Any], keep_secrets: bool) -> None:
+def _apply_settings(channel: Channel, values: Mapping[str, Any], keep_secrets: bool, actor) -> None:
     transport = TRANSPORTS[channel.kind]
     current = channel.secrets if keep_secrets else {}
     plain, secrets = transport.clean(values, current)
+    url = secrets.get("url") or plain.get("url") or ""
+    before = current.get("url") or channel.settings.get("url") or ""
+    if url and url != before and not may_post_to(actor, channel.kind, url):
+        hosts = ", ".join(sorted(transport.public_hosts)) or "-"
+        raise ValidationError({"url": [_(
+            "Only a platform admin may send alerts to this host. Use the service's public "
+            "address (%(hosts)s), or ask a platform admin to add the channel."
+        ) % {"hosts": hosts}]})  # fmt: skip
     channel.settings = plain
     channel.set_secrets(secrets)
     channel.secret_hint = transport.hint(plain, secrets)
@@ -69,7 +78,7 @@ def create_channel(
         name=name.strip(), kind=kind, owner_id=owner_id, tenant_id=tenant_id,
         enabled=bool(enabled), language=language,
     )  # fmt: skip
-    _apply_settings(channel, settings_values, keep_secrets=False)
+    _apply_settings(channel, settings_values, keep_secrets=False, actor=actor)
     with transaction.atomic():
         channel.save()
         record("alerts.channel.create", channel, actor=actor, address=address,
@@ -99,7 +108,7 @@ def update_channel(
         channel.name, channel.kind, channel.language = name.strip(), kind, language
         if "settings" in changes or kind_changed:
             merged = values if kind_changed else {**channel.settings, **values}
-            _apply_settings(channel, merged, keep_secrets=not kind_changed)
+            _apply_settings(channel, merged, keep_secrets=not kind_changed, actor=actor)
         if "enabled" in changes:
             channel.enabled = bool(changes["enabled"])
             if channel.enabled:

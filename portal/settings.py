@@ -413,6 +413,9 @@ PORTAL_BASE_URL = env_str("PORTAL_BASE_URL").rstrip("/")
 # Channel URLs must be https; plain http only to these hosts, which also skip the network
 # check below (an internal relay; loopback receivers in tests).
 ALERT_HTTP_ALLOWED_HOSTS = env_list("ALERT_HTTP_ALLOWED_HOSTS", [])
+# Hosts anyone may point a channel at, besides the IM vendors' public ones (a private
+# DingTalk or Feishu deployment). Others only platform admins (alerts.permissions).
+ALERT_OPEN_HOSTS = env_list("ALERT_OPEN_HOSTS", [])
 # Networks channel URLs may not resolve into: loopback, link-local (cloud metadata), "this
 # network". Private ranges are allowed: many IM deployments and relays live there.
 ALERT_NETWORKS_DENY = [

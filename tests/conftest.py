@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import socket
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from urllib.parse import urlsplit, urlunsplit
@@ -290,3 +291,29 @@ def raw_server() -> Iterator[Callable[..., raw_http.RawServer]]:
     yield start
     for server in servers:
         server.close()
+
+
+@pytest.fixture
+def dns(monkeypatch) -> Iterator[Callable[[str, list[str]], list[str]]]:
+    """Names of our own under .test: ``dns(name, answers)`` makes each lookup of ``name``
+    answer the next address in ``answers`` (the last one from then on); returns the log of
+    lookups. Every other name resolves as usual."""
+    real = socket.getaddrinfo
+    answers: dict[str, list[str]] = {}
+    lookups: list[str] = []
+
+    def getaddrinfo(host, port, *args, **kwargs):
+        if isinstance(host, str) and host in answers:
+            queue = answers[host]
+            address = queue.pop(0) if len(queue) > 1 else queue[0]
+            lookups.append(address)
+            return real(address, port, *args, **kwargs)
+        return real(host, port, *args, **kwargs)
+
+    monkeypatch.setattr(socket, "getaddrinfo", getaddrinfo)
+
+    def add(name: str, addresses: list[str]) -> list[str]:
+        answers[name] = list(addresses)
+        return lookups
+
+    yield add

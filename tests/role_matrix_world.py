@@ -188,8 +188,8 @@ def build_world() -> World:
                           summary="A is at 60 %", tenant_id=w.tenant_a),
     )  # fmt: skip
     w.channel = alert_services.create_channel(
-        actor=tadmin, address=None, name="rm ops", kind=ChannelKind.WEBHOOK,
-        settings_values={"url": "https://hooks.example.com/rm"}, tenant_id=w.tenant_a,
+        actor=tadmin, address=None, name="rm ops", kind=ChannelKind.SLACK,
+        settings_values={"url": "https://hooks.slack.com/services/rm"}, tenant_id=w.tenant_a,
     )  # fmt: skip
     w.subscription = config.save_subscription(
         None, {"channel": w.channel, "min_severity": Severity.WARNING},

@@ -83,13 +83,13 @@ TABLE: dict[str, Row] = {
     "GET /api/v1/alert-channels/": row("401 200 200 200 200 200 200 200 200"),
     "POST /api/v1/alert-channels/":
         row("401 403 201 201 201 400 400 400 400", body=lambda w: {
-            "name": "rm new", "kind": "webhook", "tenant": w.tenant_a,
-            "settings": {"url": "https://hooks.example.com/new"}}),
+            "name": "rm new", "kind": "slack", "tenant": w.tenant_a,
+            "settings": {"url": "https://hooks.slack.com/services/new"}}),
     "GET /api/v1/alert-channels/{id}/": row("401 200 200 200 200 404 404 404 404", "channel"),
     "PUT /api/v1/alert-channels/{id}/":
         row("401 403 200 200 200 404 404 404 404", "channel", {
-            "name": "rm ops 2", "kind": "webhook",
-            "settings": {"url": "https://hooks.example.com/rm2"}}),
+            "name": "rm ops 2", "kind": "slack",
+            "settings": {"url": "https://hooks.slack.com/services/rm2"}}),
     "PATCH /api/v1/alert-channels/{id}/":
         row("401 403 200 200 200 404 404 404 404", "channel", {"name": "rm ops 2"}),
     "DELETE /api/v1/alert-channels/{id}/": row("401 403 204 204 204 404 404 404 404", "channel"),

@@ -52,6 +52,9 @@ class SettingField:
 class Transport:
     kind: ClassVar[str]
     fields: ClassVar[tuple[SettingField, ...]] = ()
+    # The vendor's own public hosts: anyone may point a channel there; any other host (a
+    # private deployment, a generic webhook) is for those alerts.permissions lets.
+    public_hosts: ClassVar[frozenset[str]] = frozenset()
 
     def __init__(self, channel) -> None:
         self.channel = channel

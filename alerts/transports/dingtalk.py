@@ -31,6 +31,7 @@ def sign(secret: str, timestamp_ms: int) -> str:
 
 class DingTalkTransport(Transport):
     kind = ChannelKind.DINGTALK
+    public_hosts = frozenset({"oapi.dingtalk.com"})
     fields = (
         SettingField(
             "url", _("Robot webhook URL"), secret=True,

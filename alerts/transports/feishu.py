@@ -30,6 +30,7 @@ def sign(secret: str, timestamp_s: int) -> str:
 
 class FeishuTransport(Transport):
     kind = ChannelKind.FEISHU
+    public_hosts = frozenset({"open.feishu.cn", "open.larksuite.com"})
     fields = (
         SettingField(
             "url", _("Bot webhook URL"), secret=True,

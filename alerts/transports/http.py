@@ -1,30 +1,39 @@
 """The one way channels speak HTTP: JSON posted with a timeout, answers read up to a
-limit, redirects refused (a robot URL that redirects is a misconfiguration, and following
-it would let a user-provided URL lead anywhere), and addresses checked.
+limit, redirects not followed (a robot URL that redirects is a misconfiguration, and
+following it would let a user-provided URL lead anywhere), and addresses checked.
 
 Channel URLs come from users. They must be https; plain http only to the hosts in
-ALERT_HTTP_ALLOWED_HOSTS (loopback receivers in tests, an internal relay). A host that
-resolves into ALERT_NETWORKS_DENY (loopback, link-local, where clouds serve instance
-metadata) is refused unless it is one of those allowed hosts.
+ALERT_HTTP_ALLOWED_HOSTS (loopback receivers in tests, an internal relay). The connection
+goes through the outgoing-address policy (portal/egress.py): to an address checked against
+ALERT_NETWORKS_DENY (loopback, link-local, where clouds serve instance metadata) and never
+to the portal's own database or Redis, the name resolved once, so a DNS answer that changes
+after the check is not followed. The allowed hosts skip the network list, not the services.
+
+What a refused endpoint answers is logged, never shown: a channel page that echoed it would
+let its owner read whatever the URL reaches.
 """
 
 from __future__ import annotations
 
-import ipaddress
+import http.client
 import json
-import socket
-import urllib.error
+import logging
+import ssl
 import urllib.parse
-import urllib.request
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings
 from django.core.exceptions import ValidationError
+from django.core.signals import setting_changed
+from django.dispatch import receiver
 from django.utils.translation import gettext as _
 
 from alerts.transports.base import TransportError
+from portal import egress
+
+log = logging.getLogger(__name__)
 
 ANSWER_MAX_BYTES = 64 * 1024
 URL_MAX_CHARS = 2048
@@ -42,11 +51,8 @@ class Answer:
         except ValueError:
             return None
 
-    def text(self, limit: int = 300) -> str:
-        return self.body[:limit].decode("utf-8", "replace")
 
-
-def _allowed_http_host(host: str) -> bool:
+def allowed_http_host(host: str) -> bool:
     return host.lower() in {h.lower() for h in settings.ALERT_HTTP_ALLOWED_HOSTS}
 
 
@@ -60,7 +66,7 @@ def check_url(url: str, *, path_prefix: str = "", query_key: str = "") -> str:
     host = parts.hostname or ""
     if parts.scheme not in ("https", "http") or not host:
         raise ValidationError(_("Enter a full https:// URL."))
-    if parts.scheme == "http" and not _allowed_http_host(host):
+    if parts.scheme == "http" and not allowed_http_host(host):
         raise ValidationError(_("Only https:// URLs are accepted."))
     if parts.username or parts.password:
         raise ValidationError(_("A URL may not carry a user name or password."))
@@ -70,60 +76,114 @@ def check_url(url: str, *, path_prefix: str = "", query_key: str = "") -> str:
         raise ValidationError(_("The path should start with %(path)s.") % {"path": path_prefix})
     if query_key and not urllib.parse.parse_qs(parts.query).get(query_key):
         raise ValidationError(_("The URL lacks its %(key)s= parameter.") % {"key": query_key})
+    if (refused := refusal(url)) is not None:
+        raise ValidationError(refused)
     return url
 
 
-def _check_address(host: str, port: int) -> None:
-    if _allowed_http_host(host):
-        return
+_policies: dict[bool, egress.AddressPolicy] = {}  # built once: it resolves service names
+
+
+@receiver(setting_changed)
+def _forget_policies(setting: str, **kwargs) -> None:
+    if setting in ("ALERT_NETWORKS_DENY", "DATABASES", "REDIS_URL"):
+        _policies.clear()
+
+
+def policy_for(host: str) -> egress.AddressPolicy:
+    """The outgoing-address policy for a channel's host: the denied networks and the
+    portal's services; for the allowed hosts (a relay, a test's loopback receiver) the
+    portal's services alone."""
+    exempt = allowed_http_host(host)
+    if exempt not in _policies:
+        deny = () if exempt else settings.ALERT_NETWORKS_DENY
+        _policies[exempt] = egress.build_policy((), deny, egress.portal_services())
+    return _policies[exempt]
+
+
+def refusal(url: str) -> str | None:
+    """Why the portal will not post to ``url``'s host, judged now by its literal address
+    (or localhost); None otherwise: names are checked when they are resolved, at send."""
+    parts = urllib.parse.urlsplit(url)
+    host = parts.hostname or ""
+    port = _port(parts)
+    lowered = host.lower()
+    candidates = [egress.literal(host)]
+    if lowered == "localhost" or lowered.endswith(".localhost"):
+        candidates = [egress.literal("127.0.0.1"), egress.literal("::1")]
+    policy = policy_for(host)
+    for address in candidates:
+        if address is not None and (refused := policy.refusal(address, port)) is not None:
+            return explain(refused, host)
+    return None
+
+
+def explain(refused: egress.AddressRefused, host: str) -> str:
+    """What the channel's owner reads: the host they typed, not what it resolved to."""
+    if refused.reason == "service":
+        return _("%(host)s port %(port)s is one of the portal's own services.") % {
+            "host": host, "port": refused.port}  # fmt: skip
+    return _("%(host)s is in a network alerts may not reach.") % {"host": host}
+
+
+def _port(parts: urllib.parse.SplitResult) -> int:
     try:
-        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
-    except OSError as exc:
-        raise TransportError(_("Cannot resolve %(host)s: %(error)s") % {
-            "host": host, "error": exc}) from None  # fmt: skip
-    for info in infos:
-        address = ipaddress.ip_address(info[4][0])
-        if any(address in network for network in settings.ALERT_NETWORKS_DENY):
-            raise TransportError(
-                _("%(host)s resolves to %(address)s, a network alerts may not reach.")
-                % {"host": host, "address": address},
-                permanent=True,
-            )
+        return parts.port or (443 if parts.scheme == "https" else 80)
+    except ValueError:  # a port out of range, as urllib says
+        return 0
 
 
-class _NoRedirects(urllib.request.HTTPRedirectHandler):
-    def redirect_request(self, req, fp, code, msg, headers, newurl):
-        return None  # urllib then raises HTTPError with the 3xx status
+class _CheckedHTTPConnection(http.client.HTTPConnection):
+    """Connects to an address the policy checked (portal/egress.py), not to a name."""
+
+    def __init__(self, host: str, port: int, *, policy: egress.AddressPolicy, timeout: float):
+        super().__init__(host, port, timeout=timeout)
+        self.policy = policy
+
+    def connect(self) -> None:
+        self.sock = egress.connect(self.host, self.port, self.policy, self.timeout)
 
 
-_opener = urllib.request.build_opener(_NoRedirects)
+class _CheckedHTTPSConnection(_CheckedHTTPConnection):
+    default_port = 443
+    context = ssl.create_default_context()
+
+    def connect(self) -> None:
+        super().connect()
+        # The certificate is checked against the host typed, not the address connected to.
+        self.sock = self.context.wrap_socket(self.sock, server_hostname=self.host)
 
 
 def post(url: str, body: bytes, headers: Mapping[str, str] | None = None) -> Answer:
-    """POST ``body``; the answer whatever its status. Refused connections, timeouts and
-    resets raise a transient TransportError."""
+    """POST ``body``; the answer whatever its status (a redirect included: not followed).
+    A refused address raises a permanent TransportError; refused connections, timeouts and
+    resets a transient one."""
     parts = urllib.parse.urlsplit(url)
-    if parts.scheme == "http" and not _allowed_http_host(parts.hostname or ""):
+    host = parts.hostname or ""
+    if parts.scheme not in ("https", "http") or not host:
+        raise TransportError(_("Enter a full https:// URL."), permanent=True)
+    if parts.scheme == "http" and not allowed_http_host(host):
         raise TransportError(_("Only https:// URLs are accepted."), permanent=True)
-    _check_address(parts.hostname or "", parts.port or (443 if parts.scheme == "https" else 80))
-    request = urllib.request.Request(url, data=body, method="POST")  # noqa: S310 (checked)
-    request.add_header("Content-Type", "application/json; charset=utf-8")
-    request.add_header("User-Agent", USER_AGENT)
-    for name, value in (headers or {}).items():
-        request.add_header(name, value)
+    kind = _CheckedHTTPSConnection if parts.scheme == "https" else _CheckedHTTPConnection
+    connection = kind(host, _port(parts), policy=policy_for(host),
+                      timeout=settings.ALERT_HTTP_TIMEOUT)  # fmt: skip
+    target = urllib.parse.urlunsplit(("", "", parts.path or "/", parts.query, ""))
+    sent = {"Content-Type": "application/json; charset=utf-8", "User-Agent": USER_AGENT,
+            **(headers or {})}  # fmt: skip
     try:
-        with _opener.open(request, timeout=settings.ALERT_HTTP_TIMEOUT) as response:
-            return Answer(response.status, response.read(ANSWER_MAX_BYTES))
-    except urllib.error.HTTPError as exc:
-        try:
-            body = exc.read(ANSWER_MAX_BYTES)
-        except OSError:
-            body = b""
-        return Answer(exc.code, body)
-    except (urllib.error.URLError, OSError, ValueError) as exc:
-        reason = getattr(exc, "reason", exc)
+        connection.request("POST", target, body=body, headers=sent)
+        response = connection.getresponse()
+        return Answer(response.status, response.read(ANSWER_MAX_BYTES))
+    except egress.AddressRefused as refused:
+        raise TransportError(explain(refused, host), permanent=True) from None
+    except (OSError, http.client.HTTPException, ValueError) as exc:
+        reason = getattr(exc, "reason", None) or exc.__class__.__name__
+        if isinstance(exc, OSError) and exc.strerror:
+            reason = exc.strerror
         raise TransportError(_("Cannot reach %(host)s: %(error)s") % {
-            "host": parts.hostname, "error": reason}) from None  # fmt: skip
+            "host": host, "error": reason}) from None  # fmt: skip
+    finally:
+        connection.close()
 
 
 def post_json(url: str, payload: Any, headers: Mapping[str, str] | None = None) -> Answer:
@@ -132,27 +192,28 @@ def post_json(url: str, payload: Any, headers: Mapping[str, str] | None = None) 
 
 def raise_for_status(answer: Answer) -> None:
     """2xx passes. 408, 429 and 5xx are worth retrying; any other status (a redirect, a
-    4xx such as a revoked key) will not change by itself and is permanent."""
+    4xx such as a revoked key) will not change by itself and is permanent. The body is
+    logged, not repeated (module docstring)."""
     if 200 <= answer.status < 300:
         return
     transient = answer.status in (408, 425, 429) or answer.status >= 500
+    log.info("channel endpoint answered HTTP %s: %r", answer.status, answer.body[:300])
     raise TransportError(
-        _("HTTP %(status)s: %(body)s") % {"status": answer.status, "body": answer.text()},
+        _("The endpoint answered HTTP %(status)s.") % {"status": answer.status},
         permanent=not transient,
     )
 
 
-def vendor_code(answer: Answer, *keys: str) -> tuple[int | None, str]:
-    """The error code and message an IM vendor returns inside an HTTP 200 answer."""
+def vendor_code(answer: Answer, *keys: str) -> int | None:
+    """The error code an IM vendor returns inside an HTTP 200 answer; None when the
+    answer carries none (it is not the vendor's)."""
     data = answer.json()
     if not isinstance(data, dict):
-        return None, answer.text()
+        return None
     for key in keys:
         if key in data:
             try:
-                code = int(data[key])
+                return int(data[key])
             except (TypeError, ValueError):
-                return None, answer.text()
-            text = data.get("errmsg") or data.get("msg") or data.get("StatusMessage") or ""
-            return code, str(text)[:300]
-    return None, answer.text()
+                return None
+    return None

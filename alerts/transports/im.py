@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import logging
+
 from django.utils.translation import gettext as _
 
 from alerts.transports import http
 from alerts.transports.base import TransportError
+
+log = logging.getLogger(__name__)
 
 
 def check_vendor_answer(
@@ -15,12 +19,17 @@ def check_vendor_answer(
     as configuration errors (bad key, signature mismatch, missing keyword) are permanent;
     others (rate limits, "system busy", anything unknown) are retried."""
     http.raise_for_status(answer)
-    code, text = http.vendor_code(answer, *code_keys)
+    code = http.vendor_code(answer, *code_keys)
     if code == 0:
         return
     if code is None:
-        raise TransportError(_("Unexpected answer: %(body)s") % {"body": text})
+        log.info("robot answered HTTP %s without an error code: %r", answer.status,
+                 answer.body[:300])  # fmt: skip
+        raise TransportError(_("The answer is not the robot's: it carries no error code."))
+    # The vendor's message is not repeated (alerts/transports/http.py): the code is enough
+    # to look up in its documentation, and the log keeps the rest.
+    log.info("robot answered error %s: %r", code, answer.body[:300])
     raise TransportError(
-        _("Error %(code)s: %(text)s") % {"code": code, "text": text},
+        _("The robot answered error code %(code)s.") % {"code": code},
         permanent=code in permanent_codes,
     )

@@ -15,6 +15,7 @@ SECTION_MAX_CHARS = 3000  # Slack's limit for a section's text
 
 class SlackTransport(Transport):
     kind = ChannelKind.SLACK
+    public_hosts = frozenset({"hooks.slack.com"})
     fields = (
         SettingField(
             "url", _("Incoming webhook URL"), secret=True,

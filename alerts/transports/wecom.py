@@ -19,6 +19,7 @@ CONTENT_MAX_BYTES = 4096
 
 class WeComTransport(Transport):
     kind = ChannelKind.WECOM
+    public_hosts = frozenset({"qyapi.weixin.qq.com"})
     fields = (
         SettingField(
             "url", _("Robot webhook URL"), secret=True,

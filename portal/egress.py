@@ -1,34 +1,43 @@
-"""Which addresses the portal may open a connection to for an agent.
+"""Where the portal may open an outgoing connection: one policy for agents and alert
+channels (docs/security.md, "Outgoing connections").
 
-An agent URL is typed by whoever may add nodes, so without a rule the portal would connect
+Agent URLs and channel URLs are typed by people, so without a rule the portal would connect
 wherever it is told: to the cloud's metadata service (169.254.169.254), or to its own
 database and Redis. A policy holds the networks allowed (empty: any), the networks denied
-and the portal's own services (address and port); the client (agents/fanout.py) checks
-every address a host name resolves to and connects only to those it checked, so a DNS
-answer that changes between the check and the connection cannot slip through.
+and the portal's own services (address and port). Every client checks every address a
+host name resolves to and connects only to an address it checked (``Resolver`` for the
+asyncio agent client, ``connect`` for synchronous code), so a DNS answer that changes
+between the check and the connection (DNS rebinding) cannot slip through.
 
-No Django here: agents/networks.py builds the policy from the settings.
+Each purpose builds its policy from its own settings (agents/networks.py, alerts'
+transports/http.py) with ``build_policy`` and ``portal_services``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import ipaddress
+import logging
 import socket
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from urllib.parse import urlsplit
+
+from django.conf import settings
+
+log = logging.getLogger(__name__)
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 
 
 class AddressRefused(Exception):
-    """The host is, or resolves to, an address agents may not have; ``reason`` says why:
+    """The host is, or resolves to, an address the policy refuses; ``reason`` says why:
     ``outside`` the allowed networks, in a ``denied`` one, or a portal ``service``."""
 
     _TEXTS = {
-        "outside": "{address} is outside the networks allowed for agents",
-        "denied": "{address} is in a network denied to agents",
+        "outside": "{address} is outside the networks allowed",
+        "denied": "{address} is in a denied network",
         "service": "{address} port {port} is one of the portal's own services",
     }
 
@@ -101,13 +110,73 @@ def resolve_now(host: str, port: int, policy: AddressPolicy) -> list[str]:
     return policy.check([info[4][0] for info in infos], port)
 
 
+def connect(host: str, port: int, policy: AddressPolicy | None, timeout: float) -> socket.socket:
+    """A TCP connection to ``host``, made to one of the addresses the policy checked (the
+    first that answers), never to a name resolved again; no policy: to ``host`` as is.
+    Raises AddressRefused, socket.gaierror or OSError."""
+    if policy is None:
+        return socket.create_connection((host, port), timeout=timeout)
+    error: OSError | None = None
+    for address in resolve_now(host, port, policy):
+        try:
+            return socket.create_connection((address, port), timeout=timeout)
+        except OSError as exc:
+            error = exc
+    raise error or OSError(f"no address for {host}")
+
+
+def build_policy(
+    allow: Iterable[str | IPNetwork],
+    deny: Iterable[str | IPNetwork],
+    services: Iterable[tuple[str, int]],
+) -> AddressPolicy:
+    """A policy from CIDR lists and the (host, port) services to keep off, their host
+    names resolved now."""
+    endpoints: set[tuple[IPAddress, int]] = set()
+    for host, port in services:
+        for address in _addresses(host, port):
+            endpoints.add((address, port))
+    local = {port for address, port in endpoints if address.is_loopback or address.is_unspecified}
+    return AddressPolicy(
+        allow=tuple(ipaddress.ip_network(cidr, strict=False) for cidr in allow),
+        deny=tuple(ipaddress.ip_network(cidr, strict=False) for cidr in deny),
+        services=frozenset(endpoints),
+        local_service_ports=frozenset(local),
+    )
+
+
+def portal_services() -> list[tuple[str, int]]:
+    """The portal's own TCP services, refused to every purpose: its PostgreSQL and Redis."""
+    found = []
+    database = settings.DATABASES["default"]
+    host = database.get("HOST") or "localhost"  # empty: a local socket, and likely 5432
+    if not host.startswith("/"):
+        found.append((host, int(database.get("PORT") or 5432)))
+    if settings.REDIS_URL:
+        parts = urlsplit(settings.REDIS_URL)
+        if parts.scheme in ("redis", "rediss") and parts.hostname:
+            found.append((parts.hostname, parts.port or 6379))
+    return found
+
+
+def _addresses(host: str, port: int) -> list[IPAddress]:
+    if (address := literal(host)) is not None:
+        return [address]
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except (OSError, UnicodeError) as exc:
+        log.warning("cannot resolve %s to keep outgoing connections off it: %s", host, exc)
+        return []
+    return [ipaddress.ip_address(info[4][0]) for info in infos]
+
+
 PolicySource = Callable[[], AddressPolicy | None]
 _default_policy: PolicySource | None = None
 
 
 def set_default_policy(source: PolicySource | None) -> None:
-    """The policy of every resolver not given its own. The portal sets it at start
-    (agents.apps), so the poller's pools and the connection test's apply it alike."""
+    """The policy of every resolver not given its own. The portal sets it at start to the
+    agents' (agents.apps), so the poller's pools and the connection test's apply it alike."""
     global _default_policy
     _default_policy = source
 
