@@ -7,11 +7,7 @@ get 403, which tells them the page exists but is not theirs, instead of a confus
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from functools import wraps
-
 from django.contrib import messages
-from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
@@ -23,24 +19,7 @@ from agents import connection_test, node_audit, node_files, permissions, registr
 from agents.choices import NodeSource
 from agents.forms import NodeForm, NodeImportForm
 from agents.models import Node
-
-View = Callable[..., HttpResponse]
-
-
-def allowed_if(check: Callable[..., bool]) -> Callable[[View], View]:
-    """Signed in, and ``check(user)`` true; otherwise the login page or 403."""
-
-    def decorate(view: View) -> View:
-        @wraps(view)
-        @login_required
-        def wrapped(request: HttpRequest, *args, **kwargs) -> HttpResponse:
-            if not check(request.user):
-                raise PermissionDenied
-            return view(request, *args, **kwargs)
-
-        return wrapped
-
-    return decorate
+from portal.security import allowed_if
 
 
 # Read-only for those granted only view_node: the actions check their own permissions.

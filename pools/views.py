@@ -9,12 +9,8 @@ existence is not told either.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from functools import wraps
-
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.core.exceptions import PermissionDenied
 from django.db.models import Count, Exists, OuterRef, Sum
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
@@ -28,26 +24,9 @@ from pools.agent_reports import agent_report
 from pools.choices import AgentSync, AllocationState
 from pools.forms import PoolCardsForm, PoolForm
 from pools.models import Pool, PoolCard
-from portal.security import client_ip
+from portal.security import allowed_if, client_ip
 
-View = Callable[..., HttpResponse]
 MAX_CARD_CHOICES = 2000
-
-
-def allowed_if(check: Callable[..., bool]) -> Callable[[View], View]:
-    """Signed in, and ``check(user)`` true; otherwise the login page or 403."""
-
-    def decorate(view: View) -> View:
-        @wraps(view)
-        @login_required
-        def wrapped(request: HttpRequest, *args, **kwargs) -> HttpResponse:
-            if not check(request.user):
-                raise PermissionDenied
-            return view(request, *args, **kwargs)
-
-        return wrapped
-
-    return decorate
 
 
 def _who(request: HttpRequest) -> dict:
