@@ -8,7 +8,7 @@ get 403, which tells them the page exists but is not theirs, instead of a confus
 from __future__ import annotations
 
 from django.contrib import messages
-from django.core.exceptions import PermissionDenied
+from django.core.exceptions import PermissionDenied, ValidationError
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.utils.translation import gettext as _
@@ -42,8 +42,8 @@ def node_add(request: HttpRequest) -> HttpResponse:
     if request.method == "POST" and form.is_valid():
         try:
             node = registration.register_node(**_values(form), **node_audit.who(request))
-        except registration.RegistrationError as exc:
-            form.add_service_errors(exc.errors)
+        except ValidationError as exc:
+            form.add_service_errors(exc.message_dict)
         else:
             messages.success(request, _("Node %(name)s added.") % {"name": node.name})
             return redirect("agents:node_list")
@@ -57,8 +57,8 @@ def node_edit(request: HttpRequest, pk: int) -> HttpResponse:
     if request.method == "POST" and form.is_valid():
         try:
             registration.update_node(node.pk, **_values(form), **node_audit.who(request))
-        except registration.RegistrationError as exc:
-            form.add_service_errors(exc.errors)
+        except ValidationError as exc:
+            form.add_service_errors(exc.message_dict)
         else:
             messages.success(
                 request, _("Node %(name)s saved.") % {"name": form.cleaned_data["name"]}

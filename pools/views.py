@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
+from django.core.exceptions import ValidationError
 from django.db.models import Count, Exists, OuterRef, Sum
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
@@ -74,8 +75,8 @@ def pool_add(request: HttpRequest) -> HttpResponse:
     if request.method == "POST" and form.is_valid():
         try:
             pool = membership.create_pool(form.values(), **_who(request))
-        except membership.PoolError as exc:
-            form.add_service_errors(exc.errors)
+        except ValidationError as exc:
+            form.add_service_errors(exc.message_dict)
         else:
             messages.success(request, _("Pool %(name)s created.") % {"name": pool.name})
             return redirect(pool)
@@ -89,8 +90,8 @@ def pool_edit(request: HttpRequest, slug: str) -> HttpResponse:
     if request.method == "POST" and form.is_valid():
         try:
             pool = membership.update_pool(pool.pk, form.values(), **_who(request))
-        except membership.PoolError as exc:
-            form.add_service_errors(exc.errors)
+        except ValidationError as exc:
+            form.add_service_errors(exc.message_dict)
         else:
             messages.success(request, _("Pool %(name)s saved.") % {"name": pool.name})
             return redirect(pool)
@@ -110,8 +111,8 @@ def pool_delete(request: HttpRequest, slug: str) -> HttpResponse:
     if request.method == "POST":
         try:
             membership.delete_pool(pool.pk, **_who(request))
-        except membership.PoolError as exc:
-            error = " ".join(m for ms in exc.errors.values() for m in ms)
+        except membership.PoolInUse as exc:
+            error = str(exc)
         else:
             messages.success(request, _("Pool %(name)s deleted.") % {"name": pool.name})
             return redirect("pools:pool_list")
@@ -176,8 +177,8 @@ def pool_cards_add(request: HttpRequest, slug: str) -> HttpResponse:
     if form.is_valid():
         try:
             joined = membership.add_pool_cards(pool.pk, form.cleaned_data["gpus"], **_who(request))
-        except membership.PoolError as exc:
-            form.add_service_errors(exc.errors)
+        except ValidationError as exc:
+            form.add_service_errors(exc.message_dict)
         else:
             messages.success(request, _("%(count)s card(s) added.") % {"count": joined})
             return redirect(pool)
@@ -190,8 +191,8 @@ def pool_card_remove(request: HttpRequest, slug: str, gpu_id: int) -> HttpRespon
     pool = get_object_or_404(Pool, slug=slug)
     try:
         membership.remove_pool_cards(pool.pk, [gpu_id], **_who(request))
-    except membership.PoolError as exc:
-        for message in (m for ms in exc.errors.values() for m in ms):
+    except ValidationError as exc:
+        for message in exc.messages:
             messages.error(request, message)
     else:
         messages.success(request, _("Card removed from the pool."))

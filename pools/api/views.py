@@ -1,3 +1,4 @@
+from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db.models import Count
 from django_filters.rest_framework import DjangoFilterBackend
 from drf_spectacular.types import OpenApiTypes
@@ -58,8 +59,8 @@ class PoolViewSet(IdempotentMixin, viewsets.ModelViewSet):
         pool = self.get_object()
         try:
             membership.delete_pool(pool.pk, actor=request.user, address=client_ip(request))
-        except membership.PoolError as exc:
-            raise Conflict(" ".join(m for msgs in exc.errors.values() for m in msgs)) from exc
+        except membership.PoolInUse as exc:
+            raise Conflict(str(exc)) from exc
         return Response(status=status.HTTP_204_NO_CONTENT)
 
     def _change_cards(self, request: Request, change) -> Response:
@@ -69,8 +70,8 @@ class PoolViewSet(IdempotentMixin, viewsets.ModelViewSet):
         try:
             count = change(pool.pk, body.validated_data["gpus"], actor=request.user,
                            address=client_ip(request))  # fmt: skip
-        except membership.PoolError as exc:
-            raise ValidationError(exc.errors) from exc
+        except DjangoValidationError as exc:
+            raise ValidationError(exc.message_dict) from exc
         return Response({"changed": count})
 
     @extend_schema(request=PoolCardsChangeSerializer, responses=OpenApiTypes.OBJECT)
