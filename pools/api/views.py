@@ -3,7 +3,7 @@ from django.db.models import Count
 from django_filters.rest_framework import DjangoFilterBackend
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema, extend_schema_view
-from rest_framework import status, viewsets
+from rest_framework import status
 from rest_framework.decorators import action
 from rest_framework.exceptions import ValidationError
 from rest_framework.filters import OrderingFilter
@@ -33,7 +33,7 @@ from pools.permissions import (
 )
 from portal.api_errors import Conflict
 from portal.api_schema import ERROR
-from portal.idempotency import IdempotentMixin
+from portal.api_views import ApiModelViewSet, ApiReadOnlyModelViewSet
 from portal.security import client_ip
 
 FILTERS = [DjangoFilterBackend, OrderingFilter]
@@ -46,7 +46,7 @@ def _documented(operations: dict):
 
 
 @_documented(POOL_OPERATIONS)
-class PoolViewSet(IdempotentMixin, viewsets.ModelViewSet):
+class PoolViewSet(ApiModelViewSet):
     queryset = Pool.objects.annotate(card_count=Count("cards")).order_by("name")
     serializer_class = PoolSerializer
     filterset_class = PoolFilterSet
@@ -102,7 +102,7 @@ class PoolViewSet(IdempotentMixin, viewsets.ModelViewSet):
 
 
 @_documented(POOL_CARD_OPERATIONS)
-class PoolCardViewSet(viewsets.ReadOnlyModelViewSet):
+class PoolCardViewSet(ApiReadOnlyModelViewSet):
     queryset = PoolCard.objects.select_related("gpu__node").order_by("pool_id", "gpu_id")
     serializer_class = PoolCardSerializer
     filterset_class = PoolCardFilterSet
@@ -113,7 +113,7 @@ class PoolCardViewSet(viewsets.ReadOnlyModelViewSet):
 
 @extend_schema_view(retrieve=extend_schema(examples=ALLOCATION_EXAMPLES))
 @_documented(ALLOCATION_OPERATIONS)
-class AllocationViewSet(viewsets.ReadOnlyModelViewSet):
+class AllocationViewSet(ApiReadOnlyModelViewSet):
     serializer_class = AllocationSerializer
     filterset_class = AllocationFilterSet
     filter_backends = FILTERS
