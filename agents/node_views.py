@@ -7,12 +7,8 @@ get 403, which tells them the page exists but is not theirs, instead of a confus
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from functools import wraps
-
 from django.contrib import messages
-from django.contrib.auth.decorators import login_required
-from django.core.exceptions import PermissionDenied
+from django.core.exceptions import PermissionDenied, ValidationError
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.utils.translation import gettext as _
@@ -23,24 +19,7 @@ from agents import connection_test, node_audit, node_files, permissions, registr
 from agents.choices import NodeSource
 from agents.forms import NodeForm, NodeImportForm
 from agents.models import Node
-
-View = Callable[..., HttpResponse]
-
-
-def allowed_if(check: Callable[..., bool]) -> Callable[[View], View]:
-    """Signed in, and ``check(user)`` true; otherwise the login page or 403."""
-
-    def decorate(view: View) -> View:
-        @wraps(view)
-        @login_required
-        def wrapped(request: HttpRequest, *args, **kwargs) -> HttpResponse:
-            if not check(request.user):
-                raise PermissionDenied
-            return view(request, *args, **kwargs)
-
-        return wrapped
-
-    return decorate
+from portal.security import allowed_if
 
 
 # Read-only for those granted only view_node: the actions check their own permissions.
@@ -63,8 +42,8 @@ def node_add(request: HttpRequest) -> HttpResponse:
     if request.method == "POST" and form.is_valid():
         try:
             node = registration.register_node(**_values(form), **node_audit.who(request))
-        except registration.RegistrationError as exc:
-            form.add_service_errors(exc.errors)
+        except ValidationError as exc:
+            form.add_service_errors(exc.message_dict)
         else:
             messages.success(request, _("Node %(name)s added.") % {"name": node.name})
             return redirect("agents:node_list")
@@ -78,8 +57,8 @@ def node_edit(request: HttpRequest, pk: int) -> HttpResponse:
     if request.method == "POST" and form.is_valid():
         try:
             registration.update_node(node.pk, **_values(form), **node_audit.who(request))
-        except registration.RegistrationError as exc:
-            form.add_service_errors(exc.errors)
+        except ValidationError as exc:
+            form.add_service_errors(exc.message_dict)
         else:
             messages.success(
                 request, _("Node %(name)s saved.") % {"name": form.cleaned_data["name"]}

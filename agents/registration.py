@@ -1,8 +1,8 @@
 """Node registration: add and edit agent nodes, import many at once.
 
 Plain values in, plain values (or the saved Node) out; every rule lives here so the
-pages, the API and the import apply the same ones. Errors are collected per field
-(``RegistrationError.errors``) so a form or a 400 answer can show all of them at once.
+pages, the API and the import apply the same ones. Errors are collected per field (Django's
+``ValidationError.message_dict``) so a form or a 400 answer can show all of them at once.
 Each change is recorded in the audit log (``agents.node_audit``) in its own transaction,
 with the ``actor`` and source ``address`` the caller passes.
 """
@@ -30,12 +30,6 @@ MAX_IMPORT_ROWS = 5000
 _NAME = re.compile(r"^[\w.:-]{1,255}$")
 
 Errors = dict[str, list[str]]
-
-
-class RegistrationError(Exception):
-    def __init__(self, errors: Errors) -> None:
-        super().__init__("; ".join(f"{k}: {' '.join(v)}" for k, v in errors.items()))
-        self.errors = errors
 
 
 # --- validation -----------------------------------------------------------------------
@@ -154,7 +148,7 @@ def register_node(
     for key, messages in _taken(cleaned, None).items():
         errors.setdefault(key, []).extend(messages)
     if errors:
-        raise RegistrationError(errors)
+        raise ValidationError(errors)
     node = Node(source=NodeSource.AGENT, **_model_fields(cleaned))
     node.set_agent_token(cleaned["token"])
     node.save()
@@ -178,13 +172,13 @@ def update_node(
     node = Node.objects.select_for_update().get(pk=node_id)
     before = node_audit.state(node)
     if node.source != NodeSource.AGENT:
-        raise RegistrationError({"name": [_("Nodes read through Prometheus are read-only.")]})
+        raise ValidationError({"name": [_("Nodes read through Prometheus are read-only.")]})
     values = {"name": name, "agent_url": agent_url, "labels": labels, "state": state}
     cleaned, errors = _clean(values | {"token": token or None}, partial=True)
     for key, messages in (_taken(cleaned, node.pk) | _move_errors(node, cleaned)).items():
         errors.setdefault(key, []).extend(messages)
     if errors:
-        raise RegistrationError(errors)
+        raise ValidationError(errors)
     changed = _apply_changes(node, cleaned)
     node.save()
     token_replaced = "agent_token_encrypted" in changed

@@ -5,11 +5,8 @@ from __future__ import annotations
 
 import csv
 import json
-from collections.abc import Callable, Iterator
-from functools import wraps
+from collections.abc import Iterator
 
-from django.contrib.auth.decorators import login_required
-from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
 from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
 from django.shortcuts import render
@@ -20,6 +17,7 @@ from audit.diff import diff_rows
 from audit.filtersets import AuditEntryFilterSet
 from audit.models import AuditEntry
 from audit.permissions import can_read_audit
+from portal.security import allowed_if
 
 PAGE_SIZE = 50
 # The filters the page shows; the API's others (actor_id, after, before) work here too.
@@ -34,20 +32,8 @@ EXPORT_COLUMNS = [
 # callers typed (a failed login's user name), so such a cell is written as text.
 _FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
 
-View = Callable[..., HttpResponse]
-
-
-def audit_readers_only(view: View) -> View:
-    """Signed in (else the login page) and allowed to read the log (else 403)."""
-
-    @wraps(view)
-    @login_required
-    def wrapped(request: HttpRequest, *args, **kwargs) -> HttpResponse:
-        if not can_read_audit(request.user):
-            raise PermissionDenied
-        return view(request, *args, **kwargs)
-
-    return wrapped
+# Signed in (else the login page) and allowed to read the log (else 403).
+audit_readers_only = allowed_if(can_read_audit)
 
 
 @audit_readers_only

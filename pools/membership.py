@@ -1,9 +1,10 @@
 """Pools and their cards as an admin changes them: create, edit, delete, add and remove cards.
 
 Plain values in, the saved Pool (or a count) out. Every rule lives here so the pages, the
-API and the admin apply the same ones; errors are collected per field (``PoolError.errors``)
-so a form or a 400 answer shows all of them at once. Each change is audited in its own
-transaction, and a refused change changes nothing.
+API and the admin apply the same ones; errors are collected per field (Django's
+``ValidationError.message_dict``) so a form or a 400 answer shows all of them at once. A
+pool that cannot be deleted raises ``PoolInUse``: its state, not the input, is the problem
+(409). Each change is audited in its own transaction, and a refused change changes nothing.
 
 Ratios: lowering one below what is allocated on any card is refused. The pool's cards are
 locked first, so a placement racing the change either lands before it (and is counted) or
@@ -43,12 +44,8 @@ _LABEL_KEY = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9._/-]{0,62})$")
 Errors = dict[str, list[str]]
 
 
-class PoolError(Exception):
-    """A change that was refused; ``errors`` by field (``non_field_errors`` for the whole)."""
-
-    def __init__(self, errors: Errors) -> None:
-        super().__init__("; ".join(f"{k}: {' '.join(v)}" for k, v in errors.items()))
-        self.errors = errors
+class PoolInUse(Exception):
+    """The pool's history refers to it, so it cannot be deleted; the message says why."""
 
 
 def _models(raw: Any) -> list[str]:
@@ -111,13 +108,6 @@ def clean_values(values: Mapping[str, Any]) -> tuple[dict[str, Any], Errors]:
     return cleaned, errors
 
 
-def _validate(pool: Pool) -> None:
-    try:
-        pool.full_clean(exclude=["created", "updated"])
-    except ValidationError as exc:
-        raise PoolError({k: list(v) for k, v in exc.message_dict.items()}) from None
-
-
 def ratio_errors(pool: Pool, compute_ratio: Decimal, memory_ratio: Decimal) -> Errors:
     """What lowering the ratios would break: cards whose allocations would no longer fit."""
     errors: Errors = {}
@@ -145,9 +135,9 @@ def create_pool(values: Mapping[str, Any], *, actor=None, address: str | None = 
     """Create a pool; rule pools take the matching cards that are in no pool yet."""
     cleaned, errors = clean_values(values)
     if errors:
-        raise PoolError(errors)
+        raise ValidationError(errors)
     pool = Pool(**cleaned)
-    _validate(pool)
+    pool.full_clean(exclude=["created", "updated"])
     with transaction.atomic():
         pool.save()
         refresh_cards(pool)
@@ -163,17 +153,17 @@ def update_pool(
     allocated on a card or a field is wrong."""
     cleaned, errors = clean_values(values)
     if errors:
-        raise PoolError(errors)
+        raise ValidationError(errors)
     with transaction.atomic():
         pool = Pool.objects.select_for_update().get(pk=pool_id)
         before = audit.snapshot(pool)
         for name, value in cleaned.items():
             setattr(pool, name, value)
-        _validate(pool)
+        pool.full_clean(exclude=["created", "updated"])
         # Lock the cards before checking them: placements wait, then re-check capacity.
         list(pool.cards.select_for_update().values_list("pk", flat=True))
         if errors := ratio_errors(pool, pool.compute_ratio, pool.memory_ratio):
-            raise PoolError(errors)
+            raise ValidationError(errors)
         pool.save()
         refresh_cards(pool)
         after = audit.snapshot(pool)
@@ -190,15 +180,15 @@ def delete_pool(pool_id: int, *, actor=None, address: str | None = None) -> None
     with transaction.atomic():
         pool = Pool.objects.select_for_update().get(pk=pool_id)
         if pool.leases.exists():
-            raise PoolError({"non_field_errors": [_(
+            raise PoolInUse(_(
                 "This pool has held vGPUs and its leases' history refers to it: it cannot "
                 "be deleted. Remove its cards or turn off automatic matching instead."
-            )]})  # fmt: skip
+            ))  # fmt: skip
         if pool.requests.exists():  # waiting, refused or cancelled ones: kept for history
-            raise PoolError({"non_field_errors": [_(
+            raise PoolInUse(_(
                 "GPU requests were made in this pool and their history refers to it: it "
                 "cannot be deleted. Remove its cards or turn off automatic matching instead."
-            )]})  # fmt: skip
+            ))  # fmt: skip
         before = audit.snapshot(pool)
         audit.record("pool.delete", pool, actor=actor, address=address, before=before)
         pool.delete()
@@ -207,10 +197,10 @@ def delete_pool(pool_id: int, *, actor=None, address: str | None = None) -> None
 def _gpu_ids(gpu_ids: Iterable[Any]) -> list[int]:
     ids = list(gpu_ids)
     if len(ids) > MAX_CARDS_PER_CHANGE:
-        raise PoolError({"gpus": [_("At most %(count)s cards at a time.")
+        raise ValidationError({"gpus": [_("At most %(count)s cards at a time.")
                                   % {"count": MAX_CARDS_PER_CHANGE}]})  # fmt: skip
     if not ids or not all(isinstance(i, int) and not isinstance(i, bool) for i in ids):
-        raise PoolError({"gpus": [_("Choose at least one card.")]})
+        raise ValidationError({"gpus": [_("Choose at least one card.")]})
     return sorted(set(ids))
 
 
@@ -229,12 +219,12 @@ def add_pool_cards(
         if elsewhere := [i for i, p in found.items() if p not in (None, pool.pk)]:
             errors.append(_("Already in another pool: %(ids)s.") % {"ids": _list(elsewhere)})
         if errors:
-            raise PoolError({"gpus": errors})
+            raise ValidationError({"gpus": errors})
         # Cards the rules brought in stay now whatever the rules say.
         pool.cards.filter(gpu_id__in=ids).update(added_by_hand=True)
         joined = add_cards(pool, [i for i, p in found.items() if p is None], by_hand=True)
         if joined != sum(1 for p in found.values() if p is None):
-            raise PoolError({"gpus": [_("Another pool took one of these cards; try again.")]})
+            raise ValidationError({"gpus": [_("Another pool took one of these cards; try again.")]})
         audit.record("pool.cards_add", pool, actor=actor, address=address,
                      after={"gpus": ids})  # fmt: skip
         live.pool_changed(pool.pk)
@@ -273,12 +263,14 @@ def remove_pool_cards(
                 "the rules or turn off adding matching cards automatically."
             ) % {"ids": _list(matching)})  # fmt: skip
         if errors:
-            raise PoolError({"gpus": errors})
+            raise ValidationError({"gpus": errors})
         removed, _by_model = PoolCard.objects.filter(
             Q(pool=pool, gpu_id__in=ids, slices=0)
         ).delete()
         if removed != len(ids):
-            raise PoolError({"gpus": [_("A card took a vGPU meanwhile; nothing was removed.")]})
+            raise ValidationError(
+                {"gpus": [_("A card took a vGPU meanwhile; nothing was removed.")]}
+            )
         audit.record("pool.cards_remove", pool, actor=actor, address=address,
                      before={"gpus": ids})  # fmt: skip
         live.pool_changed(pool.pk)

@@ -9,12 +9,9 @@ existence is not told either.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from functools import wraps
-
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.core.exceptions import PermissionDenied
+from django.core.exceptions import ValidationError
 from django.db.models import Count, Exists, OuterRef, Sum
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
@@ -28,26 +25,9 @@ from pools.agent_reports import agent_report
 from pools.choices import AgentSync, AllocationState
 from pools.forms import PoolCardsForm, PoolForm
 from pools.models import Pool, PoolCard
-from portal.security import client_ip
+from portal.security import allowed_if, client_ip
 
-View = Callable[..., HttpResponse]
 MAX_CARD_CHOICES = 2000
-
-
-def allowed_if(check: Callable[..., bool]) -> Callable[[View], View]:
-    """Signed in, and ``check(user)`` true; otherwise the login page or 403."""
-
-    def decorate(view: View) -> View:
-        @wraps(view)
-        @login_required
-        def wrapped(request: HttpRequest, *args, **kwargs) -> HttpResponse:
-            if not check(request.user):
-                raise PermissionDenied
-            return view(request, *args, **kwargs)
-
-        return wrapped
-
-    return decorate
 
 
 def _who(request: HttpRequest) -> dict:
@@ -95,8 +75,8 @@ def pool_add(request: HttpRequest) -> HttpResponse:
     if request.method == "POST" and form.is_valid():
         try:
             pool = membership.create_pool(form.values(), **_who(request))
-        except membership.PoolError as exc:
-            form.add_service_errors(exc.errors)
+        except ValidationError as exc:
+            form.add_service_errors(exc.message_dict)
         else:
             messages.success(request, _("Pool %(name)s created.") % {"name": pool.name})
             return redirect(pool)
@@ -110,8 +90,8 @@ def pool_edit(request: HttpRequest, slug: str) -> HttpResponse:
     if request.method == "POST" and form.is_valid():
         try:
             pool = membership.update_pool(pool.pk, form.values(), **_who(request))
-        except membership.PoolError as exc:
-            form.add_service_errors(exc.errors)
+        except ValidationError as exc:
+            form.add_service_errors(exc.message_dict)
         else:
             messages.success(request, _("Pool %(name)s saved.") % {"name": pool.name})
             return redirect(pool)
@@ -131,8 +111,8 @@ def pool_delete(request: HttpRequest, slug: str) -> HttpResponse:
     if request.method == "POST":
         try:
             membership.delete_pool(pool.pk, **_who(request))
-        except membership.PoolError as exc:
-            error = " ".join(m for ms in exc.errors.values() for m in ms)
+        except membership.PoolInUse as exc:
+            error = str(exc)
         else:
             messages.success(request, _("Pool %(name)s deleted.") % {"name": pool.name})
             return redirect("pools:pool_list")
@@ -197,8 +177,8 @@ def pool_cards_add(request: HttpRequest, slug: str) -> HttpResponse:
     if form.is_valid():
         try:
             joined = membership.add_pool_cards(pool.pk, form.cleaned_data["gpus"], **_who(request))
-        except membership.PoolError as exc:
-            form.add_service_errors(exc.errors)
+        except ValidationError as exc:
+            form.add_service_errors(exc.message_dict)
         else:
             messages.success(request, _("%(count)s card(s) added.") % {"count": joined})
             return redirect(pool)
@@ -211,8 +191,8 @@ def pool_card_remove(request: HttpRequest, slug: str, gpu_id: int) -> HttpRespon
     pool = get_object_or_404(Pool, slug=slug)
     try:
         membership.remove_pool_cards(pool.pk, [gpu_id], **_who(request))
-    except membership.PoolError as exc:
-        for message in (m for ms in exc.errors.values() for m in ms):
+    except ValidationError as exc:
+        for message in exc.messages:
             messages.error(request, message)
     else:
         messages.success(request, _("Card removed from the pool."))

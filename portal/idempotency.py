@@ -1,6 +1,7 @@
 """``Idempotency-Key`` on the API's POSTs (docs/api.md, "Idempotency").
 
-A view that mixes in ``IdempotentMixin`` runs a POST carrying a key once per caller and key:
+A view that mixes in ``IdempotentMixin`` (every API view does, through the bases in
+``portal.api_views``) runs a POST carrying a key once per caller and key:
 the first request claims the key, runs, and stores its answer in the same transaction; a
 retry with the same body gets that answer again with ``Idempotent-Replayed: true``.
 

@@ -1,4 +1,5 @@
-"""Who is knocking: the client's address, failed logins and their lockout (django-axes).
+"""Who is knocking: the client's address, who may open a page (``allowed_if``), failed
+logins and their lockout (django-axes).
 
 Every failed login is logged on the ``portal.security`` logger with the user name tried and
 the source address; django-axes counts them and locks the pair (user name, address) out for
@@ -9,10 +10,13 @@ from __future__ import annotations
 
 import ipaddress
 import logging
+from collections.abc import Callable
+from functools import wraps
 from typing import Any
 
 from axes.backends import AxesStandaloneBackend
 from django.conf import settings
+from django.contrib.auth.decorators import login_required
 from django.contrib.auth.forms import AuthenticationForm
 from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse
@@ -20,6 +24,28 @@ from django.shortcuts import render
 from django.utils.translation import ngettext
 
 log = logging.getLogger("portal.security")
+
+View = Callable[..., HttpResponse]
+
+
+def allowed_if(check: Callable[..., bool]) -> Callable[[View], View]:
+    """Signed in, and ``check(user)`` true; otherwise the login page or 403.
+
+    403 rather than the login page for a signed-in user: the page exists but is not theirs,
+    and sending them to log in again would only loop.
+    """
+
+    def decorate(view: View) -> View:
+        @wraps(view)
+        @login_required
+        def wrapped(request: HttpRequest, *args, **kwargs) -> HttpResponse:
+            if not check(request.user):
+                raise PermissionDenied
+            return view(request, *args, **kwargs)
+
+        return wrapped
+
+    return decorate
 
 
 def _address(value: str) -> str | None:

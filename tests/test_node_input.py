@@ -8,6 +8,7 @@ import csv
 import json
 
 import pytest
+from django.core.exceptions import ValidationError
 from django.urls import reverse
 from rest_framework.test import APIClient
 
@@ -201,8 +202,8 @@ def _entry_errors(client, user, *, token: str = "", labels: dict[str, str] | Non
     try:
         registration.register_node(name="n-1", agent_url="http://10.0.9.1:9400",
                                    token=token, labels=labels)  # fmt: skip
-    except registration.RegistrationError as exc:
-        found["service"] = sorted(exc.errors)
+    except ValidationError as exc:
+        found["service"] = sorted(exc.message_dict)
     client.force_login(user)
     node = {"name": "n-1", "agent_url": "http://10.0.9.1:9400", "token": token}
     page = client.post(reverse("agents:node_add"), node | {"state": "offline", "labels": text})

@@ -258,6 +258,9 @@ def test_members_cannot_change_a_pools_cards(request, name):
 def test_a_pool_that_held_vgpus_cannot_be_deleted(alice, busy_pool):
     response = client(alice).delete(f"/api/v1/pools/{busy_pool.pk}/")
     assert response.status_code == 409
+    error = response.json()["error"]
+    assert error["code"] == "conflict" and "held vGPUs" in error["message"]
+    assert "fields" not in error
     assert Pool.objects.filter(pk=busy_pool.pk).exists()
 
 

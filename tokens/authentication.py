@@ -24,6 +24,7 @@ from rest_framework.request import Request
 from audit.interface import AuditAction, record, request_address
 from tokens import interface
 from tokens.choices import Scope
+from tokens.throttling import hit
 
 log = logging.getLogger("portal.security")
 
@@ -40,13 +41,8 @@ def _lockout_seconds() -> int:
 
 
 def _record_failure(address: str) -> None:
-    key = _FAILURES_KEY.format(address)
-    cache.add(key, 0, timeout=_lockout_seconds())  # the window starts at the first failure
-    try:
-        failures = cache.incr(key)
-    except ValueError:  # the window ended between add() and incr()
-        cache.set(key, 1, timeout=_lockout_seconds())
-        failures = 1
+    # The window starts at the first failure.
+    failures = hit(_FAILURES_KEY.format(address), _lockout_seconds())
     if failures >= settings.API_TOKEN_FAILURE_LIMIT:
         cache.set(_BLOCKED_KEY.format(address), True, timeout=_lockout_seconds())
         log.warning("api token locked out: address=%s failures=%d", address, failures)

@@ -27,6 +27,17 @@ from tokens.models import ApiToken
 _PERIODS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
 
+def hit(key: str, seconds: int) -> int:
+    """Count one more under ``key``, a window that ends ``seconds`` after its first count;
+    the count so far, this one included. One atomic increment, so processes never lose one."""
+    cache.add(key, 0, timeout=seconds)
+    try:
+        return cache.incr(key)
+    except ValueError:  # the window's key expired between add() and incr()
+        cache.set(key, 1, timeout=seconds)
+        return 1
+
+
 def parse_rate(rate: str) -> tuple[int, int]:
     """``"1200/min"`` to (1200, 60): the count and the window in seconds."""
     count, _sep, period = rate.partition("/")
@@ -54,13 +65,8 @@ class ApiRateThrottle(BaseThrottle):
         limit, window = parse_rate(rate)
         now = time.time()
         start = int(now // window) * window
-        key = f"throttle:{kind}:{ident}:{window}:{start}"
-        cache.add(key, 0, timeout=window + 1)
-        try:
-            count = cache.incr(key)
-        except ValueError:  # the window's key expired between add() and incr()
-            cache.set(key, 1, timeout=window + 1)
-            count = 1
+        # The key names the window's start, so every caller's window has the same edges.
+        count = hit(f"throttle:{kind}:{ident}:{window}:{start}", window + 1)
         if count <= limit:
             return True
         self._wait = max(start + window - now, 1)

@@ -1,3 +1,4 @@
+from django.core.exceptions import ValidationError as DjangoValidationError
 from rest_framework import serializers
 
 from agents import node_audit, registration
@@ -87,15 +88,15 @@ class NodeSerializer(serializers.ModelSerializer):
     def create(self, validated_data: dict) -> Node:
         try:
             node = registration.register_node(**validated_data, **self._who())
-        except registration.RegistrationError as exc:
-            raise serializers.ValidationError(exc.errors) from None
+        except DjangoValidationError as exc:
+            raise serializers.ValidationError(exc.message_dict) from None
         node.gpu_count = 0
         return node
 
     def update(self, instance: Node, validated_data: dict) -> Node:
         try:
             node = registration.update_node(instance.pk, **validated_data, **self._who())
-        except registration.RegistrationError as exc:
-            raise serializers.ValidationError(exc.errors) from None
+        except DjangoValidationError as exc:
+            raise serializers.ValidationError(exc.message_dict) from None
         node.gpu_count = node.gpus.count()
         return node

@@ -9,7 +9,7 @@ from django.conf import settings
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.utils.translation import gettext_lazy as _
 from drf_spectacular.utils import extend_schema
-from rest_framework import permissions, status, viewsets
+from rest_framework import permissions, status
 from rest_framework.decorators import action
 from rest_framework.exceptions import PermissionDenied, ValidationError
 from rest_framework.request import Request
@@ -30,7 +30,7 @@ from alerts.permissions import (
 from audit.interface import request_address
 from portal.api_errors import Conflict, error_response
 from portal.api_schema import ERROR
-from portal.idempotency import IdempotentMixin
+from portal.api_views import ApiModelViewSet, ApiReadOnlyModelViewSet
 
 
 class RulesEditedByPlatformAdmins(permissions.BasePermission):
@@ -47,7 +47,7 @@ class RulesEditedByPlatformAdmins(permissions.BasePermission):
         return request.method in permissions.SAFE_METHODS or manages_rules(request.user)
 
 
-class RuleViewSet(IdempotentMixin, viewsets.ModelViewSet):
+class RuleViewSet(ApiModelViewSet):
     """Alert rules: everyone signed in reads them (to subscribe); the platform admin
     edits them. Built-in rules can be disabled, not deleted."""
 
@@ -66,7 +66,7 @@ class RuleViewSet(IdempotentMixin, viewsets.ModelViewSet):
             raise ValidationError(exc.message_dict) from None
 
 
-class SubscriptionViewSet(IdempotentMixin, viewsets.ModelViewSet):
+class SubscriptionViewSet(ApiModelViewSet):
     """Your subscriptions and your tenants' (as their admin); all for the platform admin.
     Another's subscription is 404."""
 
@@ -80,7 +80,7 @@ class SubscriptionViewSet(IdempotentMixin, viewsets.ModelViewSet):
                                    address=request_address(self.request))  # fmt: skip
 
 
-class EventViewSet(IdempotentMixin, viewsets.ReadOnlyModelViewSet):
+class EventViewSet(ApiReadOnlyModelViewSet):
     """Alert events as they are sent: your tenants' and, for platform admins and
     node operators, the platform's. Filter by state, severity, rule, tenant, scope, time."""
 

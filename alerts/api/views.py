@@ -1,6 +1,6 @@
 from django.db.models import Prefetch
 from drf_spectacular.utils import extend_schema
-from rest_framework import status, viewsets
+from rest_framework import status
 from rest_framework.decorators import action
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -11,12 +11,12 @@ from alerts.filtersets import ChannelFilterSet
 from alerts.models import Delivery, DeliveryAttempt
 from alerts.permissions import visible_channels
 from audit.interface import request_address
-from portal.idempotency import IdempotentMixin
+from portal.api_views import ApiModelViewSet
 
 DELIVERIES_SHOWN = 50
 
 
-class ChannelViewSet(IdempotentMixin, viewsets.ModelViewSet):
+class ChannelViewSet(ApiModelViewSet):
     """Alert channels: your own and your tenants' (as their admin); all for the platform
     admin. Another's channel is 404."""
 

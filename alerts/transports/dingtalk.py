@@ -4,9 +4,6 @@ are added to the query string, URL-encoded."""
 
 from __future__ import annotations
 
-import base64
-import hashlib
-import hmac
 import time
 import urllib.parse
 
@@ -15,7 +12,7 @@ from django.utils.translation import gettext_lazy as _
 from alerts.choices import ChannelKind
 from alerts.transports import http
 from alerts.transports.base import Message, SettingField, Transport, markdown
-from alerts.transports.im import check_vendor_answer
+from alerts.transports.im import check_vendor_answer, hmac_sha256_b64
 
 # 300001/300005: the access token does not exist; 310000: signature, keyword or IP
 # whitelist mismatch; 400102: the robot was stopped. 130101 (too fast) is retried.
@@ -23,10 +20,7 @@ PERMANENT_CODES = frozenset({300001, 300005, 310000, 400101, 400102})
 
 
 def sign(secret: str, timestamp_ms: int) -> str:
-    digest = hmac.new(
-        secret.encode(), f"{timestamp_ms}\n{secret}".encode(), hashlib.sha256
-    ).digest()
-    return base64.b64encode(digest).decode()
+    return hmac_sha256_b64(key=secret, msg=f"{timestamp_ms}\n{secret}")
 
 
 class DingTalkTransport(Transport):

@@ -1,7 +1,11 @@
-"""Shared by the IM robots that answer HTTP 200 with an error code in the body."""
+"""Shared by the IM robots: the answer (HTTP 200 with an error code in the body) and the
+base64 HMAC-SHA256 that DingTalk and Feishu sign with."""
 
 from __future__ import annotations
 
+import base64
+import hashlib
+import hmac
 import logging
 
 from django.utils.translation import gettext as _
@@ -10,6 +14,12 @@ from alerts.transports import http
 from alerts.transports.base import TransportError
 
 log = logging.getLogger(__name__)
+
+
+def hmac_sha256_b64(key: str, msg: str) -> str:
+    """base64(HMAC-SHA256(key, msg)). The vendors differ in which string is the key and which
+    the message (dingtalk.sign, feishu.sign), so each says so itself."""
+    return base64.b64encode(hmac.new(key.encode(), msg.encode(), hashlib.sha256).digest()).decode()
 
 
 def check_vendor_answer(

@@ -20,7 +20,7 @@ from pools.failover import clear_cordon, drain_node
 from pools.models import PoolCard
 from portal.api_errors import Conflict
 from portal.api_schema import ERROR
-from portal.idempotency import IdempotentMixin
+from portal.api_views import ApiView
 from portal.security import client_ip
 
 CHANGE_POOL = "pools.change_pool"
@@ -77,7 +77,7 @@ class PoolNodeDrainView(APIView):
         )  # fmt: skip
 
 
-class PoolCardClearCordonView(IdempotentMixin, APIView):
+class PoolCardClearCordonView(ApiView):
     permission_classes = [PoolOperationPermissions]
 
     @extend_schema(

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 from decimal import Decimal
 
+from django.core.exceptions import ValidationError as DjangoValidationError
 from rest_framework import serializers
 
 from pools import launch, membership
@@ -56,16 +57,16 @@ class PoolSerializer(serializers.ModelSerializer):
     def create(self, validated_data: dict) -> Pool:
         try:
             pool = membership.create_pool(validated_data, **_who(self))
-        except membership.PoolError as exc:
-            raise serializers.ValidationError(exc.errors) from None
+        except DjangoValidationError as exc:
+            raise serializers.ValidationError(exc.message_dict) from None
         pool.card_count = pool.cards.count()
         return pool
 
     def update(self, instance: Pool, validated_data: dict) -> Pool:
         try:
             pool = membership.update_pool(instance.pk, validated_data, **_who(self))
-        except membership.PoolError as exc:
-            raise serializers.ValidationError(exc.errors) from None
+        except DjangoValidationError as exc:
+            raise serializers.ValidationError(exc.message_dict) from None
         pool.card_count = pool.cards.count()
         return pool
 

@@ -1,8 +1,9 @@
+from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db.models import Count
 from django_filters.rest_framework import DjangoFilterBackend
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema, extend_schema_view
-from rest_framework import status, viewsets
+from rest_framework import status
 from rest_framework.decorators import action
 from rest_framework.exceptions import ValidationError
 from rest_framework.filters import OrderingFilter
@@ -32,7 +33,7 @@ from pools.permissions import (
 )
 from portal.api_errors import Conflict
 from portal.api_schema import ERROR
-from portal.idempotency import IdempotentMixin
+from portal.api_views import ApiModelViewSet, ApiReadOnlyModelViewSet
 from portal.security import client_ip
 
 FILTERS = [DjangoFilterBackend, OrderingFilter]
@@ -45,7 +46,7 @@ def _documented(operations: dict):
 
 
 @_documented(POOL_OPERATIONS)
-class PoolViewSet(IdempotentMixin, viewsets.ModelViewSet):
+class PoolViewSet(ApiModelViewSet):
     queryset = Pool.objects.annotate(card_count=Count("cards")).order_by("name")
     serializer_class = PoolSerializer
     filterset_class = PoolFilterSet
@@ -58,8 +59,8 @@ class PoolViewSet(IdempotentMixin, viewsets.ModelViewSet):
         pool = self.get_object()
         try:
             membership.delete_pool(pool.pk, actor=request.user, address=client_ip(request))
-        except membership.PoolError as exc:
-            raise Conflict(" ".join(m for msgs in exc.errors.values() for m in msgs)) from exc
+        except membership.PoolInUse as exc:
+            raise Conflict(str(exc)) from exc
         return Response(status=status.HTTP_204_NO_CONTENT)
 
     def _change_cards(self, request: Request, change) -> Response:
@@ -69,8 +70,8 @@ class PoolViewSet(IdempotentMixin, viewsets.ModelViewSet):
         try:
             count = change(pool.pk, body.validated_data["gpus"], actor=request.user,
                            address=client_ip(request))  # fmt: skip
-        except membership.PoolError as exc:
-            raise ValidationError(exc.errors) from exc
+        except DjangoValidationError as exc:
+            raise ValidationError(exc.message_dict) from exc
         return Response({"changed": count})
 
     @extend_schema(request=PoolCardsChangeSerializer, responses=OpenApiTypes.OBJECT)
@@ -101,7 +102,7 @@ class PoolViewSet(IdempotentMixin, viewsets.ModelViewSet):
 
 
 @_documented(POOL_CARD_OPERATIONS)
-class PoolCardViewSet(viewsets.ReadOnlyModelViewSet):
+class PoolCardViewSet(ApiReadOnlyModelViewSet):
     queryset = PoolCard.objects.select_related("gpu__node").order_by("pool_id", "gpu_id")
     serializer_class = PoolCardSerializer
     filterset_class = PoolCardFilterSet
@@ -112,7 +113,7 @@ class PoolCardViewSet(viewsets.ReadOnlyModelViewSet):
 
 @extend_schema_view(retrieve=extend_schema(examples=ALLOCATION_EXAMPLES))
 @_documented(ALLOCATION_OPERATIONS)
-class AllocationViewSet(viewsets.ReadOnlyModelViewSet):
+class AllocationViewSet(ApiReadOnlyModelViewSet):
     serializer_class = AllocationSerializer
     filterset_class = AllocationFilterSet
     filter_backends = FILTERS

@@ -9,7 +9,7 @@ from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db.models import Prefetch
 from django_filters import rest_framework as filters
 from drf_spectacular.utils import extend_schema
-from rest_framework import mixins, serializers, status, viewsets
+from rest_framework import mixins, serializers, status
 from rest_framework.decorators import action
 from rest_framework.exceptions import PermissionDenied, ValidationError
 from rest_framework.request import Request
@@ -17,7 +17,7 @@ from rest_framework.response import Response
 
 from audit.interface import request_address
 from pools.models import Allocation, Pool
-from portal.idempotency import IdempotentMixin
+from portal.api_views import ApiGenericViewSet
 from quotas import lifecycle, permissions, waiting
 from quotas.api.docs import CREATE_EXAMPLES, READ_EXAMPLES, WAIT_PARAMETER
 from quotas.choices import RequestState
@@ -143,9 +143,8 @@ class WaitSerializer(serializers.Serializer):
 
 
 class GpuRequestViewSet(
-    IdempotentMixin,
     mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.CreateModelMixin,
-    viewsets.GenericViewSet,
+    ApiGenericViewSet,
 ):  # fmt: skip
     """GPU requests: ask for vGPUs in a pool of one of your tenants, follow them through
     approval and placement, and release them. Any POST may carry an Idempotency-Key header:

@@ -9,13 +9,12 @@ from __future__ import annotations
 from django.contrib.auth import get_user_model
 from django.utils.translation import gettext_lazy as _
 from drf_spectacular.utils import extend_schema
-from rest_framework import viewsets
 from rest_framework.decorators import action
 from rest_framework.request import Request
 from rest_framework.response import Response
 
 from audit.interface import request_address
-from portal.idempotency import IdempotentMixin
+from portal.api_views import ApiModelViewSet
 from quotas import permissions, tenancy
 from quotas.api.serializers import (
     MembershipSerializer,
@@ -52,7 +51,7 @@ USAGE = _(
 
 
 @extend_schema(description=TENANTS)
-class TenantViewSet(IdempotentMixin, viewsets.ModelViewSet):
+class TenantViewSet(ApiModelViewSet):
     serializer_class = TenantSerializer
     filterset_class = TenantFilterSet
     permission_classes = [permissions.TenantPermissions]
@@ -88,7 +87,7 @@ class TenantViewSet(IdempotentMixin, viewsets.ModelViewSet):
 
 
 @extend_schema(description=MEMBERSHIPS)
-class MembershipViewSet(IdempotentMixin, viewsets.ModelViewSet):
+class MembershipViewSet(ApiModelViewSet):
     serializer_class = MembershipSerializer
     filterset_class = MembershipFilterSet
     permission_classes = [permissions.TenantPermissions]
@@ -112,7 +111,7 @@ class MembershipViewSet(IdempotentMixin, viewsets.ModelViewSet):
 
 
 @extend_schema(description=QUOTAS)
-class QuotaViewSet(IdempotentMixin, viewsets.ModelViewSet):
+class QuotaViewSet(ApiModelViewSet):
     serializer_class = QuotaSerializer
     filterset_class = QuotaFilterSet
     permission_classes = [permissions.TenantPermissions]

@@ -13,13 +13,13 @@ from django.contrib.auth import get_user_model
 from django.utils.functional import Promise
 from django.utils.translation import gettext_lazy as _
 from drf_spectacular.utils import extend_schema, extend_schema_view
-from rest_framework import mixins, permissions, serializers, status, viewsets
+from rest_framework import mixins, permissions, serializers, status
 from rest_framework.decorators import action
 from rest_framework.request import Request
 from rest_framework.response import Response
 
 from audit.interface import request_address
-from portal.idempotency import IdempotentMixin
+from portal.api_views import ApiGenericViewSet
 from quotas import accounts
 from quotas import permissions as quota_permissions
 from quotas.api.serializers import call_service
@@ -108,9 +108,7 @@ class PlatformAdmins(permissions.BasePermission):
     **{name: extend_schema(description=text) for name, text in OPERATIONS.items()
        if name in ("list", "retrieve")},
 )  # fmt: skip
-class UserViewSet(
-    IdempotentMixin, mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet
-):
+class UserViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, ApiGenericViewSet):
     serializer_class = UserSerializer
     filterset_class = UserFilterSet
     permission_classes = [permissions.IsAuthenticated, PlatformAdmins]

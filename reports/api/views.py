@@ -9,15 +9,14 @@ from dataclasses import asdict
 from django.core.exceptions import ValidationError as DjangoValidationError
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
-from rest_framework import mixins, serializers, status, viewsets
+from rest_framework import mixins, serializers, status
 from rest_framework.decorators import action
 from rest_framework.request import Request
 from rest_framework.response import Response
-from rest_framework.views import APIView
 
 from audit.interface import request_address
 from pools.permissions import visible_leases
-from portal.idempotency import IdempotentMixin
+from portal.api_views import ApiGenericViewSet, ApiReadOnlyModelViewSet, ApiView
 from reports import accounting, permissions, report, services
 from reports.api.serializers import (
     AllocationIdleSerializer,
@@ -37,7 +36,7 @@ def _visible(queryset, user):
     return queryset if lease_ids is None else queryset.filter(lease_id__in=lease_ids)
 
 
-class AllocationIdleViewSet(viewsets.ReadOnlyModelViewSet):
+class AllocationIdleViewSet(ApiReadOnlyModelViewSet):
     """Live allocations with the last scan's verdict: idle or busy, time idle, GPU-hours
     wasted, p95 use and right-sizing advice. Members see their tenants' rows only."""
 
@@ -53,7 +52,7 @@ class AllocationIdleViewSet(viewsets.ReadOnlyModelViewSet):
         return report.decorate(page) if page is not None else None
 
 
-class IdleCardViewSet(viewsets.ReadOnlyModelViewSet):
+class IdleCardViewSet(ApiReadOnlyModelViewSet):
     """Physical cards with no allocation, allocated and unused, or used outside any
     allocation; for those who see the whole fleet."""
 
@@ -64,7 +63,7 @@ class IdleCardViewSet(viewsets.ReadOnlyModelViewSet):
         return report.visible_cards(self.request.user)
 
 
-class ReclaimWarningViewSet(IdempotentMixin, viewsets.ReadOnlyModelViewSet):
+class ReclaimWarningViewSet(ApiReadOnlyModelViewSet):
     """Warnings sent to owners of idle leases; the owner appeals, an approver decides."""
 
     serializer_class = ReclaimWarningSerializer
@@ -104,8 +103,8 @@ class ReclaimWarningViewSet(IdempotentMixin, viewsets.ReadOnlyModelViewSet):
 
 
 class ExemptionViewSet(
-    IdempotentMixin, mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.CreateModelMixin,
-    mixins.DestroyModelMixin, viewsets.GenericViewSet,
+    mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.CreateModelMixin,
+    mixins.DestroyModelMixin, ApiGenericViewSet,
 ):  # fmt: skip
     """Leases kept out of reclaim until a date, for a reason. Deleting one ends it now."""
 
@@ -130,7 +129,7 @@ class ExemptionViewSet(
                      address=request_address(self.request))  # fmt: skip
 
 
-class AccountingView(APIView):
+class AccountingView(ApiView):
     """The month's GPU-hours held and used per tenant, user and pool, per day; vGPU
     units; chargeback cost with idle time apart; queue waits."""
 

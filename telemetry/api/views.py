@@ -1,16 +1,15 @@
 from django.utils.translation import gettext_lazy as _
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
-from rest_framework import viewsets
 from rest_framework.decorators import action
 from rest_framework.exceptions import ValidationError
 from rest_framework.generics import get_object_or_404
 from rest_framework.request import Request
 from rest_framework.response import Response
-from rest_framework.views import APIView
 
 from agents.filtersets import GPUFilterSet
 from agents.models import GPU, Node
+from portal.api_views import ApiReadOnlyModelViewSet, ApiView
 from telemetry import history, readings
 from telemetry.api.serializers import GPUSerializer
 from telemetry.permissions import ReadingPermissions, visible_owners
@@ -31,7 +30,7 @@ def _history(gpu_ids: list[int], request: Request) -> Response:
     return Response(data)
 
 
-class NodeHistoryView(APIView):
+class NodeHistoryView(ApiView):
     permission_classes = [ReadingPermissions]
 
     @extend_schema(
@@ -52,7 +51,7 @@ class NodeHistoryView(APIView):
         "signed-in user reads the fleet."
     )
 )
-class GPUViewSet(viewsets.ReadOnlyModelViewSet):
+class GPUViewSet(ApiReadOnlyModelViewSet):
     queryset = GPU.objects.select_related("node").order_by("node__name", "index")
     serializer_class = GPUSerializer
     filterset_class = GPUFilterSet

@@ -11,14 +11,14 @@ from typing import Any
 
 from django.shortcuts import get_object_or_404
 from drf_spectacular.utils import extend_schema, extend_schema_view
-from rest_framework import mixins, status, viewsets
+from rest_framework import mixins, status
 from rest_framework.decorators import action
 from rest_framework.exceptions import PermissionDenied
 from rest_framework.request import Request
 from rest_framework.response import Response
 
 from audit.interface import request_address
-from portal.idempotency import IdempotentMixin
+from portal.api_views import ApiGenericViewSet
 from tokens import services
 from tokens.api.docs import SERVICE_ACCOUNT_OPERATIONS, TOKEN_OPERATIONS
 from tokens.api.serializers import (
@@ -52,8 +52,8 @@ def _issue(request: Request, fn: Any, *args: Any) -> Response:
     **{name: extend_schema(description=text) for name, text in TOKEN_OPERATIONS.items()},
 )
 class ApiTokenViewSet(
-    IdempotentMixin, mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.CreateModelMixin,
-    mixins.DestroyModelMixin, viewsets.GenericViewSet,
+    mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.CreateModelMixin,
+    mixins.DestroyModelMixin, ApiGenericViewSet,
 ):  # fmt: skip
     serializer_class = ApiTokenSerializer
     filterset_class = ApiTokenFilterSet
@@ -78,8 +78,8 @@ class ApiTokenViewSet(
        if name not in ("tokens", "revoke_token")},
 )  # fmt: skip
 class ServiceAccountViewSet(
-    IdempotentMixin, mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.CreateModelMixin,
-    mixins.DestroyModelMixin, viewsets.GenericViewSet,
+    mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.CreateModelMixin,
+    mixins.DestroyModelMixin, ApiGenericViewSet,
 ):  # fmt: skip
     serializer_class = ServiceAccountSerializer
     filterset_class = ServiceAccountFilterSet
