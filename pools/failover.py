@@ -23,7 +23,7 @@ from django.utils import timezone
 from agents.choices import GpuHealth, NodeState
 from agents.models import Node
 from audit.interface import record
-from pools import statements
+from pools import lease_sql
 from pools.choices import AgentSync, AllocationState, LeaseState
 from pools.models import Allocation, PoolCard
 from pools.placement import Ask
@@ -61,7 +61,7 @@ def _choose(allocation: Allocation, exclude: set[int]) -> tuple[int, int, int] |
         if sibling:
             ask = replace(ask, node=sibling)
     for pick, params, count in picks(pool, ask, exclude):
-        if taken := statements.take(
+        if taken := lease_sql.take(
             pick, params, count, ask.whole_card, ask.compute_pct, ask.memory_mib
         ):
             return taken[0]

@@ -10,6 +10,7 @@ from pools.agent_reports import agent_report
 from pools.failover import clear_cordon, drain_node, undrain_node
 from pools.placement import Ask, share_pct
 from pools.reconcile import Drift, drift
+from pools.release_plan import release_plan
 from pools.services import (
     PlacementError,
     could_ever_fit,
@@ -24,7 +25,6 @@ from pools.signals import (
     card_cordoned,
     desired_state_changed,
 )
-from pools.what_if import release_plan
 
 __all__ = [
     "AllocationMove",

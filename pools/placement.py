@@ -3,7 +3,7 @@
 No ORM and no Django here (DESIGN.md decision 7), so hypothesis can test it. The
 allocation service (``pools.services.picks``) reads the candidate cards that fit in SQL,
 calls ``place`` on them and then takes the capacity in one statement
-(``pools.statements``); bench/placement times that whole path against PostgreSQL.
+(``pools.lease_sql``); bench/placement times that whole path against PostgreSQL.
 
 Units: compute in percent points of one card (a card has ``100 x compute ratio``),
 memory in MiB (``physical x memory ratio``). Each vGPU of a request goes to a different

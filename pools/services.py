@@ -21,7 +21,7 @@ from django.utils import timezone
 
 from agents.choices import GpuHealth, NodeState
 from agents.models import GPU, Node
-from pools import placement, statements
+from pools import lease_sql, placement
 from pools.choices import AllocationState, LeaseState
 from pools.models import Allocation, Lease, Pool, PoolCard
 from pools.signals import notify_nodes
@@ -172,7 +172,7 @@ def candidate_cards(
 
 def picks(pool: Pool, ask: placement.Ask, exclude: Iterable[int] = ()):
     """The ways to lock cards for ``ask``, best first: ``(pick SQL, params, count)`` for
-    ``statements.place`` or ``statements.take``. The one path to capacity for placements
+    ``lease_sql.place`` or ``lease_sql.take``. The one path to capacity for placements
     and failover alike; stops when placement finds no cards (the caller then decides)."""
     exclude = list(exclude)
     whole = ask.whole_card
@@ -188,7 +188,7 @@ def picks(pool: Pool, ask: placement.Ask, exclude: Iterable[int] = ()):
         chosen = placement.place(candidate_cards(pool, ask, exclude), ask)
         if chosen is None:
             return
-        pick, params = statements.lock_chosen(
+        pick, params = lease_sql.lock_chosen(
             pool.pk, sorted(chosen), whole, ask.compute_pct, ask.memory_mib
         )
         yield pick, params, len(chosen)
@@ -198,12 +198,12 @@ def _placed(
     pool: Pool, ask: placement.Ask, lease: Lease, template: Allocation
 ) -> list[tuple[int, int, int, int]]:
     """Place the ask's vGPUs and insert ``lease`` with them, each try one statement
-    (``pools.statements``); (lease id, allocation id, gpu id, node id) per vGPU. Raises
+    (``pools.lease_sql``); (lease id, allocation id, gpu id, node id) per vGPU. Raises
     PlacementError, having changed nothing, when it does not fit."""
     if not ask.valid:
         raise PlacementError("no card in this pool could ever hold this request", never=True)
     for pick, params, count in picks(pool, ask):
-        if rows := statements.place(pick, params, count, ask.whole_card, lease, template):
+        if rows := lease_sql.place(pick, params, count, ask.whole_card, lease, template):
             return rows
     return _not_placed(pool, ask)
 
@@ -293,9 +293,9 @@ def release_lease(lease_id: int) -> bool:
     """Release a lease and all its allocations; capacity returns at once. Idempotent:
     False when it was already released. Stranded allocations hold no capacity (their
     card's was given back when they were stranded): they are only marked released. One
-    SQL statement (``pools.statements.release``): the lease is claimed by a conditional
+    SQL statement (``pools.lease_sql.release``): the lease is claimed by a conditional
     UPDATE, so of two racing releases exactly one goes on."""
-    claimed, nodes = statements.release(lease_id, timezone.now())
+    claimed, nodes = lease_sql.release(lease_id, timezone.now())
     if claimed:
         notify_nodes(nodes)
     return claimed

@@ -9,7 +9,7 @@ migrated and emptied), then one client places a stream of mixed asks
 (``bench.placement.common.mixed_ask``: one slice, several across nodes, several on one
 node, whole cards, a node label) through ``pools.services.place_lease``, the path GPU
 requests and failover take: ``services.picks`` reads the fitting cards in SQL, runs
-``placement.place`` on them, and one ``statements.place`` statement locks and takes the
+``placement.place`` on them, and one ``lease_sql.place`` statement locks and takes the
 cards and inserts the lease. Old leases are released now and then (``release_lease``)
 so the pool stays about as full. Reports per kind of ask the wall time and this
 process's CPU per placement, the statements sent, how many found no room; over the

@@ -18,7 +18,7 @@ from pools.services import pool_cards
 
 
 def _freed(cards: dict[int, placement.Card], held: list[tuple], lease_ids: set[int]) -> list:
-    """The cards as they would be were ``lease_ids`` released (as pools.statements.release
+    """The cards as they would be were ``lease_ids`` released (as pools.lease_sql.release
     gives capacity back: a whole card empties, a slice returns its share)."""
     back: dict[int, list[tuple]] = defaultdict(list)
     for lease_id, gpu_id, compute, memory, whole in held:
