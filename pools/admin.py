@@ -1,4 +1,4 @@
-"""The Django admin for pools: changes go through pools.membership (its rules, its audit);
+"""The Django admin for pools: changes go through pools.configuration (its rules, its audit);
 cards, leases and allocations are read here, never written (the allocation service keeps
 their counters and states)."""
 
@@ -8,7 +8,7 @@ from django import forms
 from django.contrib import admin
 from django.http import HttpRequest
 
-from pools import membership
+from pools import configuration
 from pools.models import Allocation, Lease, Pool, PoolCard
 from portal.security import client_ip
 
@@ -30,19 +30,19 @@ class PoolCardInline(admin.TabularInline):
 class PoolAdminForm(forms.ModelForm):
     class Meta:
         model = Pool
-        fields = list(membership.FIELDS)
+        fields = list(configuration.FIELDS)
 
     def clean(self) -> dict:
-        """The rules of pools.membership, as the pages and the API apply them."""
+        """The rules of pools.configuration, as the pages and the API apply them."""
         cleaned = super().clean()
         if self.errors:
             return cleaned
-        _values, errors = membership.clean_values({k: cleaned[k] for k in membership.FIELDS})
+        _values, errors = configuration.clean_values({k: cleaned[k] for k in configuration.FIELDS})
         for name, messages in errors.items():
             for message in messages:
                 self.add_error(name if name in self.fields else None, message)
         if self.instance.pk and not self.errors:
-            errors = membership.ratio_errors(
+            errors = configuration.ratio_errors(
                 self.instance, cleaned["compute_ratio"], cleaned["memory_ratio"]
             )
             for name, messages in errors.items():
@@ -60,22 +60,22 @@ class PoolAdmin(admin.ModelAdmin):
     inlines = [PoolCardInline]
 
     def save_model(self, request: HttpRequest, obj: Pool, form, change: bool) -> None:
-        values = {name: form.cleaned_data[name] for name in membership.FIELDS}
+        values = {name: form.cleaned_data[name] for name in configuration.FIELDS}
         who = {"actor": request.user, "address": client_ip(request)}
         # The form checked the rules; a race that breaks one now is a 500, never a silent
         # overcommit (the service refuses and changes nothing).
         if change:
-            saved = membership.update_pool(obj.pk, values, **who)
+            saved = configuration.update_pool(obj.pk, values, **who)
         else:
-            saved = membership.create_pool(values, **who)
+            saved = configuration.create_pool(values, **who)
         obj.pk = saved.pk
 
     def delete_model(self, request: HttpRequest, obj: Pool) -> None:
-        membership.delete_pool(obj.pk, actor=request.user, address=client_ip(request))
+        configuration.delete_pool(obj.pk, actor=request.user, address=client_ip(request))
 
     def has_delete_permission(self, request: HttpRequest, obj: Pool | None = None) -> bool:
         if obj is not None and (obj.leases.exists() or obj.requests.exists()):
-            return False  # its history refers to it (pools.membership.delete_pool)
+            return False  # its history refers to it (pools.configuration.delete_pool)
         return super().has_delete_permission(request, obj)
 
     def get_actions(self, request: HttpRequest) -> dict:

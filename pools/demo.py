@@ -14,7 +14,7 @@ from django.db.models import Q
 
 from agents.gpu_agent.desired import Slice
 from agents.models import Node
-from pools import membership, sync
+from pools import configuration, sync
 from pools.models import Allocation, Pool
 
 POOL_SLUG = "demo"
@@ -24,7 +24,7 @@ def seed(admin, node_labels: dict[str, str]) -> Pool:
     """The demo pool, created once (as ``admin``, audited) and kept across restarts."""
     pool = Pool.objects.filter(slug=POOL_SLUG).first()
     if pool is None:
-        pool = membership.create_pool(
+        pool = configuration.create_pool(
             {
                 "name": "Demo", "slug": POOL_SLUG,
                 "description": "Every simulated card, compute oversubscribed twice.",

@@ -1,4 +1,4 @@
-"""Forms for pools and their cards. They only carry input; pools.membership holds the rules."""
+"""Forms for pools and their cards. They only carry input; pools.configuration holds the rules."""
 
 from __future__ import annotations
 

@@ -4,7 +4,7 @@ are one cheap query when nothing is new or watched."""
 
 from __future__ import annotations
 
-from pools import live, membership, tasks
+from pools import configuration, live, tasks
 from telemetry.interface import PollCycle
 
 
@@ -19,7 +19,7 @@ def on_poll_cycle_recorded(sender, cycle: PollCycle, **kwargs) -> None:
 
 def on_poll_cycle_for_pools(sender, cycle: PollCycle, **kwargs) -> None:
     """New cards join the rule pools that match them; watched pool pages get readings."""
-    membership.join_new_cards(cycle.answered)
+    configuration.join_new_cards(cycle.answered)
     live.publish_usage(cycle.answered)
 
 

@@ -20,7 +20,7 @@ from django.views.decorators.http import require_POST
 
 from agents.choices import GpuHealth, NodeSource, NodeState
 from agents.models import GPU, Node
-from pools import capacity, failover, launch, membership, permissions
+from pools import capacity, configuration, failover, launch, permissions
 from pools.agent_reports import agent_report
 from pools.choices import AgentSync, AllocationState
 from pools.forms import PoolCardsForm, PoolForm
@@ -74,7 +74,7 @@ def pool_add(request: HttpRequest) -> HttpResponse:
     form = PoolForm(request.POST or None)
     if request.method == "POST" and form.is_valid():
         try:
-            pool = membership.create_pool(form.values(), **_who(request))
+            pool = configuration.create_pool(form.values(), **_who(request))
         except ValidationError as exc:
             form.add_service_errors(exc.message_dict)
         else:
@@ -89,7 +89,7 @@ def pool_edit(request: HttpRequest, slug: str) -> HttpResponse:
     form = PoolForm(request.POST or None, pool=pool)
     if request.method == "POST" and form.is_valid():
         try:
-            pool = membership.update_pool(pool.pk, form.values(), **_who(request))
+            pool = configuration.update_pool(pool.pk, form.values(), **_who(request))
         except ValidationError as exc:
             form.add_service_errors(exc.message_dict)
         else:
@@ -110,8 +110,8 @@ def pool_delete(request: HttpRequest, slug: str) -> HttpResponse:
     error = ""
     if request.method == "POST":
         try:
-            membership.delete_pool(pool.pk, **_who(request))
-        except membership.PoolInUse as exc:
+            configuration.delete_pool(pool.pk, **_who(request))
+        except configuration.PoolInUse as exc:
             error = str(exc)
         else:
             messages.success(request, _("Pool %(name)s deleted.") % {"name": pool.name})
@@ -176,7 +176,9 @@ def pool_cards_add(request: HttpRequest, slug: str) -> HttpResponse:
     form = PoolCardsForm(request.POST, choices=_card_choices())
     if form.is_valid():
         try:
-            joined = membership.add_pool_cards(pool.pk, form.cleaned_data["gpus"], **_who(request))
+            joined = configuration.add_pool_cards(
+                pool.pk, form.cleaned_data["gpus"], **_who(request)
+            )
         except ValidationError as exc:
             form.add_service_errors(exc.message_dict)
         else:
@@ -190,7 +192,7 @@ def pool_cards_add(request: HttpRequest, slug: str) -> HttpResponse:
 def pool_card_remove(request: HttpRequest, slug: str, gpu_id: int) -> HttpResponse:
     pool = get_object_or_404(Pool, slug=slug)
     try:
-        membership.remove_pool_cards(pool.pk, [gpu_id], **_who(request))
+        configuration.remove_pool_cards(pool.pk, [gpu_id], **_who(request))
     except ValidationError as exc:
         for message in exc.messages:
             messages.error(request, message)

@@ -5,7 +5,7 @@ from decimal import Decimal
 from django.core.exceptions import ValidationError as DjangoValidationError
 from rest_framework import serializers
 
-from pools import launch, membership
+from pools import configuration, launch
 from pools.choices import AllocationState, PlacementPolicy
 from pools.models import MAX_RATIO, Allocation, Pool, PoolCard
 from portal.security import client_ip
@@ -16,7 +16,7 @@ def _who(serializer: serializers.Serializer) -> dict:
     return {"actor": request.user, "address": client_ip(request)}
 
 
-# Read by members; written through pools.membership, which holds the rules (and audits),
+# Read by members; written through pools.configuration, which holds the rules (and audits),
 # by those with the pool permissions (pools.permissions).
 class PoolSerializer(serializers.ModelSerializer):
     """A pool: a named set of cards, its matching rules, oversubscription and policy."""
@@ -25,7 +25,7 @@ class PoolSerializer(serializers.ModelSerializer):
     slug = serializers.SlugField(max_length=100)
     description = serializers.CharField(max_length=2000, required=False, allow_blank=True)
     match_models = serializers.ListField(
-        child=serializers.CharField(max_length=128), max_length=membership.MAX_MODELS,
+        child=serializers.CharField(max_length=128), max_length=configuration.MAX_MODELS,
         required=False, help_text="GPU models as the driver names them; empty: any.",
     )  # fmt: skip
     match_vendor = serializers.CharField(max_length=32, required=False, allow_blank=True)
@@ -56,7 +56,7 @@ class PoolSerializer(serializers.ModelSerializer):
 
     def create(self, validated_data: dict) -> Pool:
         try:
-            pool = membership.create_pool(validated_data, **_who(self))
+            pool = configuration.create_pool(validated_data, **_who(self))
         except DjangoValidationError as exc:
             raise serializers.ValidationError(exc.message_dict) from None
         pool.card_count = pool.cards.count()
@@ -64,7 +64,7 @@ class PoolSerializer(serializers.ModelSerializer):
 
     def update(self, instance: Pool, validated_data: dict) -> Pool:
         try:
-            pool = membership.update_pool(instance.pk, validated_data, **_who(self))
+            pool = configuration.update_pool(instance.pk, validated_data, **_who(self))
         except DjangoValidationError as exc:
             raise serializers.ValidationError(exc.message_dict) from None
         pool.card_count = pool.cards.count()
@@ -74,7 +74,7 @@ class PoolSerializer(serializers.ModelSerializer):
 class PoolCardsChangeSerializer(serializers.Serializer):
     gpus = serializers.ListField(
         child=serializers.IntegerField(min_value=1), min_length=1,
-        max_length=membership.MAX_CARDS_PER_CHANGE, help_text="Card (GPU) ids.",
+        max_length=configuration.MAX_CARDS_PER_CHANGE, help_text="Card (GPU) ids.",
     )  # fmt: skip
 
 

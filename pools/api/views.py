@@ -10,7 +10,7 @@ from rest_framework.filters import OrderingFilter
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from pools import capacity, membership
+from pools import capacity, configuration
 from pools.api.docs import (
     ALLOCATION_EXAMPLES,
     ALLOCATION_OPERATIONS,
@@ -58,8 +58,8 @@ class PoolViewSet(ApiModelViewSet):
     def destroy(self, request: Request, *args, **kwargs) -> Response:
         pool = self.get_object()
         try:
-            membership.delete_pool(pool.pk, actor=request.user, address=client_ip(request))
-        except membership.PoolInUse as exc:
+            configuration.delete_pool(pool.pk, actor=request.user, address=client_ip(request))
+        except configuration.PoolInUse as exc:
             raise Conflict(str(exc)) from exc
         return Response(status=status.HTTP_204_NO_CONTENT)
 
@@ -77,12 +77,12 @@ class PoolViewSet(ApiModelViewSet):
     @extend_schema(request=PoolCardsChangeSerializer, responses=OpenApiTypes.OBJECT)
     @action(detail=True, methods=["post"], url_path="cards/add")
     def add_cards(self, request: Request, pk=None) -> Response:
-        return self._change_cards(request, membership.add_pool_cards)
+        return self._change_cards(request, configuration.add_pool_cards)
 
     @extend_schema(request=PoolCardsChangeSerializer, responses=OpenApiTypes.OBJECT)
     @action(detail=True, methods=["post"], url_path="cards/remove")
     def remove_cards(self, request: Request, pk=None) -> Response:
-        return self._change_cards(request, membership.remove_pool_cards)
+        return self._change_cards(request, configuration.remove_pool_cards)
 
     @extend_schema(responses=PoolCardSerializer(many=True))
     @action(detail=True, methods=["get"])
