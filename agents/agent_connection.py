@@ -2,7 +2,9 @@
 
 The ``asyncio.Protocol`` side of the client: it writes a prepared request, feeds the
 bytes that come back to the llhttp reader (agents/http1.py) and hands the answer, or
-what went wrong, to the batch that sent it; the pool decides what happens next.
+what went wrong, to the batch that sent it; the pool decides what happens next. The pool,
+the batch and the exchange it carries are known only by the small contracts below, which
+agents/fanout.py's ``Pool`` and batches keep: neither module touches the other's insides.
 """
 
 from __future__ import annotations
@@ -10,12 +12,39 @@ from __future__ import annotations
 import asyncio
 import os
 import ssl
-from typing import TYPE_CHECKING
+from typing import Protocol
 
-from agents.http1 import HTTPError, Origin, ResponseReader
+from agents.http1 import HTTPError, Origin, ResponseReader, Target
 
-if TYPE_CHECKING:
-    from agents.fanout import Pool, _Batch, _Exchange
+
+class ConnectionPool(Protocol):
+    """Where a connection belongs: told when it is open, free for the next request, gone."""
+
+    def opened(self, connection: Connection) -> None: ...
+
+    def checkin(self, connection: Connection) -> None: ...
+
+    def forget(self, connection: Connection) -> None: ...
+
+
+class Exchange(Protocol):
+    """One request in flight: what to write, and the connection carrying it (or None)."""
+
+    target: Target
+    connection: Connection | None
+
+
+class Batch(Protocol):
+    """Who sent the request: given its answer, or what went wrong (``retry``: it may be sent
+    again; ``stale``: a reused connection lost it before any byte of the answer)."""
+
+    max_body: int
+
+    def answered(self, exchange: Exchange, status: int, body: bytes) -> None: ...
+
+    def failed(
+        self, exchange: Exchange, error: str, *, retry: bool, stale: bool = False
+    ) -> None: ...
 
 
 def reason(exc: BaseException) -> str:
@@ -28,7 +57,7 @@ def reason(exc: BaseException) -> str:
 
 
 async def open_connection(
-    pool: Pool, origin: Origin, addresses: list[str], ssl_context: ssl.SSLContext | None
+    pool: ConnectionPool, origin: Origin, addresses: list[str], ssl_context: ssl.SSLContext | None
 ) -> Connection:
     """A connection to the first of ``addresses`` (checked ones, portal/egress.py)
     that accepts, in order; TLS checks the certificate against the URL's host."""
@@ -52,15 +81,15 @@ async def open_connection(
 class Connection(asyncio.Protocol):
     """One connection to one origin, carrying one request at a time."""
 
-    def __init__(self, pool: Pool, origin: Origin) -> None:
+    def __init__(self, pool: ConnectionPool, origin: Origin) -> None:
         self.pool = pool
         self.origin = origin
         self.transport: asyncio.Transport | None = None
         self.closed = False
         self.answers = 0
         self.idle_since = 0.0
-        self.batch: _Batch | None = None
-        self.exchange: _Exchange | None = None
+        self.batch: Batch | None = None
+        self.exchange: Exchange | None = None
         self.received = False
         self.reader = ResponseReader()
 
@@ -69,11 +98,11 @@ class Connection(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
         self.transport = transport
-        self.pool._connections.add(self)
+        self.pool.opened(self)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
-        self.pool._forget(self)
+        self.pool.forget(self)
         batch, exchange = self.batch, self.exchange
         if batch is None or exchange is None:
             return
@@ -83,15 +112,15 @@ class Connection(asyncio.Protocol):
         again = exchange.target.idempotent
         body = self.reader.at_close() if exc is None else None
         if body is not None:
-            batch._answered(exchange, self.reader.status, body)
+            batch.answered(exchange, self.reader.status, body)
         elif not self.received and self.answers:
             error = f"connection to {address} closed before the answer"
-            batch._failed(exchange, error, retry=again, stale=again)
+            batch.failed(exchange, error, retry=again, stale=again)
         elif exc is not None:
-            batch._failed(exchange, f"connection to {address} lost: {reason(exc)}", retry=again)
+            batch.failed(exchange, f"connection to {address} lost: {reason(exc)}", retry=again)
         else:
             error = f"connection closed by {address} before the answer was complete"
-            batch._failed(exchange, error, retry=again)
+            batch.failed(exchange, error, retry=again)
 
     def data_received(self, data: bytes) -> None:
         batch, exchange = self.batch, self.exchange
@@ -105,24 +134,24 @@ class Connection(asyncio.Protocol):
             body = self.reader.feed(data)
         except HTTPError as exc:
             self.abandon()
-            batch._failed(exchange, f"{exc} (from {exchange.target.address})", retry=False)
+            batch.failed(exchange, f"{exc} (from {exchange.target.address})", retry=False)
             return
         if body is None:
             return
         self._detach()
         self.answers += 1
         if self.reader.keep_alive and not self.reader.leftover:
-            self.pool._checkin(self)
+            self.pool.checkin(self)
         else:  # told to close, or sent more than it framed: not reusable
             self.close()
-        batch._answered(exchange, self.reader.status, body)
+        batch.answered(exchange, self.reader.status, body)
 
     # Used by the pool and batches.
 
     def usable(self) -> bool:
         return not self.closed and self.transport is not None and not self.transport.is_closing()
 
-    def send(self, batch: _Batch, exchange: _Exchange) -> None:
+    def send(self, batch: Batch, exchange: Exchange) -> None:
         self.batch = batch
         self.exchange = exchange
         exchange.connection = self
@@ -138,7 +167,7 @@ class Connection(asyncio.Protocol):
     def close(self, abort: bool = False) -> None:
         self._detach()
         self.closed = True
-        self.pool._forget(self)
+        self.pool.forget(self)
         if self.transport is not None:
             if abort:
                 self.transport.abort()

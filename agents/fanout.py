@@ -228,7 +228,10 @@ class Pool:
         self._connections.clear()
         self._idle.clear()
 
-    # Connections, called by batches and connections.
+    # Connections: the contract agents/agent_connection.py's connections hold the pool to.
+
+    def opened(self, connection: _Connection) -> None:
+        self._connections.add(connection)
 
     def _target(self, url: str, token: str) -> Target | str:
         key = (url, token)
@@ -247,7 +250,7 @@ class Pool:
                 return connection
         return None
 
-    def _checkin(self, connection: _Connection) -> None:
+    def checkin(self, connection: _Connection) -> None:
         if self.closed:
             connection.close()
             return
@@ -258,7 +261,7 @@ class Pool:
         else:
             idle.append(connection)
 
-    def _forget(self, connection: _Connection) -> None:
+    def forget(self, connection: _Connection) -> None:
         self._connections.discard(connection)
         idle = self._idle.get(connection.origin)
         if idle and connection in idle:
@@ -398,30 +401,30 @@ class _Batch:
             connection = await open_connection(pool, exchange.target.origin, addresses, context)
         except AddressRefused as exc:
             error = f"not connecting to {exchange.target.address}: {exc}"
-            self._failed(exchange, error, retry=False)
+            self.failed(exchange, error, retry=False)
             return
         except ssl.SSLError as exc:
             error = f"TLS error with {exchange.target.address}: {exc.reason or exc}"
-            self._failed(exchange, error, retry=False)
+            self.failed(exchange, error, retry=False)
             return
         except socket.gaierror as exc:
             error = f"cannot resolve {host}: {_reason(exc)}"
-            self._failed(exchange, error, retry=False)
+            self.failed(exchange, error, retry=False)
             return
         except OSError as exc:
             error = f"cannot connect to {exchange.target.address}: {_reason(exc)}"
-            self._failed(exchange, error, retry=True)
+            self.failed(exchange, error, retry=True)
             return
         except UnicodeError:  # the IDNA codec: an empty label or one over 63 characters
-            self._failed(exchange, f"cannot resolve {host}: invalid host name", retry=False)
+            self.failed(exchange, f"cannot resolve {host}: invalid host name", retry=False)
             return
         except Exception as exc:  # never leave the exchange to its timer
             error = f"cannot connect to {exchange.target.address}: {_reason(exc)}"
-            self._failed(exchange, error, retry=False)
+            self.failed(exchange, error, retry=False)
             return
         exchange.task = None
         if exchange.done:  # expired as the connection came up: keep it for next time
-            pool._checkin(connection)
+            pool.checkin(connection)
             return
         connection.send(self, exchange)
 
@@ -434,15 +437,15 @@ class _Batch:
         exchange.retry_handle = self.loop.call_at(at, self._attempt, exchange)
         return True
 
-    # Outcomes, called by connections and timers.
+    # Outcomes, called by connections (agent_connection.Batch) and timers.
 
-    def _answered(self, exchange: _Exchange, status: int, body: bytes) -> None:
+    def answered(self, exchange: _Exchange, status: int, body: bytes) -> None:
         exchange.connection = None
         if status in RETRY_STATUSES and self._retry_later(exchange):
             return
         self._finish(exchange, status, body, "")
 
-    def _failed(self, exchange: _Exchange, error: str, *, retry: bool, stale: bool = False) -> None:
+    def failed(self, exchange: _Exchange, error: str, *, retry: bool, stale: bool = False) -> None:
         exchange.connection = None
         exchange.task = None
         if exchange.done:

@@ -19,10 +19,9 @@ from django.utils import timezone
 
 from alerts import events
 from alerts.choices import OPEN_EVENT_STATES, Severity
-from alerts.cycle import spec_of
 from alerts.defaults import ALERTMANAGER_RULE
 from alerts.models import Event, Rule
-from alerts.services import fingerprint_of
+from alerts.rules import fingerprint_of, spec_of
 from quotas.models import Tenant
 
 MAX_ALERTS = 1000

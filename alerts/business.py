@@ -11,9 +11,8 @@ from django.utils import timezone
 
 from alerts import events, reclaim
 from alerts.choices import Condition
-from alerts.cycle import enabled_rules
 from alerts.evaluate import RuleSpec, scope_allows
-from alerts.services import fingerprint_of
+from alerts.rules import enabled_rules, fingerprint_of
 from quotas.interface import RequestFact, expiring_requests, pending_requests, quota_usage
 
 Found = dict[str, tuple[events.Occurrence, int]]  # fingerprint -> (occurrence, pool id)

@@ -29,7 +29,7 @@ from alerts.choices import (
     Severity,
 )
 from alerts.models import Channel, Rule, Subscription
-from alerts.services import bump_rules_version
+from alerts.rules import bump_rules_version
 from audit.interface import record, snapshot
 from pools.models import Pool
 from quotas.models import Tenant

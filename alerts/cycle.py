@@ -2,9 +2,9 @@
 
 The readings come from ``telemetry.interface.latest`` for the cycle's nodes; what the
 portal knows of each card (node, pool, tenants) is a per-process copy refreshed every
-TOPOLOGY_TTL_S; the enabled rules are a per-process copy refreshed when their version
-in Redis changes. How long each rule has held for each target is kept in Redis, one
-hash per node (``<rule id>|<target>`` -> ``p|<since>`` pending, or
+TOPOLOGY_TTL_S; the enabled rules are ``alerts.rules``' per-process copy, refreshed when
+their version in Redis changes. How long each rule has held for each target is kept in
+Redis, one hash per node (``<rule id>|<target>`` -> ``p|<since>`` pending, or
 ``f|<event id>|<look again at>`` firing) and a set of the nodes that have one: a quiet
 cycle costs the evaluation, two Redis round trips (one more for nodes with state) and
 no query.
@@ -23,7 +23,7 @@ from datetime import datetime, timedelta
 from django.utils import timezone
 
 from agents.models import GPU, Node
-from alerts import events
+from alerts import events, rules
 from alerts.choices import Condition, ScopeKind
 from alerts.evaluate import (
     CYCLE_CONDITIONS,
@@ -34,8 +34,7 @@ from alerts.evaluate import (
     findings,
     in_scope,
 )
-from alerts.models import Rule
-from alerts.services import fingerprint_of, rules_version_key
+from alerts.rules import enabled_rules, fingerprint_of
 from pools.choices import AllocationState
 from pools.models import Allocation, Pool
 from portal import redis_client
@@ -57,28 +56,6 @@ def _state_key(node_id: int) -> str:
 
 def _nodes_key() -> str:
     return redis_client.key("alerts", "state-nodes")
-
-
-def spec_of(rule: Rule) -> RuleSpec:
-    scope_id = {ScopeKind.POOL: rule.pool_id, ScopeKind.NODE: rule.node_id,
-                ScopeKind.TENANT: rule.tenant_id}.get(rule.scope_kind)  # fmt: skip
-    return RuleSpec(
-        id=rule.pk, key=rule.key, name=rule.name, condition=rule.condition,
-        comparison=rule.comparison, threshold=rule.threshold, for_seconds=rule.for_seconds,
-        severity=rule.severity, renotify_seconds=rule.renotify_seconds,
-        scope_kind=rule.scope_kind, scope_id=scope_id,
-    )  # fmt: skip
-
-
-_rules: tuple[bytes | None, list[RuleSpec]] | None = None
-
-
-def enabled_rules() -> list[RuleSpec]:
-    global _rules
-    version = redis_client.client().get(rules_version_key())
-    if _rules is None or _rules[0] != version:
-        _rules = (version, [spec_of(r) for r in Rule.objects.filter(enabled=True)])
-    return _rules[1]
 
 
 @dataclass(slots=True)
@@ -124,8 +101,9 @@ def topology() -> Topology:
 
 def forget_caches() -> None:
     """Tests and the demo: read rules and cards afresh at the next cycle."""
-    global _rules, _topology
-    _rules = _topology = None
+    global _topology
+    _topology = None
+    rules.forget()
 
 
 def occurrence(rule: RuleSpec, f: Finding, topo: Topology) -> events.Occurrence:

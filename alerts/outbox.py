@@ -16,6 +16,7 @@ import logging
 import time
 from datetime import timedelta
 
+from celery import shared_task
 from django.conf import settings
 from django.db import transaction
 from django.db.models import F, Q
@@ -50,11 +51,9 @@ def enqueue(
 
 
 def _send_task(delivery_id: int, countdown: float) -> None:
-    from alerts.tasks import deliver
-
     if countdown > 0 and settings.CELERY_TASK_ALWAYS_EAGER:
         return  # in-process tasks ignore countdowns: the embedded beat's requeue sends it
-    deliver.apply_async((delivery_id,), countdown=countdown or None)
+    deliver_task.apply_async((delivery_id,), countdown=countdown or None)
 
 
 def backoff(attempt: int) -> float:
@@ -95,6 +94,15 @@ def deliver(delivery_id: int) -> str:
         error = TransportError(f"{type(exc).__name__}: {exc}")
     duration_ms = int((time.monotonic() - clock) * 1000)
     return _record(delivery, started_at, duration_ms, error)
+
+
+# The task lives with the outbox that sends it, so the outbox needs nothing above it;
+# alerts.tasks names it, under the name workers and queued messages know.
+@shared_task(
+    name="alerts.tasks.deliver", acks_late=True, reject_on_worker_lost=True, ignore_result=True
+)
+def deliver_task(delivery_id: int) -> str:
+    return deliver(delivery_id)
 
 
 def _record(delivery: Delivery, started_at, duration_ms: int, error: TransportError | None) -> str:

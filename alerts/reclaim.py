@@ -25,12 +25,11 @@ from django.contrib.auth import get_user_model
 
 from alerts import events
 from alerts.choices import OPEN_EVENT_STATES, Condition, NoticeTopic, Severity
-from alerts.cycle import enabled_rules
 from alerts.defaults import IDLE_DIGEST_RULE, RECLAIM_NOTICE_RULE
 from alerts.evaluate import RuleSpec, scope_allows
 from alerts.models import Event, Rule
 from alerts.routing import route_notice
-from alerts.services import fingerprint_of
+from alerts.rules import enabled_rules, fingerprint_of
 from quotas.interface import administered_tenant_ids, tenant_admin_ids
 from quotas.models import Tenant
 from quotas.permissions import platform_admins

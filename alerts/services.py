@@ -1,5 +1,5 @@
-"""Channels: create, change, delete (audited), test; and the helpers the rules share
-(fingerprints, the rules' version). Events fire through ``alerts.events``.
+"""Channels: create, change, delete (audited), test. What the rules share (fingerprints,
+the rules' version) is ``alerts.rules``; events fire through ``alerts.events``.
 
 Plain values in and out; every change runs in one transaction with its audit entry.
 Settings are checked by the channel kind's transport; a bad value raises
@@ -8,8 +8,6 @@ Settings are checked by the channel kind's transport; a bad value raises
 
 from __future__ import annotations
 
-import hashlib
-import json
 from collections.abc import Mapping
 from typing import Any
 
@@ -24,7 +22,6 @@ from alerts.models import Channel
 from alerts.permissions import may_post_to
 from alerts.transports import TRANSPORTS
 from audit.interface import record, snapshot
-from portal import redis_client
 
 NAME_MAX_CHARS = 100
 AUDITED = ("name", "kind", "owner", "tenant", "enabled", "disabled_reason", "language",
@@ -143,20 +140,3 @@ def send_test(channel_id: int, *, actor, address: str | None) -> int:
         record("alerts.channel.test", channel, actor=actor, address=address,
                tenant_id=channel.tenant_id, message=f"delivery {delivery_id}")  # fmt: skip
     return delivery_id
-
-
-# --- events ------------------------------------------------------------------------------
-
-
-def rules_version_key() -> str:
-    return redis_client.key("alerts", "rules-version")
-
-
-def bump_rules_version() -> None:
-    """Every process reloads its rules at its next cycle (called when a rule changes)."""
-    redis_client.client().incr(rules_version_key())
-
-
-def fingerprint_of(rule_key: str, scope: str, labels: Mapping[str, Any]) -> str:
-    text = json.dumps([rule_key, scope, sorted((str(k), str(v)) for k, v in labels.items())])
-    return hashlib.sha256(text.encode()).hexdigest()

@@ -1,16 +1,15 @@
 """Delivery tasks. ``deliver`` acknowledges late and is requeued if its worker dies, so a
-message is never lost with a worker; the outbox row's claim makes a second run harmless."""
+message is never lost with a worker; the outbox row's claim makes a second run harmless.
+It is defined in ``alerts.outbox``, which sends it: nothing below imports this module."""
 
 from __future__ import annotations
 
 from celery import shared_task
 
 from alerts import outbox
+from alerts.outbox import deliver_task as deliver
 
-
-@shared_task(acks_late=True, reject_on_worker_lost=True, ignore_result=True)
-def deliver(delivery_id: int) -> str:
-    return outbox.deliver(delivery_id)
+__all__ = ["deliver", "evaluate_business", "requeue_deliveries"]
 
 
 @shared_task(ignore_result=True)

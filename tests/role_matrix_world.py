@@ -32,7 +32,7 @@ from django.contrib.auth.models import AbstractBaseUser
 from django.utils import timezone
 
 from agents.choices import NodeState
-from alerts import config, cycle, events
+from alerts import config, events, rules
 from alerts import services as alert_services
 from alerts.choices import ChannelKind, Severity
 from alerts.models import Rule
@@ -183,7 +183,7 @@ def build_world() -> World:
     )  # fmt: skip
     # Fired as the rules fire (before the subscription, so that nothing is sent out).
     w.event, _check_again = events.fire(
-        cycle.spec_of(Rule.objects.get(pk=w.rule)),
+        rules.spec_of(Rule.objects.get(pk=w.rule)),
         events.Occurrence(fingerprint="rm.quota", scope=f"tenant:{tenant_a.slug}",
                           summary="A is at 60 %", tenant_id=w.tenant_a),
     )  # fmt: skip

@@ -12,7 +12,7 @@ import pytest
 from django.conf import settings
 from django.utils import timezone
 
-from alerts import business, cycle, outbox, services
+from alerts import business, cycle, outbox, rules, services
 from alerts.choices import ChannelKind, DeliveryStatus, EventState, Severity
 from alerts.models import Channel, Delivery, Event, Rule
 from quotas.choices import Role
@@ -112,7 +112,7 @@ def test_an_open_warning_without_its_signal_is_raised_by_the_business_pass(warne
 def test_a_disabled_reclaim_rule_raises_nothing(warned):
     _team, warning = warned
     Rule.objects.filter(key="reclaim-warning").update(enabled=False)
-    services.bump_rules_version()
+    rules.bump_rules_version()
     reclaim_warned.send(sender=ReclaimWarning, release_after=warning.release_after,
                         **facts(warning))  # fmt: skip
     assert not Event.objects.filter(rule_key="reclaim-warning").exists()

@@ -8,7 +8,7 @@ from datetime import UTC, datetime, time, timedelta
 import pytest
 from django.utils import timezone
 
-from alerts import business, cycle, events, notices, routing
+from alerts import business, cycle, events, notices, routing, rules
 from alerts.choices import ScopeKind, Severity
 from alerts.evaluate import RuleSpec
 from alerts.models import Delivery, Event, Rule
@@ -33,7 +33,7 @@ def _fresh_caches():
 
 
 def spec(key: str = "gpu-temperature", **kw) -> RuleSpec:
-    return cycle.spec_of(Rule.objects.get(key=key)) if not kw else RuleSpec(
+    return rules.spec_of(Rule.objects.get(key=key)) if not kw else RuleSpec(
         Rule.objects.get(key=key).pk, key, key, "temperature_c", **kw)  # fmt: skip
 
 

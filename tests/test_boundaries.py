@@ -1,22 +1,34 @@
 """The apps depend one way and meet only at their public modules (docs/architecture.md).
 
-agents (inventory, registration, the agent client, the node agent) is at the bottom;
-telemetry reads it, never the reverse; the apps above use telemetry only through
-``telemetry.interface``. Read from the source with ``ast``, so an import inside a
-function counts as much as one at the top.
+Layers, bottom to top: portal's toolbox (the low-level helpers any app may use), audit,
+agents (inventory, registration, the agent client, the node agent), telemetry, pools,
+quotas, reports, alerts, tokens, and portal's wiring (settings, URLs, ASGI, Celery, the demo
+command: what puts the apps together). A module imports only its own layer or those below
+it, the apps above use telemetry only through ``telemetry.interface``, and no module
+imports itself round a circle of others. Read from the source with ``ast``, so an import
+inside a function, or under ``TYPE_CHECKING``, counts as much as one at the top.
 """
 
 from __future__ import annotations
 
 import ast
+from collections import deque
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 APPS = ("audit", "agents", "telemetry", "pools", "quotas", "reports", "alerts", "tokens", "portal")
-# Bottom to top: an app imports only apps below it (portal wires them all together).
-LAYERS = ("audit", "agents", "telemetry", "pools", "quotas", "reports", "alerts", "tokens")
+# Bottom to top: a module imports only from its own layer and those below it.
+LAYERS = ("portal toolbox", "audit", "agents", "telemetry", "pools", "quotas", "reports",
+          "alerts", "tokens", "portal wiring")  # fmt: skip
+# portal's composition root (and what only it uses): it imports the apps to put them
+# together, so nothing else imports it. Every other module of portal is its toolbox.
+PORTAL_WIRING = {
+    "portal",  # the package's __init__ loads the Celery app
+    "portal.celery", "portal.settings", "portal.urls", "portal.api_urls", "portal.asgi",
+    "portal.apps", "portal.tasks", "portal.views", "portal.embedded", "portal.management",
+}  # fmt: skip
 # What other apps may import of each app; everything else is the app's own business.
 PUBLIC = {
     "agents": {
@@ -72,7 +84,115 @@ def _owner(name: str) -> str | None:
     return top if top in APPS else None
 
 
+def _layer(module: str) -> str:
+    app = module.split(".")[0]
+    if app != "portal":
+        return app
+    wiring = any(module == w or module.startswith(w + ".") for w in PORTAL_WIRING - {"portal"})
+    return "portal wiring" if wiring or module == "portal" else "portal toolbox"
+
+
+def _targets(module: str, path: Path, known: set[str]) -> set[str]:
+    """The project's modules that ``module`` imports. ``from a import b`` imports the
+    module a.b when there is one, else names of a's ``__init__``; a parent package run on
+    the way (Python's doing, not the importer's) is no edge."""
+
+    def nearest(name: str) -> str | None:
+        while name and name not in known:
+            name = name.rpartition(".")[0]
+        return name or None
+
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            found.update(nearest(alias.name) for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:  # relative: up from the importer's package
+                parts = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join([*parts, *([base] if base else [])])
+            for alias in node.names:
+                sub = f"{base}.{alias.name}"
+                found.add(sub if sub in known else nearest(base))
+    found.discard(None)
+    found.discard(module)
+    return found
+
+
+def _graph() -> dict[str, set[str]]:
+    modules = dict(_modules())
+    return {m: _targets(m, path, set(modules)) for m, path in modules.items()}
+
+
+def _upward(graph: dict[str, set[str]]) -> list[str]:
+    problems = []
+    for module, targets in sorted(graph.items()):
+        here = LAYERS.index(_layer(module))
+        for target in sorted(targets):
+            if LAYERS.index(_layer(target)) > here:
+                problems.append(
+                    f"{module} imports {target}: {_layer(target)} is above {_layer(module)}"
+                )
+    return problems
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """One circle for each group of modules that import each other (Tarjan's strongly
+    connected components), as the shortest way from the group's first module back to it."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    groups: list[set[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(graph.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            group = set()
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                group.add(w)
+                if w == v:
+                    break
+            if len(group) > 1:
+                groups.append(group)
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    circles = []
+    for group in groups:
+        start = min(group)
+        came_from: dict[str, str] = {}
+        queue = deque([start])
+        while queue:
+            v = queue.popleft()
+            for w in sorted(graph[v] & group):
+                if w == start:
+                    path = [v]
+                    while path[-1] != start:
+                        path.append(came_from[path[-1]])
+                    circles.append([*reversed(path), start])
+                    queue.clear()
+                    break
+                if w not in came_from:
+                    came_from[w] = v
+                    queue.append(w)
+    return sorted(circles)
+
+
 def _violations() -> list[str]:
+    """Imports of another app's private modules (the layers are ``_upward``'s)."""
     problems = []
     for module, path in _modules():
         app = module.split(".")[0]
@@ -80,15 +200,8 @@ def _violations() -> list[str]:
             owner = _owner(name)
             if owner is None or owner == app or owner == "portal":
                 continue
-            if app == "audit":
-                problems.append(f"{module} imports {name}: audit imports no app")
-                continue
-            if app == "agents" and owner != "audit":
-                problems.append(f"{module} imports {name}: agents is the bottom layer")
-                continue
-            if app != "portal" and LAYERS.index(owner) > LAYERS.index(app):
-                problems.append(f"{module} imports {name}: {owner} is above {app}")
-                continue
+            if LAYERS.index(owner) > LAYERS.index(_layer(module)):
+                continue  # upward: reported by _upward, with the module it reaches
             public = PUBLIC.get(owner, set()) | WIRING.get(app, set())
             # ``from telemetry import interface`` names the packages on the way too: those
             # are allowed, any module under them must be public.
@@ -99,8 +212,63 @@ def _violations() -> list[str]:
     return problems
 
 
-def test_apps_meet_only_at_public_modules_and_agents_imports_no_app_above_it():
+def test_apps_meet_only_at_public_modules():
     assert _violations() == []
+
+
+def test_no_module_imports_from_a_layer_above_its_own():
+    # An app imports only apps below it and portal's toolbox; the toolbox imports no app;
+    # only portal's wiring imports the apps' URLs, routes and seeds.
+    assert _upward(_graph()) == []
+
+
+def test_no_import_circle_between_modules():
+    circles = _cycles(_graph())
+    assert circles == [], "import circles:\n" + "\n".join(" -> ".join(c) for c in circles)
+
+
+def test_the_checks_catch_a_circle_and_an_upward_import():
+    # The guards guard: a synthetic graph with a three-module circle beside a clean chain,
+    # an app reaching up into another, and the toolbox and an app reaching portal's wiring.
+    graph = {
+        "alerts.a": {"alerts.b"}, "alerts.b": {"alerts.c", "audit.interface"},
+        "alerts.c": {"alerts.a"}, "alerts.d": {"alerts.a"},
+        "agents.models": {"telemetry.live", "portal.crypto"}, "telemetry.live": set(),
+        "portal.crypto": {"quotas.models"}, "quotas.models": {"portal.urls"},
+        "portal.urls": {"quotas.models"}, "audit.interface": set(),
+    }  # fmt: skip
+    assert _cycles(graph) == [
+        ["alerts.a", "alerts.b", "alerts.c", "alerts.a"],
+        ["portal.urls", "quotas.models", "portal.urls"],
+    ]
+    assert _upward(graph) == [
+        "agents.models imports telemetry.live: telemetry is above agents",
+        "portal.crypto imports quotas.models: quotas is above portal toolbox",
+        "quotas.models imports portal.urls: portal wiring is above quotas",
+    ]
+    assert _cycles({"a.x": {"a.y"}, "a.y": set()}) == []
+
+
+def test_the_graph_resolves_imports_to_modules(tmp_path, monkeypatch):
+    # ``from portal import redis_client`` reaches portal.redis_client, not the package's
+    # __init__ (wiring); a name of an __init__ and an import in a function reach the package.
+    (tmp_path / "portal").mkdir()
+    for name in ("__init__", "redis_client", "urls"):
+        (tmp_path / "portal" / f"{name}.py").write_text("")
+    (tmp_path / "pools").mkdir()
+    (tmp_path / "pools" / "__init__.py").write_text("")
+    (tmp_path / "pools" / "live.py").write_text(
+        "from portal import redis_client\ndef f():\n    from portal import celery_app\n"
+    )
+    (tmp_path / "pools" / "views.py").write_text("from . import live\nimport portal.urls\n")
+    monkeypatch.setattr(__import__(__name__, fromlist=["x"]), "ROOT", tmp_path)
+    graph = _graph()
+    assert graph["pools.live"] == {"portal.redis_client", "portal"}
+    assert graph["pools.views"] == {"pools.live", "portal.urls"}
+    assert _upward(graph) == [
+        "pools.live imports portal: portal wiring is above pools",
+        "pools.views imports portal.urls: portal wiring is above pools",
+    ]
 
 
 def test_the_node_agent_imports_nothing_of_django_or_the_portal():
@@ -125,7 +293,8 @@ def test_the_command_line_client_imports_nothing_of_django_or_the_portal():
 
 
 def test_the_walk_catches_a_reach_into_telemetrys_private_modules(tmp_path, monkeypatch):
-    # The guard guards: a module of another app importing telemetry.readings is reported.
+    # The guard guards: a module of another app importing telemetry.readings is reported,
+    # and agents reaching up into telemetry is an upward import, even inside a function.
     pools = tmp_path / "pools"
     pools.mkdir()
     (pools / "services.py").write_text(
@@ -133,11 +302,15 @@ def test_the_walk_catches_a_reach_into_telemetrys_private_modules(tmp_path, monk
     )
     (tmp_path / "agents").mkdir()
     (tmp_path / "agents" / "models.py").write_text("def f():\n    from telemetry import live\n")
+    (tmp_path / "telemetry").mkdir()
+    for name in ("live", "readings", "interface"):
+        (tmp_path / "telemetry" / f"{name}.py").write_text("")
     monkeypatch.setattr(__import__(__name__, fromlist=["x"]), "ROOT", tmp_path)
     assert _violations() == [
-        "agents.models imports telemetry: agents is the bottom layer",
-        "agents.models imports telemetry.live: agents is the bottom layer",
         "pools.services imports telemetry.readings: not telemetry's public interface",
+    ]
+    assert _upward(_graph()) == [
+        "agents.models imports telemetry.live: telemetry is above agents",
     ]
 
 

@@ -1,0 +1,58 @@
+"""The rules every source of events shares: each enabled rule as a ``RuleSpec``, the
+rules' version in Redis (bumped when one changes, so each process reloads its copy), and
+an occurrence's fingerprint. Below the sources (the metrics cycle, business states,
+reclaim, Alertmanager) and beside ``alerts.events``; imports none of them."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from alerts.choices import ScopeKind
+from alerts.evaluate import RuleSpec
+from alerts.models import Rule
+from portal import redis_client
+
+
+def rules_version_key() -> str:
+    return redis_client.key("alerts", "rules-version")
+
+
+def bump_rules_version() -> None:
+    """Every process reloads its rules at its next cycle (called when a rule changes)."""
+    redis_client.client().incr(rules_version_key())
+
+
+def fingerprint_of(rule_key: str, scope: str, labels: Mapping[str, Any]) -> str:
+    text = json.dumps([rule_key, scope, sorted((str(k), str(v)) for k, v in labels.items())])
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def spec_of(rule: Rule) -> RuleSpec:
+    scope_id = {ScopeKind.POOL: rule.pool_id, ScopeKind.NODE: rule.node_id,
+                ScopeKind.TENANT: rule.tenant_id}.get(rule.scope_kind)  # fmt: skip
+    return RuleSpec(
+        id=rule.pk, key=rule.key, name=rule.name, condition=rule.condition,
+        comparison=rule.comparison, threshold=rule.threshold, for_seconds=rule.for_seconds,
+        severity=rule.severity, renotify_seconds=rule.renotify_seconds,
+        scope_kind=rule.scope_kind, scope_id=scope_id,
+    )  # fmt: skip
+
+
+_rules: tuple[bytes | None, list[RuleSpec]] | None = None
+
+
+def enabled_rules() -> list[RuleSpec]:
+    global _rules
+    version = redis_client.client().get(rules_version_key())
+    if _rules is None or _rules[0] != version:
+        _rules = (version, [spec_of(r) for r in Rule.objects.filter(enabled=True)])
+    return _rules[1]
+
+
+def forget() -> None:
+    """Read the rules afresh at the next call (``cycle.forget_caches``)."""
+    global _rules
+    _rules = None
