@@ -21,7 +21,7 @@ from typing import Any
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from alerts import live, routing
+from alerts import live, recipients
 from alerts.choices import OPEN_EVENT_STATES, EventState
 from alerts.evaluate import RuleSpec
 from alerts.models import Event
@@ -69,7 +69,7 @@ def fire(rule: RuleSpec, what: Occurrence, *, now: datetime | None = None) -> tu
             with transaction.atomic():
                 event = _open_or_reopen(rule, what, now)
                 if _due(event, rule, now):
-                    routing.route(event.pk, now=now)
+                    recipients.route(event.pk, now=now)
                     event.refresh_from_db(fields=["routed_at", "routed_state"])
                 return event.pk, next_check(event, rule, now)
         except IntegrityError:
@@ -124,7 +124,7 @@ def clear(event_id: int, *, now: datetime | None = None) -> bool:
         event.save(update_fields=["state", "resolved_at", "last_seen_at"])
         live.publish_on_commit(event.pk, event.state, event.tenant_id)
         if event.routed_state == EventState.FIRING:
-            routing.route(event.pk, now=now)
+            recipients.route(event.pk, now=now)
     return True
 
 

@@ -10,7 +10,7 @@ from collections.abc import Iterable
 from alerts.choices import Severity
 from alerts.defaults import REQUEST_NOTICE_RULE
 from alerts.models import Rule
-from alerts.routing import route_notice
+from alerts.recipients import route_notice
 from quotas.choices import NoticeKind
 
 logger = logging.getLogger(__name__)

@@ -5,8 +5,8 @@ Everyone manages their own channels and subscriptions; a tenant's are managed by
 admins; a channel's URL may point at any host only for those ``may_post_to`` lets; the
 platform admin (``quotas.permissions.is_platform_admin``) sees and manages all, and
 alone edits rules (everyone reads them, to subscribe). Nobody else learns that a channel
-or subscription exists: another's answers 404, not 403. Events are seen as routing sends
-them.
+or subscription exists: another's answers 404, not 403. Events are seen as
+``alerts.recipients`` sends them.
 """
 
 from __future__ import annotations
@@ -51,7 +51,7 @@ def can_manage(user: User, channel: Channel) -> bool:
 
 def sees_platform_events(user: User) -> bool:
     """Platform events (cards, nodes, Alertmanager: no tenant) are for platform admins
-    and node operators, as routing sends them (alerts.routing)."""
+    and node operators, as ``alerts.recipients`` sends them."""
     return user.is_authenticated and (is_platform_admin(user) or user.has_perm(CHANGE_NODE))
 
 

@@ -28,7 +28,7 @@ from alerts.choices import OPEN_EVENT_STATES, Condition, NoticeTopic, Severity
 from alerts.defaults import IDLE_DIGEST_RULE, RECLAIM_NOTICE_RULE
 from alerts.evaluate import RuleSpec, scope_allows
 from alerts.models import Event, Rule
-from alerts.routing import route_notice
+from alerts.recipients import route_notice
 from alerts.rules import enabled_rules, fingerprint_of
 from quotas.interface import administered_tenant_ids, tenant_admin_ids
 from quotas.models import Tenant

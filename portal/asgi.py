@@ -12,7 +12,7 @@ from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from django.urls import re_path  # noqa: E402
 
-from alerts.ws_routing import websocket_urlpatterns as alerts_websockets  # noqa: E402
+from alerts.routing import websocket_urlpatterns as alerts_websockets  # noqa: E402
 from pools.routing import websocket_urlpatterns as pools_websockets  # noqa: E402
 from portal.websocket import NotFoundConsumer, SameOriginValidator  # noqa: E402
 from quotas.routing import websocket_urlpatterns as requests_ws  # noqa: E402

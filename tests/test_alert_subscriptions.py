@@ -8,7 +8,7 @@ from datetime import UTC, datetime, time, timedelta
 import pytest
 from django.utils import timezone
 
-from alerts import business, cycle, events, notices, routing, rules
+from alerts import business, cycle, events, notices, recipients, rules
 from alerts.choices import ScopeKind, Severity
 from alerts.evaluate import RuleSpec
 from alerts.models import Delivery, Event, Rule
@@ -121,10 +121,10 @@ def test_quiet_hours_hold_a_warning_until_they_end_but_not_a_critical(db, alice,
 def test_quiet_hours_over_midnight():
     at = datetime(2026, 12, 1, 23, 30, tzinfo=UTC)
     with timezone.override("UTC"):
-        until = routing.quiet_until(time(22), time(7), at)
+        until = recipients.quiet_until(time(22), time(7), at)
         assert until == datetime(2026, 12, 2, 7, 0, tzinfo=UTC)
-        assert routing.quiet_until(time(22), time(7), at.replace(hour=12)) is None
-        assert routing.quiet_until(time(1), time(5), at.replace(hour=3)).hour == 5
+        assert recipients.quiet_until(time(22), time(7), at.replace(hour=12)) is None
+        assert recipients.quiet_until(time(1), time(5), at.replace(hour=3)).hour == 5
 
 
 def test_a_request_pending_for_hours_is_an_event_of_its_tenant(db):

@@ -47,7 +47,7 @@ WIRING = {
     "portal": {
         "telemetry.api.urls", "telemetry.urls", "telemetry.routing", "telemetry.tasks",
         "pools.api.operation_urls", "pools.api.urls", "pools.urls", "pools.routing",
-        "pools.demo", "alerts.api.urls", "alerts.urls", "alerts.demo", "alerts.ws_routing",
+        "pools.demo", "alerts.api.urls", "alerts.urls", "alerts.demo", "alerts.routing",
         "quotas.api.urls", "quotas.urls", "quotas.api.request_urls", "quotas.request_urls",
         "quotas.routing", "audit.api.urls", "audit.urls", "reports.api.urls", "reports.urls",
         "tokens.api.urls", "tokens.urls", "quotas.demo", "reports.demo", "telemetry.demo",

@@ -22,8 +22,8 @@ from rest_framework.test import APIClient
 from alerts import live
 from alerts.models import Delivery, Rule
 from alerts.permissions import event_groups
+from alerts.recipients import matching
 from alerts.reclaim import deliver_digest
-from alerts.routing import matching
 from pools.permissions import visible_leases
 from quotas import notices
 from quotas.choices import RequestState
