@@ -16,7 +16,7 @@ from django.utils.translation import gettext as _
 from agents import fanout, networks
 from agents.gpu_agent import schema
 from agents.models import Node
-from agents.registration import _clean, move_needs_token
+from agents.registration import clean_node_values, move_needs_token
 
 log = logging.getLogger(__name__)
 
@@ -38,7 +38,7 @@ class ConnectionResult:
 
 def test_connection(url: str, token: str) -> ConnectionResult:
     """Fetch one snapshot with the poller's client, timeout and retries; nothing is saved."""
-    cleaned, errors = _clean({"agent_url": url, "token": token}, partial=True)
+    cleaned, errors = clean_node_values({"agent_url": url, "token": token}, partial=True)
     if errors:
         return ConnectionResult(ok=False, error=" ".join(m for ms in errors.values() for m in ms))
     if (refused := networks.connect_refusal(cleaned["agent_url"])) is not None:
@@ -73,7 +73,7 @@ def test_connection(url: str, token: str) -> ConnectionResult:
 def test_stored_connection(node: Node, url: str) -> ConnectionResult:
     """Test with the node's stored token, which only ever goes to the node's stored URL:
     a test of another URL takes the token typed again, as moving the node does."""
-    cleaned, errors = _clean({"agent_url": url}, partial=True)
+    cleaned, errors = clean_node_values({"agent_url": url}, partial=True)
     if not errors and cleaned["agent_url"] != node.agent_url and node.agent_token_encrypted:
         return ConnectionResult(ok=False, error=move_needs_token())
     return test_connection(url, node.agent_token)

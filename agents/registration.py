@@ -35,7 +35,7 @@ Errors = dict[str, list[str]]
 # --- validation -----------------------------------------------------------------------
 
 
-def _clean(values: Mapping[str, Any], *, partial: bool) -> tuple[dict[str, Any], Errors]:
+def clean_node_values(values: Mapping[str, Any], *, partial: bool) -> tuple[dict[str, Any], Errors]:
     """Normalise and check one node's fields; absent fields are skipped when ``partial``."""
     cleaned: dict[str, Any] = {}
     errors: Errors = {}
@@ -119,7 +119,7 @@ def move_needs_token() -> str:
 
 def check_fields(values: Mapping[str, Any], node_pk: int | None) -> tuple[dict[str, Any], Errors]:
     """Normalise and check the given fields (``None``: not given) for a new or existing node."""
-    cleaned, errors = _clean(values, partial=True)
+    cleaned, errors = clean_node_values(values, partial=True)
     problems = [_taken(cleaned, node_pk)]
     if node_pk and (node := Node.objects.filter(pk=node_pk).first()) is not None:
         problems.append(_move_errors(node, cleaned))
@@ -144,7 +144,7 @@ def register_node(
     address: str | None = None,
 ) -> Node:
     values = {"name": name, "agent_url": agent_url, "token": token, "labels": labels}
-    cleaned, errors = _clean(values | {"state": state}, partial=False)
+    cleaned, errors = clean_node_values(values | {"state": state}, partial=False)
     for key, messages in _taken(cleaned, None).items():
         errors.setdefault(key, []).extend(messages)
     if errors:
@@ -174,7 +174,7 @@ def update_node(
     if node.source != NodeSource.AGENT:
         raise ValidationError({"name": [_("Nodes read through Prometheus are read-only.")]})
     values = {"name": name, "agent_url": agent_url, "labels": labels, "state": state}
-    cleaned, errors = _clean(values | {"token": token or None}, partial=True)
+    cleaned, errors = clean_node_values(values | {"token": token or None}, partial=True)
     for key, messages in (_taken(cleaned, node.pk) | _move_errors(node, cleaned)).items():
         errors.setdefault(key, []).extend(messages)
     if errors:
@@ -307,9 +307,9 @@ def import_nodes(
                 continue
             node = targets.get(_name_key(row))
             if node is None:
-                cleaned, errors = _clean(row, partial=False)
+                cleaned, errors = clean_node_values(row, partial=False)
             else:
-                cleaned, errors = _clean(_update_values(row), partial=True)
+                cleaned, errors = clean_node_values(_update_values(row), partial=True)
                 for key, messages in _move_errors(node, cleaned).items():
                     errors.setdefault(key, []).extend(messages)
                 if node.source != NodeSource.AGENT:
@@ -361,7 +361,7 @@ def import_nodes(
 
 def _name_key(row: Mapping[str, Any]) -> str:
     name = row.get("name")
-    return name.strip() if isinstance(name, str) else ""  # as _clean reads it
+    return name.strip() if isinstance(name, str) else ""  # as clean_node_values reads it
 
 
 def _update_targets(
@@ -383,7 +383,7 @@ def _update_values(row: Mapping[str, Any]) -> dict[str, Any]:
         if key in FIELDS
         and key != "labels"
         and value is not None
-        and (not isinstance(value, str) or value.strip())  # other types: refused by _clean
+        and (not isinstance(value, str) or value.strip())  # others: clean_node_values refuses
     }
     if "labels" in row:
         values["labels"] = "" if row["labels"] is None else row["labels"]

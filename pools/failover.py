@@ -27,7 +27,7 @@ from pools import lease_sql
 from pools.choices import AgentSync, AllocationState, LeaseState
 from pools.models import Allocation, PoolCard
 from pools.placement import Ask
-from pools.services import _give_back, notify_nodes, picks
+from pools.services import give_back, notify_nodes, picks
 from pools.signals import AllocationMove, CardCordon, announce_cordon, announce_moves
 
 logger = logging.getLogger(__name__)
@@ -92,7 +92,7 @@ def replace_allocation(allocation_id: int, reason: str, *, actor=None) -> Alloca
         old_gpu, old_node = allocation.gpu_id, allocation.gpu.node_id if allocation.gpu else None
         taken = _choose(allocation, {g for g in siblings if g} | ({old_gpu} if old_gpu else set()))
         if allocation.state == AllocationState.ACTIVE:  # a stranded one holds nothing
-            _give_back(
+            give_back(
                 allocation.gpu_id, allocation.pool_id, allocation.compute_pct,
                 allocation.memory_mib, allocation.whole_card,
             )  # fmt: skip

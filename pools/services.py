@@ -274,7 +274,7 @@ def _nodes_of(allocations: Iterable[Allocation]) -> set[int]:
     return set(GPU.objects.filter(pk__in=gpu_ids).values_list("node_id", flat=True))
 
 
-def _give_back(gpu_id: int | None, pool_id: int, compute: int, memory: int, whole: bool) -> None:
+def give_back(gpu_id: int | None, pool_id: int, compute: int, memory: int, whole: bool) -> None:
     """Return an active allocation's capacity to its card (caller holds the transaction)."""
     if gpu_id is None:
         return

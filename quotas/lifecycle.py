@@ -22,10 +22,10 @@ from quotas.models import GpuRequest, Quota
 from quotas.notices import announce
 from quotas.permissions import can_decide, can_manage, tenant_admin_ids
 from quotas.services import (
-    _over,
     allocated_usage,
     budget_problem,
     end_request,
+    limits_passed,
     within_policy,
 )
 from quotas.usage import Usage
@@ -146,7 +146,7 @@ def resize_request(
         grow = Usage(
             0, req.count * (compute - req.compute_pct), req.count * (memory - req.memory_mib)
         )
-        if over := _over(quota, allocated_usage(req.tenant_id, req.pool_id), grow):
+        if over := limits_passed(quota, allocated_usage(req.tenant_id, req.pool_id), grow):
             raise ValidationError({"compute_pct": [_("Over the tenant's quota."), *over]})
         before = snapshot(req)
         try:

@@ -113,7 +113,7 @@ def demand_of(req: GpuRequest) -> Usage:
     )  # fmt: skip
 
 
-def _over(quota: Quota, used: Usage, ask: Usage, *, per_user: bool = False) -> list[str]:
+def limits_passed(quota: Quota, used: Usage, ask: Usage, *, per_user: bool = False) -> list[str]:
     """Which limits ``used + ask`` passes, worded for the person asking."""
     problems = []
     for name, limit, have, want in zip(
@@ -169,9 +169,9 @@ def create_request(
                 _("No card in this pool is large enough for this request (or enough of them).")
             ]
         demand = demand_of(req)
-        if over := _over(quota, _claimed_usage(tenant.pk, pool.pk), demand):
+        if over := limits_passed(quota, _claimed_usage(tenant.pk, pool.pk), demand):
             errors.setdefault("count", []).extend([_("Over the tenant's quota."), *over])
-        if _caps_members(quota) and (over := _over(
+        if _caps_members(quota) and (over := limits_passed(
             quota, _claimed_usage(tenant.pk, pool.pk, user_id=user.pk), demand, per_user=True
         )):  # fmt: skip
             errors.setdefault("count", []).extend([_("Over your own cap in this tenant."), *over])
@@ -323,7 +323,7 @@ def _place_locked(req: GpuRequest, quota: Quota) -> bool:
     request's (``create_request`` holds both from the start)."""
     demand = demand_of(req)
     used = allocated_usage(req.tenant_id, req.pool_id)
-    if _over(quota, used, demand):
+    if limits_passed(quota, used, demand):
         return False
     try:
         # A sliced placement that fails changes nothing: only a whole card, checked
@@ -338,7 +338,7 @@ def _place_locked(req: GpuRequest, quota: Quota) -> bool:
                 # A whole card's memory is known once the card is: check it now, and
                 # undo the placement (this savepoint) when it passes the limit.
                 demand = _held_by(lease)
-                if _over(quota, used, demand):
+                if limits_passed(quota, used, demand):
                     raise _OverQuota
     except (PlacementError, _OverQuota):
         return False

@@ -227,6 +227,35 @@ def test_no_import_circle_between_modules():
     assert circles == [], "import circles:\n" + "\n".join(" -> ".join(c) for c in circles)
 
 
+def _private_imports(path: Path) -> list[str]:
+    """``from a.b import _c``: a name its module keeps to itself, used by another."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.ImportFrom) and (node.level or _owner(node.module or "")):
+            for alias in node.names:
+                if alias.name.startswith("_") and not alias.name.startswith("__"):
+                    module = f"{node.module}." if node.module else ""
+                    found.append(f"{'.' * node.level}{module}{alias.name}")
+    return found
+
+
+def test_no_module_imports_another_modules_private_names():
+    # A leading underscore says "mine": a module that needs it elsewhere makes it public,
+    # so that whoever changes it sees who relies on it.
+    problems = [f"{module} imports {name}" for module, path in _modules()
+                for name in _private_imports(path)]  # fmt: skip
+    assert problems == []
+
+
+def test_the_private_name_check_sees_absolute_and_relative_imports(tmp_path):
+    source = tmp_path / "x.py"
+    source.write_text(
+        "from pools.services import _give_back, picks\nfrom . import _mine\n"
+        "from os import _exit\nfrom pools import __version__\n"
+    )
+    assert _private_imports(source) == ["pools.services._give_back", "._mine"]
+
+
 def test_the_checks_catch_a_circle_and_an_upward_import():
     # The guards guard: a synthetic graph with a three-module circle beside a clean chain,
     # an app reaching up into another, and the toolbox and an app reaching portal's wiring.
