@@ -7,8 +7,9 @@ Every error under ``/api/`` is answered as::
 ``code`` is for programs (a fixed list, ``CODES``), ``message`` for people (in the caller's
 language), ``fields`` only for invalid input (``non_field_errors`` for the input as a whole).
 DRF's exceptions reach ``exception_handler`` (REST_FRAMEWORK's EXCEPTION_HANDLER); what never
-reaches a DRF view (an unknown path, a crash) gets the same body from ``not_found`` and
-``server_error`` (the URLconf's handler404 and handler500) for paths under ``/api/``.
+reaches a DRF view (an unknown path, a crash) gets the same body from ``not_found``,
+``server_error`` and their kin (the URLconf's handler400, 403, 404 and 500) for paths under
+``/api/``; elsewhere they answer the portal's own pages (templates/404.html and kin).
 """
 
 from __future__ import annotations
@@ -18,8 +19,8 @@ from typing import Any
 from django.core.exceptions import NON_FIELD_ERRORS
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
+from django.template import loader
 from django.utils.translation import gettext_lazy as _
-from django.views import defaults
 from rest_framework import exceptions, status
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
@@ -121,17 +122,40 @@ def _is_api(request: HttpRequest) -> bool:
     return request.path.startswith(API_PREFIX)
 
 
+def _page(request: HttpRequest | None, status_code: int) -> HttpResponse:
+    """The portal's own error page (templates/<status>.html): the way back, in the
+    reader's language. The 500 page gets no request: whatever failed may fail again."""
+    template = loader.get_template(f"{status_code}.html")
+    return HttpResponse(template.render({"code": status_code}, request), status=status_code)
+
+
+def bad_request(request: HttpRequest, exception: Exception) -> HttpResponse:
+    """handler400: JSON under /api/, the portal's page elsewhere."""
+    if _is_api(request):
+        body = error_body("invalid", _("The request could not be read."))
+        return JsonResponse(body, status=status.HTTP_400_BAD_REQUEST)
+    return _page(request, 400)
+
+
+def permission_denied(request: HttpRequest, exception: Exception) -> HttpResponse:
+    """handler403: JSON under /api/, the portal's page elsewhere."""
+    if _is_api(request):
+        body = error_body("permission_denied", exceptions.PermissionDenied.default_detail)
+        return JsonResponse(body, status=status.HTTP_403_FORBIDDEN)
+    return _page(request, 403)
+
+
 def not_found(request: HttpRequest, exception: Exception) -> HttpResponse:
-    """handler404: JSON under /api/, Django's page elsewhere."""
+    """handler404: JSON under /api/, the portal's page elsewhere."""
     if _is_api(request):
         body = error_body("not_found", exceptions.NotFound.default_detail)
         return JsonResponse(body, status=status.HTTP_404_NOT_FOUND)
-    return defaults.page_not_found(request, exception)
+    return _page(request, 404)
 
 
 def server_error(request: HttpRequest) -> HttpResponse:
-    """handler500: JSON under /api/, Django's page elsewhere."""
+    """handler500: JSON under /api/, the portal's page elsewhere."""
     if _is_api(request):
         body = error_body("server_error", _("A server error occurred."))
         return JsonResponse(body, status=status.HTTP_500_INTERNAL_SERVER_ERROR)
-    return defaults.server_error(request)
+    return _page(None, 500)

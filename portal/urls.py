@@ -47,5 +47,7 @@ urlpatterns = [
 ]
 
 # Paths under /api/ answer in the API's error shape even when no view was reached.
+handler400 = "portal.api_errors.bad_request"
+handler403 = "portal.api_errors.permission_denied"
 handler404 = "portal.api_errors.not_found"
 handler500 = "portal.api_errors.server_error"
