@@ -8,6 +8,7 @@ from django.utils.translation import gettext_lazy as _
 from agents import node_audit, registration
 from agents.choices import NodeSource
 from agents.models import GPU, Node, lock_inventory
+from portal.forms import add_service_errors
 
 
 class GPUInline(admin.TabularInline):
@@ -45,10 +46,7 @@ class NodeAdminForm(forms.ModelForm):
         if not values["agent_url"] or cleaned.get("source") == NodeSource.PROMETHEUS:
             values["agent_url"] = None  # optional here; nodes read through Prometheus have none
         normalised, errors = registration.check_fields(values, self.instance.pk)
-        for name, messages in errors.items():
-            field = "agent_token" if name == "token" else name  # the error beside its field
-            for message in messages:
-                self.add_error(field if field in self.fields else None, message)
+        add_service_errors(self, errors, fields={"token": "agent_token"})  # beside its field
         if not errors:
             cleaned.update({k: v for k, v in normalised.items() if k in self.fields})
         return cleaned

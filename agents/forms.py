@@ -58,11 +58,6 @@ class NodeForm(forms.Form):
                 "token again."
             ) % {"hint": hint}
 
-    def add_service_errors(self, errors: dict[str, list[str]]) -> None:
-        for key, messages in errors.items():
-            for message in messages:
-                self.add_error(key if key in self.fields else None, message)
-
 
 class NodeImportForm(forms.Form):
     FORMATS = [("auto", _("From the file name, else CSV")), ("csv", "CSV"), ("yaml", "YAML")]

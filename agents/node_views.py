@@ -19,6 +19,7 @@ from agents import connection_test, node_audit, node_files, permissions, registr
 from agents.choices import NodeSource
 from agents.forms import NodeForm, NodeImportForm
 from agents.models import Node
+from portal.forms import add_service_errors
 from portal.security import allowed_if
 
 
@@ -43,7 +44,7 @@ def node_add(request: HttpRequest) -> HttpResponse:
         try:
             node = registration.register_node(**_values(form), **node_audit.who(request))
         except ValidationError as exc:
-            form.add_service_errors(exc.message_dict)
+            add_service_errors(form, exc)
         else:
             messages.success(request, _("Node %(name)s added.") % {"name": node.name})
             return redirect("agents:node_list")
@@ -58,7 +59,7 @@ def node_edit(request: HttpRequest, pk: int) -> HttpResponse:
         try:
             registration.update_node(node.pk, **_values(form), **node_audit.who(request))
         except ValidationError as exc:
-            form.add_service_errors(exc.message_dict)
+            add_service_errors(form, exc)
         else:
             messages.success(
                 request, _("Node %(name)s saved.") % {"name": form.cleaned_data["name"]}

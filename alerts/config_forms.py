@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 from django import forms
-from django.core.exceptions import ValidationError
 from django.utils.translation import gettext_lazy as _
 
 from agents.models import Node
@@ -26,20 +25,10 @@ EVALUATED = [(value, label) for value, label in Condition.choices
 SCOPE_FIELDS = {ScopeKind.POOL: "pool", ScopeKind.NODE: "node", ScopeKind.TENANT: "tenant"}
 
 
-class ServiceErrors:
-    """Puts alerts.config's errors on the fields they name (or on the form)."""
-
-    field_names: dict[str, str] = {}
-
-    def add_service_errors(self, exc: ValidationError) -> None:
-        for key, messages in exc.message_dict.items():
-            name = self.field_names.get(key, key)
-            for message in messages:
-                self.add_error(name if name in self.fields else None, message)
-
-
-class RuleForm(ServiceErrors, forms.Form):
-    field_names = {"scope_id": "scope_kind"}
+class RuleForm(forms.Form):
+    # alerts.config's name for a field, where this form calls it otherwise: the scope's
+    # error shows beside the scope it is about.
+    SERVICE_FIELDS = {"scope_id": "scope_kind"}
 
     name = forms.CharField(label=_("Name"), max_length=200)
     description = forms.CharField(label=_("Description"), required=False, max_length=2000,
@@ -89,7 +78,7 @@ class RuleForm(ServiceErrors, forms.Form):
         return data
 
 
-class SubscriptionForm(ServiceErrors, forms.Form):
+class SubscriptionForm(forms.Form):
     tenant = forms.ModelChoiceField(
         label=_("Subscriber"), queryset=Tenant.objects.none(), required=False,
         empty_label=_("Me"),

@@ -27,6 +27,7 @@ from alerts.permissions import (
     visible_subscriptions,
 )
 from audit.interface import request_address
+from portal.forms import add_service_errors
 
 
 def _rule_for_admin(request: HttpRequest, pk: int) -> Rule:
@@ -64,7 +65,7 @@ def _rule_form(request: HttpRequest, rule: Rule | None) -> HttpResponse:
                 config.save_rule(rule.pk if rule else None, form.values(), actor=request.user,
                                  address=request_address(request))  # fmt: skip
             except ValidationError as exc:
-                form.add_service_errors(exc)
+                add_service_errors(form, exc, fields=RuleForm.SERVICE_FIELDS)
             else:
                 messages.success(request, _("Rule %(name)s saved.") % {
                     "name": form.cleaned_data["name"]})  # fmt: skip
@@ -136,7 +137,7 @@ def subscription_add(request: HttpRequest) -> HttpResponse:
                     tenant_id=tenant.pk if tenant else None,
                 )  # fmt: skip
             except ValidationError as exc:
-                form.add_service_errors(exc)
+                add_service_errors(form, exc)
             else:
                 messages.success(request, _("Subscription saved."))
                 return redirect("alerts:subscription_list")
@@ -156,7 +157,7 @@ def subscription_edit(request: HttpRequest, pk: int) -> HttpResponse:
                 config.save_subscription(sub.pk, form.values(), actor=request.user,
                                          address=request_address(request))  # fmt: skip
             except ValidationError as exc:
-                form.add_service_errors(exc)
+                add_service_errors(form, exc)
             else:
                 messages.success(request, _("Subscription saved."))
                 return redirect("alerts:subscription_list")

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from django import forms
 from django.conf import settings
-from django.core.exceptions import ValidationError
 from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
@@ -75,9 +74,3 @@ class ChannelForm(forms.Form):
         """The settings the chosen kind declares, as typed (empty secrets: keep)."""
         names = {f.name for f in TRANSPORTS[self.cleaned_data["kind"]].fields}
         return {name: self.cleaned_data.get(name, "") for name in names}
-
-    def add_service_errors(self, exc: ValidationError) -> None:
-        for key, messages in exc.message_dict.items():
-            field = key if key in self.fields else None
-            for message in messages:
-                self.add_error(field, message)

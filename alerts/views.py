@@ -20,6 +20,7 @@ from alerts.models import Channel, DeliveryAttempt
 from alerts.permissions import managed_tenants, visible_channels
 from alerts.transports import TRANSPORTS
 from audit.interface import request_address
+from portal.forms import add_service_errors
 
 DELIVERIES_SHOWN = 50
 
@@ -49,7 +50,7 @@ def channel_add(request: HttpRequest) -> HttpResponse:
                 enabled=data["enabled"], language=data["language"],
             )  # fmt: skip
         except ValidationError as exc:
-            form.add_service_errors(exc)
+            add_service_errors(form, exc)
         else:
             messages.success(request, _("Channel %(name)s added.") % {"name": data["name"]})
             return redirect("alerts:channel_detail", channel_id)
@@ -72,7 +73,7 @@ def channel_edit(request: HttpRequest, pk: int) -> HttpResponse:
                 channel.pk, actor=request.user, address=request_address(request), changes=changes
             )
         except ValidationError as exc:
-            form.add_service_errors(exc)
+            add_service_errors(form, exc)
         else:
             messages.success(request, _("Channel %(name)s saved.") % {"name": data["name"]})
             return redirect("alerts:channel_detail", channel.pk)

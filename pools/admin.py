@@ -10,6 +10,7 @@ from django.http import HttpRequest
 
 from pools import configuration
 from pools.models import Allocation, Lease, Pool, PoolCard
+from portal.forms import add_service_errors
 from portal.security import client_ip
 
 
@@ -38,16 +39,12 @@ class PoolAdminForm(forms.ModelForm):
         if self.errors:
             return cleaned
         _values, errors = configuration.clean_values({k: cleaned[k] for k in configuration.FIELDS})
-        for name, messages in errors.items():
-            for message in messages:
-                self.add_error(name if name in self.fields else None, message)
+        add_service_errors(self, errors)
         if self.instance.pk and not self.errors:
             errors = configuration.ratio_errors(
                 self.instance, cleaned["compute_ratio"], cleaned["memory_ratio"]
             )
-            for name, messages in errors.items():
-                for message in messages:
-                    self.add_error(name, message)
+            add_service_errors(self, errors)
         return cleaned
 
 

@@ -92,11 +92,6 @@ class PoolForm(forms.Form):
     def values(self) -> dict:
         return dict(self.cleaned_data)
 
-    def add_service_errors(self, errors: dict[str, list[str]]) -> None:
-        for key, messages in errors.items():
-            for message in messages:
-                self.add_error(key if key in self.fields else None, message)
-
 
 class PoolCardsForm(forms.Form):
     """Cards to add to a pool: those in no pool yet."""
@@ -107,8 +102,3 @@ class PoolCardsForm(forms.Form):
         super().__init__(*args, **kwargs)
         self.fields["gpus"].choices = choices
         self.fields["gpus"].widget.attrs["size"] = min(12, max(4, len(choices)))
-
-    def add_service_errors(self, errors: dict[str, list[str]]) -> None:
-        for messages in errors.values():
-            for message in messages:
-                self.add_error("gpus", message)

@@ -25,6 +25,7 @@ from pools.agent_reports import agent_report
 from pools.choices import AgentSync, AllocationState
 from pools.forms import PoolCardsForm, PoolForm
 from pools.models import Pool, PoolCard
+from portal.forms import add_service_errors
 from portal.security import allowed_if, client_ip
 
 MAX_CARD_CHOICES = 2000
@@ -76,7 +77,7 @@ def pool_add(request: HttpRequest) -> HttpResponse:
         try:
             pool = configuration.create_pool(form.values(), **_who(request))
         except ValidationError as exc:
-            form.add_service_errors(exc.message_dict)
+            add_service_errors(form, exc)
         else:
             messages.success(request, _("Pool %(name)s created.") % {"name": pool.name})
             return redirect(pool)
@@ -91,7 +92,7 @@ def pool_edit(request: HttpRequest, slug: str) -> HttpResponse:
         try:
             pool = configuration.update_pool(pool.pk, form.values(), **_who(request))
         except ValidationError as exc:
-            form.add_service_errors(exc.message_dict)
+            add_service_errors(form, exc)
         else:
             messages.success(request, _("Pool %(name)s saved.") % {"name": pool.name})
             return redirect(pool)
@@ -180,7 +181,7 @@ def pool_cards_add(request: HttpRequest, slug: str) -> HttpResponse:
                 pool.pk, form.cleaned_data["gpus"], **_who(request)
             )
         except ValidationError as exc:
-            form.add_service_errors(exc.message_dict)
+            add_service_errors(form, exc, rest="gpus")  # the form has no other field
         else:
             messages.success(request, _("%(count)s card(s) added.") % {"count": joined})
             return redirect(pool)

@@ -6,7 +6,9 @@ Every error under ``/api/`` is answered as::
 
 ``code`` is for programs (a fixed list, ``CODES``), ``message`` for people (in the caller's
 language), ``fields`` only for invalid input (``non_field_errors`` for the input as a whole).
-DRF's exceptions reach ``exception_handler`` (REST_FRAMEWORK's EXCEPTION_HANDLER); what never
+DRF's exceptions reach ``exception_handler`` (REST_FRAMEWORK's EXCEPTION_HANDLER), and so
+does the ``django.core.exceptions.ValidationError`` a service raises from a view or a
+serializer's save: a 400 with its ``fields``, so no view converts it itself. What never
 reaches a DRF view (an unknown path, a crash) gets the same body from ``not_found``,
 ``server_error`` and their kin (the URLconf's handler400, 403, 404 and 500) for paths under
 ``/api/``; elsewhere they answer the portal's own pages (templates/404.html and kin).
@@ -18,6 +20,7 @@ from typing import Any
 
 from django.core.exceptions import NON_FIELD_ERRORS
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
+from django.core.exceptions import ValidationError as DjangoValidationError
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.template import loader
 from django.utils.translation import gettext_lazy as _
@@ -84,6 +87,14 @@ def field_errors(detail: Any) -> dict:
     return {"non_field_errors": detail if isinstance(detail, list) else [detail]}
 
 
+def as_api_error(exc: DjangoValidationError) -> exceptions.ValidationError:
+    """A service's ValidationError as DRF's: its field errors by name, or, raised without a
+    dict, its messages about the input as a whole (the first one the answer's message)."""
+    if hasattr(exc, "error_dict"):
+        return exceptions.ValidationError(exc.message_dict)
+    return exceptions.ValidationError(exc.messages)
+
+
 def _code(exc: exceptions.APIException) -> str:
     if isinstance(exc, exceptions.ValidationError):
         return "invalid"
@@ -110,6 +121,8 @@ def exception_handler(exc: Exception, context: dict) -> Response | None:
         exc = exceptions.NotFound()
     elif isinstance(exc, DjangoPermissionDenied):
         exc = exceptions.PermissionDenied(*exc.args)
+    elif isinstance(exc, DjangoValidationError):
+        exc = as_api_error(exc)
     response = drf_exception_handler(exc, context)
     if response is None or not isinstance(exc, exceptions.APIException):
         return response  # not an API error: Django answers 500 (server_error below)

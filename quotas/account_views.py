@@ -25,6 +25,7 @@ from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_POST
 
 from audit.interface import request_address
+from portal.forms import add_service_errors
 from quotas import accounts, permissions
 from quotas.forms import UserForm, UserSearchForm
 from quotas.models import Membership
@@ -87,7 +88,7 @@ def user_add(request: HttpRequest) -> HttpResponse:
                 request.user, address=request_address(request), **form.cleaned_data
             )
         except ValidationError as exc:
-            form.add_service_errors(exc.message_dict)
+            add_service_errors(form, exc)
         except PermissionError:
             raise PermissionDenied from None
         else:

@@ -13,14 +13,7 @@ from quotas.models import Quota, Tenant
 from quotas.tenancy import QUOTA_FIELDS, TENANT_FIELDS
 
 
-class ServiceErrorsMixin:
-    def add_service_errors(self, errors: dict[str, list[str]]) -> None:
-        for key, messages in errors.items():
-            for message in messages:
-                self.add_error(key if key in self.fields else None, message)
-
-
-class TenantForm(ServiceErrorsMixin, forms.Form):
+class TenantForm(forms.Form):
     def __init__(self, *args, tenant: Tenant | None = None, **kwargs) -> None:
         if tenant is not None:
             kwargs.setdefault("initial", {k: getattr(tenant, k) for k in TENANT_FIELDS})
@@ -30,7 +23,7 @@ class TenantForm(ServiceErrorsMixin, forms.Form):
         self.fields["description"].widget.attrs.update({"rows": 3, "maxlength": 2000})
 
 
-class QuotaForm(ServiceErrorsMixin, forms.Form):
+class QuotaForm(forms.Form):
     """The guarantees, limits and approval policy of a tenant in a pool; the pool is
     chosen when the quota is created and stays."""
 
@@ -106,7 +99,7 @@ class TenantAddForm(NewUserFieldsMixin, TenantForm):
         }
 
 
-class MemberAddForm(NewUserFieldsMixin, ServiceErrorsMixin, forms.Form):
+class MemberAddForm(NewUserFieldsMixin, forms.Form):
     username = forms.CharField(label=_("User name"), max_length=150)
     role = forms.ChoiceField(label=_("Role"), choices=Role.choices, initial=Role.MEMBER)
 
@@ -121,7 +114,7 @@ class MemberAddForm(NewUserFieldsMixin, ServiceErrorsMixin, forms.Form):
                 "new_user": new}  # fmt: skip
 
 
-class UserForm(ServiceErrorsMixin, forms.Form):
+class UserForm(forms.Form):
     """A user made by a platform admin, in no tenant yet."""
 
     username = forms.CharField(
@@ -143,5 +136,5 @@ class UserSearchForm(forms.Form):
         return {"active": True, "inactive": False}.get(self.cleaned_data.get("state") or "")
 
 
-class MemberRoleForm(ServiceErrorsMixin, forms.Form):
+class MemberRoleForm(forms.Form):
     role = forms.ChoiceField(label=_("Role"), choices=Role.choices)

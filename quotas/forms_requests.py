@@ -1,6 +1,6 @@
 """Forms of the requests pages. Type and range checks only: the rules (membership, the
 pool open to the tenant, quota, card size, budget) are the services', whose field-level
-ValidationError each form shows on its fields (``add_service_errors``)."""
+ValidationError each form shows on its fields (``portal.forms.add_service_errors``)."""
 
 from __future__ import annotations
 
@@ -17,16 +17,7 @@ from quotas.permissions import tenants_of
 LABEL_PAIR = re.compile(r"^[A-Za-z0-9_.\-/]{1,63}=[A-Za-z0-9_.\-]{0,63}$")
 
 
-class ServiceErrorsMixin:
-    def add_service_errors(self, exc: ValidationError) -> None:
-        """The service's field errors on the form's fields; any other on the form."""
-        for field, messages in exc.message_dict.items():
-            target = field if field in self.fields else None
-            for message in messages:
-                self.add_error(target, message)
-
-
-class GpuRequestForm(ServiceErrorsMixin, forms.Form):
+class GpuRequestForm(forms.Form):
     SIZES = (("slice", _("A slice of a card")), ("whole", _("Whole cards")))
 
     tenant = forms.ModelChoiceField(
@@ -107,11 +98,11 @@ class DecisionForm(forms.Form):
     comment = forms.CharField(label=_("Comment"), max_length=2000, required=False)
 
 
-class ExtendForm(ServiceErrorsMixin, forms.Form):
+class ExtendForm(forms.Form):
     hours = forms.IntegerField(label=_("More hours"), min_value=1, max_value=24 * 366)
 
 
-class ResizeForm(ServiceErrorsMixin, forms.Form):
+class ResizeForm(forms.Form):
     compute_pct = forms.IntegerField(label=_("Compute per vGPU (%)"), min_value=1, max_value=100)
     memory_mib = forms.IntegerField(
         label=_("Memory per vGPU (MiB)"), min_value=1, max_value=10_000_000

@@ -20,6 +20,7 @@ from django.views.decorators.http import require_POST
 
 from audit.interface import history_of, request_address
 from pools.models import Allocation
+from portal.forms import add_service_errors
 from quotas import lifecycle, permissions
 from quotas.choices import OPEN_STATES, RequestState
 from quotas.forms_requests import DecisionForm, ExtendForm, GpuRequestForm, ResizeForm
@@ -77,7 +78,7 @@ def request_new(request: HttpRequest) -> HttpResponse:
         try:
             req = create_request(request.user, address=request_address(request), **form.ask())
         except ValidationError as exc:
-            form.add_service_errors(exc)
+            add_service_errors(form, exc)
         else:
             messages.success(request, _("Request %(id)s submitted.") % {"id": req.pk})
             return redirect("requests:request_mine")
@@ -158,7 +159,7 @@ def _form_action(request, req, form, call, done: str, name: str) -> HttpResponse
         except PermissionError as exc:
             raise PermissionDenied(str(exc)) from exc
         except ValidationError as exc:
-            form.add_service_errors(exc)
+            add_service_errors(form, exc)
         else:
             messages.success(request, done)
             return _back(request, req)

@@ -23,6 +23,7 @@ from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_POST
 
 from audit.interface import request_address
+from portal.forms import add_service_errors
 from quotas import permissions, tenancy
 from quotas.account_views import keep_password_link, pop_password_link
 from quotas.choices import Role
@@ -150,7 +151,7 @@ def _run(form, service: Callable[..., Any], *args, **kwargs) -> Any:
     try:
         return service(*args, **kwargs)
     except ValidationError as exc:
-        form.add_service_errors(exc.message_dict)
+        add_service_errors(form, exc)
     except PermissionError:
         raise PermissionDenied from None
     return None

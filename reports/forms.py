@@ -31,13 +31,6 @@ class ExemptionForm(forms.Form):
     ends_at = forms.DateTimeField(label=_("Ends at"))
 
 
-class _ServiceErrors:
-    def add_service_errors(self, errors: dict[str, list[str]]) -> None:
-        for key, messages in errors.items():
-            for message in messages:
-                self.add_error(key if key in self.fields else None, message)
-
-
 def _kit_numbers(form: forms.Form, names: tuple[str, ...]) -> None:
     """The browser's own hints from the model's bounds (the server checks them again)."""
     for name in names:
@@ -48,7 +41,7 @@ def _kit_numbers(form: forms.Form, names: tuple[str, ...]) -> None:
             field.widget.attrs["max"] = field.max_value
 
 
-class ReclaimPolicyForm(_ServiceErrors, forms.Form):
+class ReclaimPolicyForm(forms.Form):
     """A pool's thresholds and whether it reclaims; the pool is chosen once."""
 
     def __init__(self, *args, policy: ReclaimPolicy | None = None, **kwargs) -> None:
@@ -65,7 +58,7 @@ class ReclaimPolicyForm(_ServiceErrors, forms.Form):
         _kit_numbers(self, POLICY_FIELDS)
 
 
-class UnitPriceForm(_ServiceErrors, forms.Form):
+class UnitPriceForm(forms.Form):
     """A pool's prices, or the default's; the pool is chosen once."""
 
     def __init__(self, *args, price: UnitPrice | None = None, **kwargs) -> None:

@@ -17,6 +17,7 @@ from django.views.decorators.http import require_POST
 
 from audit.interface import request_address
 from pools.models import Pool
+from portal.forms import add_service_errors
 from reports import permissions, policies
 from reports.forms import ReclaimPolicyForm, UnitPriceForm
 from reports.models import ReclaimPolicy, UnitPrice
@@ -32,7 +33,7 @@ def _run(form, service: Callable[..., Any], *args, **kwargs) -> Any:
     try:
         return service(*args, **kwargs)
     except ValidationError as exc:
-        form.add_service_errors(exc.message_dict)
+        add_service_errors(form, exc)
     except PermissionError:
         raise PermissionDenied from None
     return None

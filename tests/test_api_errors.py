@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from django.core.exceptions import ValidationError
 from django.test import RequestFactory
 from rest_framework.test import APIClient
 
@@ -85,6 +86,40 @@ def test_a_bare_list_of_errors_belongs_to_the_input_as_a_whole():
     assert api_errors.field_errors({"__all__": ["x"], "name": ["y"]}) == {
         "non_field_errors": ["x"], "name": ["y"],
     }  # fmt: skip
+
+
+def test_a_services_validation_error_raised_in_a_view_is_a_400_naming_its_fields(bob):
+    # reports.accounting.parse_month raises Django's ValidationError; the view leaves it to
+    # the handler, and nothing else turns it into DRF's.
+    response = signed_in(bob).get("/api/v1/accounting/", {"month": "2026-13"})
+    assert response.status_code == 400
+    assert error(response) == {
+        "code": "invalid", "message": "Invalid input.",
+        "fields": {"month": ["Give a month as YYYY-MM."]},
+    }  # fmt: skip
+
+
+def _handled(exc: Exception) -> tuple[int, dict]:
+    response = api_errors.exception_handler(exc, {})
+    return response.status_code, response.data["error"]
+
+
+def test_a_validation_error_for_the_object_as_a_whole_is_the_inputs():
+    status, body = _handled(ValidationError({"__all__": ["Overlaps."], "name": ["Taken."]}))
+    assert status == 400 and body["code"] == "invalid"
+    assert body["fields"] == {"non_field_errors": ["Overlaps."], "name": ["Taken."]}
+
+
+def test_a_validation_error_without_fields_is_a_400_that_says_it():
+    status, body = _handled(ValidationError("This request has already ended."))
+    assert status == 400
+    assert body == {
+        "code": "invalid", "message": "This request has already ended.",
+        "fields": {"non_field_errors": ["This request has already ended."]},
+    }  # fmt: skip
+    status, body = _handled(ValidationError(["One.", "Two."]))
+    assert status == 400 and body["message"] == "Invalid input."
+    assert body["fields"] == {"non_field_errors": ["One.", "Two."]}
 
 
 def test_the_schema_documents_the_error_shape_on_every_operation(client):

@@ -12,16 +12,12 @@ from django.utils.translation import gettext_lazy as _
 from tokens.choices import Scope
 from tokens.services import DESCRIPTION_MAX, NAME_MAX, max_days
 
-
-class _ServiceErrors:
-    def add_service_errors(self, errors: dict[str, list[str]]) -> None:
-        for key, messages in errors.items():
-            field = "expires_in_days" if key == "expires_at" else key
-            for message in messages:
-                self.add_error(field if field in self.fields else None, message)
+# tokens.services' name for a field, where these forms call it otherwise: the service
+# checks the end it works out, the form asks for days.
+SERVICE_FIELDS = {"expires_at": "expires_in_days"}
 
 
-class TokenForm(_ServiceErrors, forms.Form):
+class TokenForm(forms.Form):
     name = forms.CharField(
         label=_("Name"), max_length=NAME_MAX, help_text=_("What the token is for, e.g. CI.")
     )
@@ -38,7 +34,7 @@ class TokenForm(_ServiceErrors, forms.Form):
         days.help_text = _("At most %(days)d days.") % {"days": max_days()}
 
 
-class ServiceAccountForm(_ServiceErrors, forms.Form):
+class ServiceAccountForm(forms.Form):
     name = forms.CharField(label=_("Name"), max_length=NAME_MAX)
     description = forms.CharField(
         label=_("Description"), max_length=DESCRIPTION_MAX, required=False,

@@ -20,10 +20,11 @@ from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_POST
 
 from audit.interface import request_address
+from portal.forms import add_service_errors
 from quotas import permissions as quota_permissions
 from quotas.models import Tenant
 from tokens import services
-from tokens.forms import ServiceAccountForm, TokenForm
+from tokens.forms import SERVICE_FIELDS, ServiceAccountForm, TokenForm
 from tokens.models import ApiToken, ServiceAccount
 
 # The session key that carries a new key from the POST to the one page that shows it.
@@ -35,7 +36,7 @@ def _run(form: Any, service: Any, *args: Any, **kwargs: Any) -> Any:
     try:
         return service(*args, **kwargs)
     except ValidationError as exc:
-        form.add_service_errors(exc.message_dict)
+        add_service_errors(form, exc, fields=SERVICE_FIELDS)
     except PermissionError:
         raise PermissionDenied from None
     return None

@@ -1,4 +1,3 @@
-from django.core.exceptions import ValidationError as DjangoValidationError
 from rest_framework import serializers
 
 from agents import node_audit, registration
@@ -86,17 +85,11 @@ class NodeSerializer(serializers.ModelSerializer):
         return node_audit.who(self.context.get("request"))
 
     def create(self, validated_data: dict) -> Node:
-        try:
-            node = registration.register_node(**validated_data, **self._who())
-        except DjangoValidationError as exc:
-            raise serializers.ValidationError(exc.message_dict) from None
+        node = registration.register_node(**validated_data, **self._who())
         node.gpu_count = 0
         return node
 
     def update(self, instance: Node, validated_data: dict) -> Node:
-        try:
-            node = registration.update_node(instance.pk, **validated_data, **self._who())
-        except DjangoValidationError as exc:
-            raise serializers.ValidationError(exc.message_dict) from None
+        node = registration.update_node(instance.pk, **validated_data, **self._who())
         node.gpu_count = node.gpus.count()
         return node

@@ -1,9 +1,8 @@
 """Rules, subscriptions and events in the API. Writes go through alerts.config (which
-holds the rules and audits); its field errors come back as DRF's."""
+holds the rules and audits); its field errors reach the API's exception handler, a 400."""
 
 from __future__ import annotations
 
-from django.core.exceptions import ValidationError as DjangoValidationError
 from django.utils.translation import gettext
 from rest_framework import serializers
 
@@ -12,13 +11,6 @@ from alerts.choices import Comparison, Condition, ScopeKind, Severity
 from alerts.models import Event, Rule, Subscription
 from alerts.permissions import managed_tenants, visible_rules
 from audit.interface import request_address
-
-
-def _service(call):
-    try:
-        return call()
-    except DjangoValidationError as exc:
-        raise serializers.ValidationError(exc.message_dict) from None
 
 
 class RuleSerializer(serializers.ModelSerializer):
@@ -50,11 +42,7 @@ class RuleSerializer(serializers.ModelSerializer):
         if rule_id is not None and "scope_id" not in values:
             rule = Rule.objects.get(pk=rule_id)
             values["scope_id"] = rule.pool_id or rule.node_id or rule.tenant_id
-        pk = _service(
-            lambda: config.save_rule(
-                rule_id, values, actor=request.user, address=request_address(request)
-            )
-        )
+        pk = config.save_rule(rule_id, values, actor=request.user, address=request_address(request))
         return Rule.objects.get(pk=pk)
 
     def create(self, validated: dict) -> Rule:
@@ -108,21 +96,21 @@ class SubscriptionSerializer(serializers.ModelSerializer):
     def create(self, validated: dict) -> Subscription:
         request = self.context["request"]
         tenant_id = validated.get("tenant_id")
-        pk = _service(lambda: config.save_subscription(
+        pk = config.save_subscription(
             None, self._values(validated), actor=request.user,
             address=request_address(request),
             owner_id=None if tenant_id else request.user.pk, tenant_id=tenant_id,
-        ))  # fmt: skip
+        )  # fmt: skip
         return Subscription.objects.get(pk=pk)
 
     def update(self, instance: Subscription, validated: dict) -> Subscription:
         request = self.context["request"]
         if "tenant_id" in validated and validated["tenant_id"] != instance.tenant_id:
             raise serializers.ValidationError({"tenant": ["A subscription's owner cannot change."]})
-        _service(lambda: config.save_subscription(
+        config.save_subscription(
             instance.pk, self._values(validated), actor=request.user,
             address=request_address(request),
-        ))  # fmt: skip
+        )  # fmt: skip
         return Subscription.objects.get(pk=instance.pk)
 
 

@@ -2,7 +2,6 @@ from __future__ import annotations
 
 from decimal import Decimal
 
-from django.core.exceptions import ValidationError as DjangoValidationError
 from rest_framework import serializers
 
 from pools import configuration, launch
@@ -55,18 +54,12 @@ class PoolSerializer(serializers.ModelSerializer):
         read_only_fields = ["id", "created", "updated"]
 
     def create(self, validated_data: dict) -> Pool:
-        try:
-            pool = configuration.create_pool(validated_data, **_who(self))
-        except DjangoValidationError as exc:
-            raise serializers.ValidationError(exc.message_dict) from None
+        pool = configuration.create_pool(validated_data, **_who(self))
         pool.card_count = pool.cards.count()
         return pool
 
     def update(self, instance: Pool, validated_data: dict) -> Pool:
-        try:
-            pool = configuration.update_pool(instance.pk, validated_data, **_who(self))
-        except DjangoValidationError as exc:
-            raise serializers.ValidationError(exc.message_dict) from None
+        pool = configuration.update_pool(instance.pk, validated_data, **_who(self))
         pool.card_count = pool.cards.count()
         return pool
 

@@ -1,11 +1,9 @@
-from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db.models import Count
 from django_filters.rest_framework import DjangoFilterBackend
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema, extend_schema_view
 from rest_framework import status
 from rest_framework.decorators import action
-from rest_framework.exceptions import ValidationError
 from rest_framework.filters import OrderingFilter
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -67,11 +65,8 @@ class PoolViewSet(ApiModelViewSet):
         pool = self.get_object()
         body = PoolCardsChangeSerializer(data=request.data)
         body.is_valid(raise_exception=True)
-        try:
-            count = change(pool.pk, body.validated_data["gpus"], actor=request.user,
-                           address=client_ip(request))  # fmt: skip
-        except DjangoValidationError as exc:
-            raise ValidationError(exc.message_dict) from exc
+        count = change(pool.pk, body.validated_data["gpus"], actor=request.user,
+                       address=client_ip(request))  # fmt: skip
         return Response({"changed": count})
 
     @extend_schema(request=PoolCardsChangeSerializer, responses=OpenApiTypes.OBJECT)

@@ -5,13 +5,12 @@ extend, resize. The same services and rules as the pages: a request of another t
 
 from __future__ import annotations
 
-from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db.models import Prefetch
 from django_filters import rest_framework as filters
 from drf_spectacular.utils import extend_schema
 from rest_framework import mixins, serializers, status
 from rest_framework.decorators import action
-from rest_framework.exceptions import PermissionDenied, ValidationError
+from rest_framework.exceptions import PermissionDenied
 from rest_framework.request import Request
 from rest_framework.response import Response
 
@@ -132,12 +131,6 @@ class GpuRequestFilterSet(filters.FilterSet):
         return queryset & permissions.decidable_requests(self.request.user)
 
 
-def _drf_error(exc: DjangoValidationError) -> ValidationError:
-    if hasattr(exc, "error_dict"):
-        return ValidationError(exc.message_dict)
-    return ValidationError({"non_field_errors": exc.messages})
-
-
 class WaitSerializer(serializers.Serializer):
     wait = serializers.IntegerField(min_value=0, max_value=waiting.MAX_WAIT_SECONDS, default=0)
 
@@ -171,8 +164,6 @@ class GpuRequestViewSet(
             req = call()
         except PermissionError as exc:
             raise PermissionDenied(str(exc)) from exc
-        except DjangoValidationError as exc:
-            raise _drf_error(exc) from exc
         fresh = self.get_queryset().get(pk=req.pk)
         return Response(self.get_serializer(fresh).data, status=status_code)
 

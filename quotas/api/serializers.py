@@ -6,7 +6,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from django.core.exceptions import ValidationError as DjangoValidationError
 from django.utils.translation import gettext as _
 from rest_framework import exceptions, serializers
 
@@ -19,13 +18,11 @@ from quotas.usage import QuotaUsage
 
 
 def call_service(fn: Callable[..., Any], *args, **kwargs) -> Any:
-    """A tenancy service, its refusals and validation errors in DRF's terms."""
+    """A tenancy service, its refusals in DRF's terms (its ValidationError: portal.api_errors)."""
     try:
         return fn(*args, **kwargs)
     except PermissionError as exc:
         raise exceptions.PermissionDenied(str(exc)) from None
-    except DjangoValidationError as exc:
-        raise serializers.ValidationError(exc.message_dict) from None
 
 
 class _ServiceSerializer(serializers.ModelSerializer):

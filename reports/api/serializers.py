@@ -7,7 +7,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from django.core.exceptions import ValidationError as DjangoValidationError
 from rest_framework import exceptions, serializers
 
 from reports.models import AllocationIdle, Exemption, IdleCard, ReclaimWarning
@@ -20,8 +19,6 @@ def call_service(fn: Callable[..., Any], *args, **kwargs) -> Any:
         return fn(*args, **kwargs)
     except PermissionError:
         raise exceptions.NotFound() from None
-    except DjangoValidationError as exc:
-        raise serializers.ValidationError(exc.message_dict) from None
 
 
 class AllocationIdleSerializer(serializers.ModelSerializer):

@@ -6,10 +6,9 @@ from __future__ import annotations
 
 from dataclasses import asdict
 
-from django.core.exceptions import ValidationError as DjangoValidationError
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
-from rest_framework import mixins, serializers, status
+from rest_framework import mixins, status
 from rest_framework.decorators import action
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -138,10 +137,7 @@ class AccountingView(ApiView):
         responses=OpenApiTypes.OBJECT,
     )
     def get(self, request: Request) -> Response:
-        try:
-            month = accounting.parse_month(request.query_params.get("month"))
-        except DjangoValidationError as exc:
-            raise serializers.ValidationError(exc.message_dict) from None
+        month = accounting.parse_month(request.query_params.get("month"))
         data = accounting.monthly(month, request.user)
 
         def line(item: accounting.Line) -> dict:

@@ -6,7 +6,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from django.core.exceptions import ValidationError as DjangoValidationError
 from rest_framework import exceptions, serializers
 
 from quotas import permissions as quota_permissions
@@ -16,13 +15,11 @@ from tokens.services import NAME_MAX
 
 
 def call_service(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-    """A service, its refusals and validation errors in DRF's terms."""
+    """A service, its refusals in DRF's terms (its ValidationError: portal.api_errors)."""
     try:
         return fn(*args, **kwargs)
     except PermissionError as exc:
         raise exceptions.PermissionDenied(str(exc)) from None
-    except DjangoValidationError as exc:
-        raise serializers.ValidationError(exc.message_dict) from None
 
 
 class ApiTokenSerializer(serializers.ModelSerializer):
