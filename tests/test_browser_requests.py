@@ -84,6 +84,32 @@ def test_a_developer_sees_the_gpu_placed_live_after_an_approver_approves(site, b
         approver_context.close()
 
 
+def test_the_size_choice_shows_which_option_is_chosen_and_clicks(site, browser):
+    # The radios once drew as empty text boxes: nobody could see which size was chosen.
+    url, names = site
+    context, page = logged_in(browser, url, names["dev"], "/requests/new/")
+    try:
+        slice_radio = page.locator("input[name=size][value=slice]")
+        whole_radio = page.locator("input[name=size][value=whole]")
+        for radio in (slice_radio, whole_radio):
+            expect(radio).to_be_visible()
+            assert radio.evaluate("r => getComputedStyle(r).borderTopWidth") != "0px"
+            box = radio.bounding_box()
+            assert box is not None and 10 <= box["width"] <= 24, box
+        expect(slice_radio).to_be_checked()
+        page.get_by_text("Whole cards", exact=True).click()
+        expect(whole_radio).to_be_checked()
+        expect(slice_radio).not_to_be_checked()
+        expect(page.locator("#id_compute_pct")).to_be_hidden()  # no slice size for a card
+        look = (
+            "r => { const s = getComputedStyle(r); return s.backgroundColor + s.backgroundImage; }"
+        )
+        checked_mark, unchecked_mark = whole_radio.evaluate(look), slice_radio.evaluate(look)
+        assert checked_mark != unchecked_mark, "the chosen option looks like the other"
+    finally:
+        context.close()
+
+
 def test_the_approvers_queue_shows_a_new_request_without_reloading(site, browser):
     url, names = site
     approver_context, approver = logged_in(browser, url, names["approver"], "/approvals/")

@@ -3,6 +3,8 @@ and one tenant's requests never shown to another's members."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from django.test import Client
 from django.urls import reverse
@@ -49,6 +51,13 @@ def test_a_whole_card_asked_through_the_form_is_sized_as_all_of_the_card(team, s
     assert client_for(team.dev).post("/requests/new/", data).status_code == 302
     req = GpuRequest.objects.get()
     assert (req.whole_card, req.compute_pct, req.memory_mib) == (True, 100, 0)
+
+
+def test_the_size_is_offered_as_radio_checks_not_text_boxes(team):
+    page = client_for(team.dev).get("/requests/new/").content.decode()
+    radios = re.findall(r"<input[^>]*type=\"radio\"[^>]*>", page)
+    assert len(radios) == 2 and all('class="form-check-input"' in r for r in radios), radios
+    assert 'role="radiogroup"' in page and 'id="id_size-label"' in page
 
 
 def test_the_form_offers_only_the_users_tenants_and_their_pools(team):

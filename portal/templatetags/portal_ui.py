@@ -8,7 +8,7 @@ from pathlib import Path
 
 from django import forms, template
 from django.contrib.staticfiles import finders
-from django.utils.html import format_html
+from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString, mark_safe
 
 register = template.Library()
@@ -48,6 +48,8 @@ def icon(name: str, extra: str = "") -> SafeString:
 def kit_widget(field: forms.BoundField) -> SafeString:
     """The field's widget with the kit's class, marked invalid when the field has errors."""
     widget = field.field.widget
+    if isinstance(widget, forms.RadioSelect | forms.CheckboxSelectMultiple):
+        return _choice_list(field)
     if isinstance(widget, forms.CheckboxInput):
         css = "form-check-input"
     elif isinstance(widget, forms.Select):
@@ -57,6 +59,31 @@ def kit_widget(field: forms.BoundField) -> SafeString:
     if field.errors:
         css += " is-invalid"
     return field.as_widget(attrs={"class": css})
+
+
+def _choice_list(field: forms.BoundField) -> SafeString:
+    """Radio buttons and checkbox lists as the kit's checks: a visible control beside each
+    label. With the text boxes' ``form-control`` they drew as empty boxes (appearance:
+    none), and nobody could see which option was chosen."""
+    css = "form-check-input" + (" is-invalid" if field.errors else "")
+    items = []
+    for option in field.subwidgets:
+        option.data["attrs"] = {**option.data["attrs"], "class": css}
+        items.append(format_html(
+            '<label class="form-check form-check-inline">{}'
+            '<span class="form-check-label">{}</span></label>',
+            option.tag(), option.choice_label,
+        ))  # fmt: skip
+    role = "radiogroup" if isinstance(field.field.widget, forms.RadioSelect) else "group"
+    return format_html(
+        '<div class="form-choices" role="{}" aria-labelledby="{}-label">{}</div>',
+        role, field.auto_id, format_html_join("", "{}", ((item,) for item in items)),
+    )  # fmt: skip
+
+
+@register.filter
+def is_choice_list(field: forms.BoundField) -> bool:
+    return isinstance(field.field.widget, forms.RadioSelect | forms.CheckboxSelectMultiple)
 
 
 @register.filter
