@@ -8,12 +8,12 @@ from datetime import timedelta
 
 import pytest
 from django.test import Client
-from django.utils import timezone, translation
+from django.utils import dateformat, formats, timezone, translation
 from rest_framework.test import APIClient
 
 from alerts import outbox
 from alerts.choices import EventState, ScopeKind, Severity
-from alerts.models import Delivery, Event, Rule, Subscription
+from alerts.models import Delivery, DeliveryAttempt, Event, Rule, Subscription
 from audit.interface import AuditEntry
 from tests.api import error_fields
 from tests.factories import ChannelFactory, EventFactory, SubscriptionFactory
@@ -179,6 +179,29 @@ def test_the_event_page_shows_its_deliveries_and_every_attempt(teams, happenings
     assert "andy-private-hook" not in body  # another person's channel is theirs to know
     admin = as_user(teams, "alice").get(f"/alerts/events/{event.pk}/").content.decode()
     assert "erin-hook" in admin and "andy-private-hook" in admin and "Not tried yet." in admin
+
+
+def test_the_channel_and_event_pages_list_an_attempt_alike_but_for_the_date(teams, happenings):
+    event = happenings["acme"]
+    erin = teams.user("erin")
+    channel = ChannelFactory(owner=erin, name="erin-hook")
+    delivery = Delivery.objects.create(channel=channel, event=event, next_attempt_at=timezone.now())
+    started = timezone.now().replace(microsecond=0)
+    DeliveryAttempt.objects.create(
+        delivery=delivery, number=1, started_at=started, duration_ms=42, ok=False,
+        permanent=True, error="refused",
+    )  # fmt: skip
+    client = as_user(teams, "erin")
+    on_channel = client.get(f"/alerts/channels/{channel.pk}/").content.decode()
+    on_event = client.get(f"/alerts/events/{event.pk}/").content.decode()
+    when = timezone.localtime(started)
+    # The channel page dates its deliveries already: its attempts say the time only.
+    assert f"1. {dateformat.format(when, 'H:i:s')} · 42 ms ·" in on_channel
+    assert f"1. {formats.date_format(when, 'DATETIME_FORMAT')} · 42 ms ·" in on_event
+    for body in (on_channel, on_event):
+        assert 'class="list-unstyled mb-0 small attempts"' in body
+        failed = '<span class="text-danger">permanent error</span>: '
+        assert failed + '<span class="text-break">refused</span>' in body
 
 
 # --- acknowledge ----------------------------------------------------------------------------

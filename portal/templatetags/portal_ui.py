@@ -1,4 +1,4 @@
-"""Template helpers for the UI kit (Tabler on Bootstrap 5): icons and form widgets."""
+"""Template helpers for the UI kit (Tabler on Bootstrap 5): icons, form widgets, list shells."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from pathlib import Path
 
 from django import forms, template
 from django.contrib.staticfiles import finders
+from django.template.base import FilterExpression, NodeList, Parser, Token, token_kwargs
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString, mark_safe
 
@@ -89,3 +90,96 @@ def is_choice_list(field: forms.BoundField) -> bool:
 @register.filter
 def is_checkbox(field: forms.BoundField) -> bool:
     return isinstance(field.field.widget, forms.CheckboxInput)
+
+
+# The list pages' shells: a table in the kit's markup, or what shows when it has no rows.
+# Block tags rather than includes, because the rows (and an empty state's actions) are the
+# page's own markup; the shells themselves are templates in portal/.
+
+
+class TableNode(template.Node):
+    def __init__(
+        self,
+        rows: FilterExpression,
+        css: FilterExpression | None,
+        options: dict[str, FilterExpression],
+        nodelists: dict[str, NodeList],
+    ) -> None:
+        self.rows, self.css, self.options, self.nodelists = rows, css, options, nodelists
+
+    def render(self, context: template.Context) -> str:
+        options = {name: value.resolve(context) for name, value in self.options.items()}
+        parts = self.nodelists
+        if not self.rows.resolve(context):
+            if "empty" in parts:
+                return parts["empty"].render(context)
+            note = options.get("empty")
+            return (
+                format_html('<div class="card-body text-secondary">{}</div>', note) if note else ""
+            )
+        shell = context.template.engine.get_template("portal/_table.html")
+        return shell.render(
+            context.new(
+                {
+                    "css": self.css.resolve(context) if self.css else "",
+                    "id": options.get("id", ""),
+                    "card": options.get("card", False),
+                    "body": parts["table"].render(context),
+                    "footer": parts["footer"].render(context) if "footer" in parts else "",
+                }
+            )
+        )
+
+
+@register.tag
+def table(parser: Parser, token: Token) -> TableNode:
+    """``{% table rows "css" card=True id="x" empty=_("note") %}`` thead and tbody
+    ``{% footer %}`` inside the card, after the table ``{% empty %}`` instead of it
+    ``{% endtable %}``.
+
+    With rows: the table (in a card of its own with card=True). Without: the ``empty`` part,
+    else the ``empty`` note as a card body (for a table inside a card), else nothing.
+    """
+    bits = token.split_contents()
+    if len(bits) < 2:
+        raise template.TemplateSyntaxError("table takes the rows, then an optional class")
+    rows = parser.compile_filter(bits[1])
+    rest = bits[2:]
+    css = parser.compile_filter(rest.pop(0)) if rest and "=" not in rest[0] else None
+    options = token_kwargs(rest, parser)
+    if rest or not set(options) <= {"card", "id", "empty"}:
+        raise template.TemplateSyntaxError("table takes card=, id= and empty= only")
+    nodelists: dict[str, NodeList] = {}
+    part = "table"
+    while True:
+        nodelists[part] = parser.parse(("footer", "empty", "endtable"))
+        part = parser.next_token().contents
+        if part == "endtable":
+            return TableNode(rows, css, options, nodelists)
+        if part in nodelists:
+            raise template.TemplateSyntaxError(f"table has one {{% {part} %}} at most")
+
+
+class EmptyStateNode(template.Node):
+    def __init__(self, options: dict[str, FilterExpression], actions: NodeList) -> None:
+        self.options, self.actions = options, actions
+
+    def render(self, context: template.Context) -> str:
+        shell = context.template.engine.get_template("portal/_empty_state.html")
+        values = {"icon": "", "subtitle": "", "card": True}
+        values.update((name, value.resolve(context)) for name, value in self.options.items())
+        values["actions"] = self.actions.render(context)
+        return shell.render(context.new(values))
+
+
+@register.tag
+def empty_state(parser: Parser, token: Token) -> EmptyStateNode:
+    """``{% empty_state title=_("…") icon="…" subtitle=_("…") card=False %}`` actions
+    ``{% endempty_state %}``: the kit's empty state (a card of its own unless card=False)."""
+    rest = token.split_contents()[1:]
+    options = token_kwargs(rest, parser)
+    if rest or "title" not in options or not set(options) <= {"title", "icon", "subtitle", "card"}:
+        raise template.TemplateSyntaxError("empty_state takes title= and icon=, subtitle=, card=")
+    actions = parser.parse(("endempty_state",))
+    parser.delete_first_token()
+    return EmptyStateNode(options, actions)

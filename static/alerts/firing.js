@@ -1,6 +1,8 @@
 // The dashboard's strip of firing alerts: /ws/alerts/ says an event the viewer may see
 // changed; the strip's HTML is fetched again (through the page's permission check, in
 // the reader's language) and swapped in, without reloading.
+import { connect } from "../js/live-socket.js";
+
 const section = document.getElementById("firing-events");
 const part = document.getElementById("firing-part");
 let loading = false;
@@ -22,20 +24,14 @@ async function refresh() {
   }
 }
 
-function open(attempt) {
-  const scheme = location.protocol === "https:" ? "wss" : "ws";
-  const socket = new WebSocket(`${scheme}://${location.host}/ws/alerts/`);
-  socket.addEventListener("open", () => {
-    section.dataset.live = "true";
-    if (attempt > 0) refresh();  // anything missed while away
-    attempt = 0;
-  });
-  socket.addEventListener("message", () => refresh());
-  socket.addEventListener("close", (event) => {
-    section.dataset.live = "false";
-    if (event.code === 4401) return;  // logged out: the fleet socket reloads the page
-    setTimeout(() => open(attempt + 1), Math.min(30000, 1000 * 2 ** attempt));
+if (section) {
+  connect("/ws/alerts/", {
+    onOpen: (reconnected) => {
+      section.dataset.live = "true";
+      if (reconnected) refresh();  // anything missed while away
+    },
+    onMessage: () => refresh(),
+    onClose: () => { section.dataset.live = "false"; },
+    onSignedOut: () => {},  // the fleet socket on the same page reloads it
   });
 }
-
-if (section) open(0);

@@ -1,17 +1,11 @@
 // The requests pages (mine, approvals, a request's own page): one socket; when it says something changed, the
 // page fetches its live part again (through the page's own permission check) and swaps it
 // in, without reloading. A part being typed into waits until the field is left.
+import { connect, setLiveStatus } from "./live-socket.js";
+
 const part = document.getElementById("live-part");
-const status = document.getElementById("live-status");
 let pending = false;
 let loading = false;
-
-function setStatus(state) {
-  if (!status) return;
-  status.dataset.state = state;
-  // The words come translated from the page (data-live, data-reconnecting).
-  status.textContent = status.dataset[state] || state;
-}
 
 function typing() {
   const el = document.activeElement;
@@ -53,25 +47,16 @@ function concerns(data) {
   }
 }
 
-part.addEventListener("focusout", () => { if (pending) setTimeout(refresh, 0); });
+part?.addEventListener("focusout", () => { if (pending) setTimeout(refresh, 0); });
 
-function open(attempt) {
-  const scheme = location.protocol === "https:" ? "wss" : "ws";
-  const socket = new WebSocket(`${scheme}://${location.host}/ws/requests/`);
-  socket.addEventListener("open", () => {
-    // Anything missed while away is fetched once; then only on events.
-    if (attempt > 0) refresh();
-    attempt = 0;
-    setStatus("live");
-  });
-  socket.addEventListener("message", (message) => {
-    if (concerns(message.data)) refresh();
-  });
-  socket.addEventListener("close", (event) => {
-    setStatus("reconnecting");
-    if (event.code === 4401) { location.reload(); return; }  // logged out: log in again
-    setTimeout(() => open(attempt + 1), Math.min(30000, 1000 * 2 ** attempt));
+if (part) {
+  connect("/ws/requests/", {
+    onOpen: (reconnected) => {
+      // Anything missed while away is fetched once; then only on events.
+      if (reconnected) refresh();
+      setLiveStatus("live");
+    },
+    onMessage: (data) => { if (concerns(data)) refresh(); },
+    onClose: () => setLiveStatus("reconnecting"),
   });
 }
-
-if (part) open(0);

@@ -1,5 +1,6 @@
 // Shared by the live pages: translated labels, small DOM helpers, and one
-// self-reconnecting websocket per page.
+// self-reconnecting websocket per page (js/live-socket.js), its messages JSON.
+import { connect as openSocket, setLiveStatus } from "../js/live-socket.js";
 
 const readJson = (id) => JSON.parse(document.getElementById(id).textContent);
 
@@ -90,23 +91,9 @@ export function fromTemplate(id, objectId) {
 }
 
 export function connect(path, onMessage) {
-  const status = document.getElementById("live-status");
-  const setStatus = (state, text) => {
-    if (!status) return;
-    status.dataset.state = state;
-    status.textContent = text;
-  };
-  const open = (attempt) => {
-    const scheme = location.protocol === "https:" ? "wss" : "ws";
-    const socket = new WebSocket(`${scheme}://${location.host}${path}`);
-    socket.addEventListener("open", () => { attempt = 0; setStatus("live", labels.ui.live); });
-    socket.addEventListener("message", (event) => onMessage(JSON.parse(event.data)));
-    socket.addEventListener("close", (event) => {
-      setStatus("reconnecting", labels.ui.reconnecting);
-      if (event.code === 4401) { location.reload(); return; }  // logged out: log in again
-      if (event.code === 4404) return;  // the object is gone
-      setTimeout(() => open(attempt + 1), Math.min(30000, 1000 * 2 ** attempt));
-    });
-  };
-  open(0);
+  openSocket(path, {
+    onOpen: () => setLiveStatus("live", labels.ui.live),
+    onMessage: (data) => onMessage(JSON.parse(data)),
+    onClose: () => setLiveStatus("reconnecting", labels.ui.reconnecting),
+  });
 }
