@@ -88,13 +88,16 @@ def node_detail(request: HttpRequest, pk: int) -> HttpResponse:
 def gpu_detail(request: HttpRequest, pk: int) -> HttpResponse:
     gpu = get_object_or_404(GPU.objects.select_related("node"), pk=pk)
     latest = readings.latest_for([gpu.node_id]).get(gpu.node_id, {})
-    reading = latest.get("gpus", {}).get(gpu.uuid, {})
+    reading = readings.card_reading(latest.get("gpus", {}).get(gpu.uuid, {}))
+    used = reading.get("memory_used_mib")
     return render(
         request,
         "telemetry/gpu_detail.html",
         {
             "gpu": gpu,
-            "reading": readings.card_reading(reading),
+            "reading": reading,
+            "memory_used_gib": None if used is None else used / 1024,
+            "memory_total_gib": gpu.memory_total_mib / 1024,
             "report": slices_report(
                 latest, owners=may_see_owners(request.user, [gpu.pk]), uuids={gpu.uuid}
             ),

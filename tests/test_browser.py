@@ -178,6 +178,25 @@ def test_gpu_page_draws_history_charts_and_owners(gpu_with_history, full_stack, 
         page.goto(gpu_with_history)
         expect(page.locator(".chart canvas")).to_have_count(4, timeout=10_000)
         expect(page.locator(".owners-table")).to_contain_text("carol")
+        # The title reads "GPU 0 · <model>", not "#0NVIDIA..." run together.
+        title = page.locator("h1.page-title").inner_text()
+        assert re.match(r"GPU \d+ · NVIDIA", title), title
+        # Utilization is drawn on 0-100 %, whatever the card's values.
+        y = page.evaluate("() => document.querySelector('.history').charts[0].scales.y")
+        assert (y["min"], y["max"]) == (0, 100), y
+        # The page is live: its card's readings change without a reload.
+        expect(page.locator("#live-status")).to_have_attribute("data-state", "live")
+        page.evaluate(
+            """() => { window.__seen = document.querySelector(
+                '#gpu [data-field=last_seen]').dateTime; }"""
+        )
+        page.wait_for_function(
+            """() => document.querySelector('#gpu [data-field=last_seen]').dateTime
+                !== window.__seen""",
+            timeout=20_000,
+        )
+        util = page.locator("#gpu [data-field=utilization_gpu_pct]").inner_text()
+        assert util.isdigit() and 0 <= int(util) <= 100, util
         page.click("[data-range='24h']")
         expect(page.locator(".history")).to_have_attribute("data-loaded", "24h")
         expect(page.locator(".chart canvas")).to_have_count(4)

@@ -76,7 +76,8 @@ def test_gpu_page_shows_identity_and_latest_reading(client, bob, fleet):
     response = client.get(reverse("telemetry:gpu", args=[gpu.pk]))
     body = response.content.decode()
     assert response.status_code == 200
-    assert "GPU-1" in body and "NVIDIA H100 80GB HBM3" in body and "42 %" in body
+    assert "GPU-1" in body and "NVIDIA H100 80GB HBM3" in body
+    assert '<span data-field="utilization_gpu_pct">42</span> %' in body
 
 
 @pytest.mark.parametrize("name", ["telemetry:node", "telemetry:gpu"])

@@ -6,7 +6,10 @@ const labels = JSON.parse(document.getElementById("labels").textContent).ui;
 
 // Each chart: a title and the series to draw from the API's points.
 const CHARTS = [
-  { title: labels.utilization, series: [["util_avg", labels.average], ["util_max", labels.peak]] },
+  // Utilization is a share: 0-100 % always, so a card at 70-90 % does not look like one
+  // swinging from empty to full.
+  { title: labels.utilization, range: [0, 100],
+    series: [["util_avg", labels.average], ["util_max", labels.peak]] },
   { title: labels.memory, scale: 1 / 1024, series: [["memory_used_avg_mib", labels.average],
                                                     ["memory_used_max_mib", labels.peak]] },
   { title: labels.power, series: [["power_avg_w", labels.average], ["power_max_w", labels.peak]] },
@@ -70,6 +73,7 @@ function drawCharts(points) {
       series: [{ label: labels.time },
         ...chart.series.map(([, label], i) => ({ label, stroke: COLORS[i], width: 1.5 }))],
       axes: [{}, { size: 50 }],
+      ...(chart.range ? { scales: { y: { range: chart.range } } } : {}),
     }, data, box));
   }
 }
