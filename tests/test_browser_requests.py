@@ -157,3 +157,27 @@ def test_the_request_page_shows_its_approval_and_placement_live(site, browser):
     finally:
         dev_context.close()
         approver_context.close()
+
+
+def test_cancelling_a_request_asks_first_and_a_no_changes_nothing(site, browser):
+    url, names = site
+    team = names["team"]
+    with ThreadPoolExecutor(1) as thread:
+        ask = team.ask(reason="to be cancelled")
+        request_id = thread.submit(lambda: create_request(team.dev, **ask).pk).result()
+    path = f"/requests/{request_id}/"
+    context, page = logged_in(browser, url, names["dev"], path)
+    asked: list[str] = []
+    try:
+        cancel = page.get_by_role("button", name="Cancel the request")
+        page.once("dialog", lambda dialog: (asked.append(dialog.message), dialog.dismiss()))
+        cancel.click()
+        page.wait_for_timeout(500)  # a submitted form would have left the page by now
+        page.reload()
+        expect(page.locator("#request")).to_have_attribute("data-state", "pending")
+        assert asked == [f"Cancel request #{request_id}?"], asked
+        page.once("dialog", lambda dialog: dialog.accept())
+        page.get_by_role("button", name="Cancel the request").click()
+        expect(page.locator("#request")).to_have_attribute("data-state", "cancelled")
+    finally:
+        context.close()

@@ -149,8 +149,3 @@ connect(`/ws/pools/${poolId}/`, (message) => {
   }
 });
 
-// Drain, undrain, clear cordon: ask before a button marked data-confirm submits its form.
-document.addEventListener("submit", (event) => {
-  const button = event.submitter;
-  if (button?.dataset.confirm && !window.confirm(button.dataset.confirm)) event.preventDefault();
-});
