@@ -211,6 +211,8 @@ LANGUAGES = [("en", _("English")), ("zh-hans", _("Simplified Chinese"))]
 LOCALE_PATHS = [BASE_DIR / "locale"]
 TIME_ZONE = env_str("TIME_ZONE", "UTC")
 USE_I18N = True
+# One date style in both languages (portal/formats): "2026-12-02 17:01" everywhere.
+FORMAT_MODULE_PATH = ["portal.formats"]
 USE_TZ = True
 
 STATIC_URL = "static/"
