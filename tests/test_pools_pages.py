@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from decimal import Decimal
 
 import pytest
@@ -191,6 +192,24 @@ def test_fragmentation_counts_the_largest_free_slice_and_the_free_cards(pool, bu
         "free_cards": 1, "schedulable_cards": 2,
     }  # fmt: skip
     assert picture["totals"]["compute_allocated_pct"] == 40
+
+
+def test_a_pools_compute_reads_in_cards_and_its_free_cards_say_of_what(pool, busy):
+    # "40 / 200 %" read as percent of what? A pool's compute is counted in cards.
+    body = browser_for(busy.holder).get(pool.get_absolute_url()).content.decode()
+    assert re.search(r'data-total="compute_allocated_pct" data-cards>0.4</span> GPUs', body)
+    assert re.search(r'data-total="compute_physical_pct" data-cards>2</span> GPUs', body)
+    assert "Free cards, of schedulable" in body
+    listing = browser_for(busy.holder).get("/pools/").content.decode()
+    assert "0.4 / 2 GPUs" in listing
+
+
+@pytest.mark.parametrize(("pct", "shown"), [(0, "0"), (40, "0.4"), (355, "3.55"), (6400, "64"),
+                                             (None, "\u2013")])  # fmt: skip
+def test_compute_percent_reads_as_cards(pct, shown):
+    from pools.templatetags.pools_ui import cards
+
+    assert cards(pct) == shown
 
 
 # --- the allocation page ---------------------------------------------------------------------

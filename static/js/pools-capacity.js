@@ -11,14 +11,18 @@ const riskNone = document.getElementById("risk-none");
 let picture = initialData();
 let usage = JSON.parse(document.getElementById("initial-usage").textContent);
 
+// A pool's compute in whole-card percent, as cards (templatetags/pools_ui.py's ``cards``).
+const cardsOf = (pct) => (pct === undefined || pct === null ? "–"
+  : String(Number((pct / 100).toFixed(2))));
 const gib = (mib) => fmt(mib === undefined || mib === null ? mib : mib / GiB, 1);
 const pct = (part, whole) => (whole > 0 ? Math.max(0, Math.min(100, (100 * part) / whole)) : 0);
 
 function setText(selector, values) {
   for (const el of root.querySelectorAll(selector)) {
-    const key = el.dataset[Object.keys(el.dataset).find((k) => k !== "gib")];
+    const key = el.dataset[Object.keys(el.dataset).find((k) => k !== "gib" && k !== "cards")];
     const value = values[key];
-    const text = "gib" in el.dataset ? gib(value) : fmt(value, Number.isInteger(value) ? 0 : 1);
+    const text = "gib" in el.dataset ? gib(value)
+      : ("cards" in el.dataset ? cardsOf(value) : fmt(value, Number.isInteger(value) ? 0 : 1));
     if (el.textContent !== text) el.textContent = text;
   }
 }
