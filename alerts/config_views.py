@@ -22,6 +22,7 @@ from alerts.models import Rule, Subscription
 from alerts.permissions import (
     managed_tenants,
     manages_rules,
+    scope_targets,
     visible_channels,
     visible_rules,
     visible_subscriptions,
@@ -56,7 +57,7 @@ def rule_edit(request: HttpRequest, pk: int) -> HttpResponse:
 
 
 def _rule_form(request: HttpRequest, rule: Rule | None) -> HttpResponse:
-    form = RuleForm(request.POST or None, rule=rule)
+    form = RuleForm(request.POST or None, rule=rule, targets=scope_targets(request.user))
     status = 200
     if request.method == "POST":
         if form.is_valid():
@@ -119,6 +120,7 @@ def _subscription_form(request: HttpRequest, sub: Subscription | None) -> Subscr
     return SubscriptionForm(
         request.POST or None, subscription=sub, tenants=managed_tenants(user),
         channels=channels.order_by("name", "pk"), rules=visible_rules(user).order_by("name"),
+        targets=scope_targets(user),
     )  # fmt: skip
 
 
