@@ -3,7 +3,8 @@
 Plain values in; a bad value raises ``django.core.exceptions.ValidationError`` naming the
 field, and nothing changes. Who may call what is the pages' and API's check
 (``alerts.permissions``); these check the values themselves, including that a
-subscription's channel belongs to the subscription's owner.
+subscription's channel belongs to the subscription's owner and that its scope names a
+pool, node or tenant the actor may see (``alerts.permissions.scope_targets``).
 """
 
 from __future__ import annotations
