@@ -107,6 +107,10 @@ class ScopeKind(models.TextChoices):
     TENANT = "tenant", _("A tenant")
 
 
+# What a subscription's scope_name holds for each kind: the field the events' labels carry
+# (alerts.recipients.scope_matches).
+SCOPE_NAME_FIELD = {ScopeKind.POOL: "slug", ScopeKind.NODE: "name", ScopeKind.TENANT: "slug"}
+
 SEVERITY_RANK = {Severity.INFO: 0, Severity.WARNING: 1, Severity.CRITICAL: 2}
 
 

@@ -3,7 +3,8 @@
 Plain values in; a bad value raises ``django.core.exceptions.ValidationError`` naming the
 field, and nothing changes. Who may call what is the pages' and API's check
 (``alerts.permissions``); these check the values themselves, including that a
-subscription's channel belongs to the subscription's owner.
+subscription's channel belongs to the subscription's owner and that its scope names a
+pool, node or tenant the actor may see (``alerts.permissions.scope_targets``).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from django.utils.translation import gettext as _
 from agents.models import Node
 from alerts.choices import (
     CONDITION_KIND,
+    SCOPE_NAME_FIELD,
     THRESHOLD_CONDITIONS,
     Comparison,
     Condition,
@@ -29,6 +31,7 @@ from alerts.choices import (
     Severity,
 )
 from alerts.models import Channel, Rule, Subscription
+from alerts.permissions import scope_targets
 from alerts.rules import bump_rules_version
 from audit.interface import record, snapshot
 from pools.models import Pool
@@ -150,8 +153,36 @@ def _time(errors: dict, name: str, value: Any) -> time | None:
         return None
 
 
-def _check_subscription(sub: Subscription, values: Mapping[str, Any]) -> dict[str, list[str]]:
+def _check_scope(errors: dict, sub: Subscription, values: Mapping[str, Any], actor,
+                 stored: tuple[str, str] | None) -> None:  # fmt: skip
+    """The scope names a pool, node or tenant that exists and that ``actor`` may see (else
+    the subscription would wait for events that never come). The ``stored`` scope is not
+    checked again: a pool since deleted does not block changing the quiet hours."""
+    name = values.get("scope_name", sub.scope_name)
+    if not isinstance(name, str) or len(name) > 255:
+        errors["scope_name"] = [_("At most %(n)s characters.") % {"n": 255}]
+        return
+    kind = sub.scope_kind
+    sub.scope_name = name.strip() if kind != ScopeKind.ALL else ""
+    if kind not in SCOPE_NAME_FIELD or (kind, sub.scope_name) == stored:
+        return
+    if not sub.scope_name:
+        errors["scope_name"] = [_("Name the pool, node or tenant.")]
+        return
+    targets = scope_targets(actor)[kind]
+    if not targets.filter(**{SCOPE_NAME_FIELD[kind]: sub.scope_name}).exists():
+        # The same answer for a tenant that does not exist and one the caller is not in.
+        unknown = {ScopeKind.POOL: _("No pool has this slug."),
+                   ScopeKind.NODE: _("No node has this name."),
+                   ScopeKind.TENANT: _("None of your tenants has this slug.")}  # fmt: skip
+        errors["scope_name"] = [unknown[kind]]
+
+
+def _check_subscription(
+    sub: Subscription, values: Mapping[str, Any], actor
+) -> dict[str, list[str]]:
     errors: dict[str, list[str]] = {}
+    stored = (sub.scope_kind, sub.scope_name) if sub.pk else None
     if "channel" in values:
         channel = Channel.objects.filter(pk=values["channel"]).first() if isinstance(
             values["channel"], int) else None  # fmt: skip
@@ -168,14 +199,9 @@ def _check_subscription(sub: Subscription, values: Mapping[str, Any]) -> dict[st
         value = values.get(name, getattr(sub, name))
         if value not in choices.values:
             errors[name] = [_("Choose one of the options.")]
-        setattr(sub, name, value)
-    name = values.get("scope_name", sub.scope_name)
-    if not isinstance(name, str) or len(name) > 255:
-        errors["scope_name"] = [_("At most %(n)s characters.") % {"n": 255}]
-    else:
-        sub.scope_name = name.strip() if sub.scope_kind != ScopeKind.ALL else ""
-        if sub.scope_kind != ScopeKind.ALL and not sub.scope_name:
-            errors["scope_name"] = [_("Name the pool, node or tenant.")]
+        else:
+            setattr(sub, name, value)
+    _check_scope(errors, sub, values, actor, stored)
     sub.quiet_start = _time(errors, "quiet_start", values.get("quiet_start", sub.quiet_start))
     sub.quiet_end = _time(errors, "quiet_end", values.get("quiet_end", sub.quiet_end))
     if (sub.quiet_start is None) != (sub.quiet_end is None):
@@ -215,7 +241,7 @@ def save_subscription(
             sub = Subscription.objects.select_for_update().get(pk=subscription_id)
             before = {**snapshot(sub, SUBSCRIPTION_FIELDS),
                       "rules": sorted(sub.rules.values_list("pk", flat=True))}  # fmt: skip
-        errors = _check_subscription(sub, values)
+        errors = _check_subscription(sub, values, actor)
         rules = _rule_ids(errors, values)
         if errors:
             raise ValidationError(errors)

@@ -22,6 +22,7 @@ from alerts.models import Rule, Subscription
 from alerts.permissions import (
     managed_tenants,
     manages_rules,
+    scope_targets,
     visible_channels,
     visible_rules,
     visible_subscriptions,
@@ -57,7 +58,7 @@ def rule_edit(request: HttpRequest, pk: int) -> HttpResponse:
 
 
 def _rule_form(request: HttpRequest, rule: Rule | None) -> HttpResponse:
-    form = RuleForm(request.POST or None, rule=rule)
+    form = RuleForm(request.POST or None, rule=rule, targets=scope_targets(request.user))
     status = 200
     if request.method == "POST":
         if form.is_valid():
@@ -65,7 +66,7 @@ def _rule_form(request: HttpRequest, rule: Rule | None) -> HttpResponse:
                 config.save_rule(rule.pk if rule else None, form.values(), actor=request.user,
                                  address=request_address(request))  # fmt: skip
             except ValidationError as exc:
-                add_service_errors(form, exc, fields=RuleForm.SERVICE_FIELDS)
+                add_service_errors(form, exc, fields=form.service_fields())
             else:
                 messages.success(request, _("Rule %(name)s saved.") % {
                     "name": form.cleaned_data["name"]})  # fmt: skip
@@ -120,6 +121,7 @@ def _subscription_form(request: HttpRequest, sub: Subscription | None) -> Subscr
     return SubscriptionForm(
         request.POST or None, subscription=sub, tenants=managed_tenants(user),
         channels=channels.order_by("name", "pk"), rules=visible_rules(user).order_by("name"),
+        targets=scope_targets(user),
     )  # fmt: skip
 
 
@@ -137,7 +139,7 @@ def subscription_add(request: HttpRequest) -> HttpResponse:
                     tenant_id=tenant.pk if tenant else None,
                 )  # fmt: skip
             except ValidationError as exc:
-                add_service_errors(form, exc)
+                add_service_errors(form, exc, fields=form.service_fields())
             else:
                 messages.success(request, _("Subscription saved."))
                 return redirect("alerts:subscription_list")
@@ -157,7 +159,7 @@ def subscription_edit(request: HttpRequest, pk: int) -> HttpResponse:
                 config.save_subscription(sub.pk, form.values(), actor=request.user,
                                          address=request_address(request))  # fmt: skip
             except ValidationError as exc:
-                add_service_errors(form, exc)
+                add_service_errors(form, exc, fields=form.service_fields())
             else:
                 messages.success(request, _("Subscription saved."))
                 return redirect("alerts:subscription_list")

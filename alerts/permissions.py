@@ -17,14 +17,17 @@ from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from django.db.models import Q, QuerySet
 
+from agents.models import Node
 from agents.permissions import CHANGE_NODE
+from alerts.choices import ScopeKind
 from alerts.live import ALL_GROUP, PLATFORM_GROUP, tenant_group
 from alerts.models import Channel, Event, Rule, Subscription
 from alerts.transports import TRANSPORTS
 from alerts.transports.http import allowed_http_host
+from pools.models import Pool
 from quotas.interface import administered_tenant_ids
 from quotas.models import Tenant
-from quotas.permissions import can_approve, is_platform_admin, tenant_ids_of
+from quotas.permissions import can_approve, is_platform_admin, tenant_ids_of, visible_tenants
 
 User = AbstractBaseUser | AnonymousUser
 
@@ -118,6 +121,23 @@ def visible_rules(user: User) -> QuerySet[Rule]:
     if is_platform_admin(user):
         return Rule.objects.all()
     return Rule.objects.filter(Q(tenant__isnull=True) | Q(tenant_id__in=tenant_ids_of(user)))
+
+
+def scope_targets(user: User | None) -> dict[str, QuerySet]:
+    """What ``user`` may scope a rule or a subscription to, by scope kind: every pool and
+    node (every member reads the fleet) and the tenants they see (another tenant's name is
+    not theirs to learn). ``None`` is the portal itself."""
+    if user is None:
+        tenants = Tenant.objects.all()
+    elif not user.is_authenticated:
+        tenants = Tenant.objects.none()
+    else:
+        tenants = visible_tenants(user)
+    return {
+        ScopeKind.POOL: Pool.objects.order_by("name"),
+        ScopeKind.NODE: Node.objects.order_by("name"),
+        ScopeKind.TENANT: tenants.order_by("name"),
+    }
 
 
 def event_groups(user: User) -> list[str]:

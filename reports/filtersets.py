@@ -1,14 +1,21 @@
 """Query-parameter filters of the idle report (the page and the API use the same set).
 
-Tenants, pools and nodes are plain values, never checked against what exists: one the
-caller may not see gives an empty list, not an error that would tell it exists.
+Tenants, pools and nodes are chosen from the reader's lists: the page names them in
+selects, the API takes their ids (the pool's slug). Anything else is a 400 naming the
+filter, the same for a tenant that does not exist and for one the reader does not see,
+so the answer tells nothing of another tenant.
 """
 
 from __future__ import annotations
 
 import django_filters
+from django.db.models import QuerySet
 from django.utils.translation import gettext_lazy as _
 
+from agents.models import Node
+from pools.models import Pool
+from quotas.models import Tenant
+from reports import permissions
 from reports.models import AllocationIdle
 
 ORDERINGS = (
@@ -25,29 +32,51 @@ ORDERINGS = (
 BOOLEAN = (("true", _("yes")), ("false", _("no")))
 
 
+def _tenants(request) -> QuerySet[Tenant]:
+    """The tenants whose rows the reader may see (all for who sees everything)."""
+    if request is None or not request.user.is_authenticated:
+        return Tenant.objects.none()
+    ids = permissions.visible_tenant_ids(request.user)
+    tenants = Tenant.objects.all() if ids is None else Tenant.objects.filter(pk__in=ids)
+    return tenants.order_by("name")
+
+
+class IdChoiceFilter(django_filters.ModelChoiceFilter):
+    """One of the listed rows, matched on a plain id column (the scan's tenant_id and
+    node_id are ids, not foreign keys)."""
+
+    def filter(self, qs, value):
+        return super().filter(qs, value.pk if value is not None else value)
+
+
 class AllocationIdleFilterSet(django_filters.FilterSet):
-    tenant = django_filters.NumberFilter(
-        field_name="tenant_id", min_value=1, label=_("Tenant (id)"),
-        help_text=_("Only this tenant's rows (id)."),
+    tenant = IdChoiceFilter(
+        field_name="tenant_id", queryset=_tenants, label=_("Tenant"),
+        empty_label=_("All tenants"), help_text=_("Only this tenant's rows (its id)."),
+        error_messages={"invalid_choice": _("Not one of the tenants you see.")},
     )  # fmt: skip
-    pool = django_filters.CharFilter(
-        field_name="pool__slug", max_length=100, label=_("Pool (slug)"),
-        help_text=_("Only this pool's rows (slug)."),
+    pool = django_filters.ModelChoiceFilter(
+        field_name="pool", to_field_name="slug", queryset=Pool.objects.order_by("name"),
+        label=_("Pool"), empty_label=_("All pools"),
+        help_text=_("Only this pool's rows (its slug)."),
+        error_messages={"invalid_choice": _("No pool has this slug.")},
     )  # fmt: skip
-    node = django_filters.NumberFilter(
-        field_name="node_id", min_value=1, label=_("Node (id)"),
-        help_text=_("Only this node's rows (id)."),
+    node = IdChoiceFilter(
+        field_name="node_id", queryset=Node.objects.order_by("name"), label=_("Node"),
+        empty_label=_("All nodes"), help_text=_("Only this node's rows (its id)."),
+        error_messages={"invalid_choice": _("No node has this id.")},
     )  # fmt: skip
     idle = django_filters.ChoiceFilter(
-        choices=BOOLEAN, method="filter_boolean", label=_("Idle"),
+        choices=BOOLEAN, method="filter_boolean", label=_("Idle"), empty_label=_("Any"),
         help_text=_("Only idle (true) or busy (false) rows."),
     )  # fmt: skip
     over_provisioned = django_filters.ChoiceFilter(
         choices=BOOLEAN, method="filter_boolean", label=_("Over-provisioned"),
+        empty_label=_("Any"),
         help_text=_("Only allocations holding more than twice what they used (true)."),
     )  # fmt: skip
     ordering = django_filters.OrderingFilter(
-        fields=ORDERINGS, label=_("Sort by"),
+        fields=ORDERINGS, label=_("Sort by"), empty_label=_("Idle first, most wasted"),
         help_text=_("Sort by wasted, idle_minutes, tenant, pool, node."),
     )  # fmt: skip
 

@@ -23,7 +23,9 @@ PAGE_SIZE = 100
 
 @login_required
 def idle_report(request: HttpRequest) -> HttpResponse:
-    filters = AllocationIdleFilterSet(request.GET, queryset=report.visible_rows(request.user))
+    filters = AllocationIdleFilterSet(
+        request.GET, queryset=report.visible_rows(request.user), request=request
+    )
     if not filters.is_valid():
         context = {"filters": filters, "page": None, "cards": [], "section": "idle"}
         return render(request, "reports/idle_report.html", context, status=400)

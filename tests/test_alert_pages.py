@@ -16,7 +16,7 @@ from alerts.choices import EventState, ScopeKind, Severity
 from alerts.models import Delivery, DeliveryAttempt, Event, Rule, Subscription
 from audit.interface import AuditEntry
 from tests.api import error_fields
-from tests.factories import ChannelFactory, EventFactory, SubscriptionFactory
+from tests.factories import ChannelFactory, EventFactory, NodeFactory, SubscriptionFactory
 from tests.tenants import BRAVO_SECRET, build_teams
 
 pytestmark = pytest.mark.django_db
@@ -368,7 +368,7 @@ def test_the_platform_admin_adds_edits_disables_and_deletes_a_rule(teams, name):
 
 BAD_RULES = (
     ({"threshold": "500"}, "threshold"), ({"threshold": ""}, "threshold"),
-    ({"scope_kind": "pool", "pool": ""}, "scope_kind"), ({"name": ""}, "name"),
+    ({"scope_kind": "pool", "pool": ""}, "pool"), ({"name": ""}, "name"),
     ({"condition": "alertmanager"}, "condition"), ({"for_seconds": "-1"}, "for_seconds"),
 )  # fmt: skip
 
@@ -484,7 +484,10 @@ BAD_SUBSCRIPTIONS = (
     ("bob", {"rules": "bravo"}, "rules"),                 # another tenant's rule
     ("bob", {"quiet_start": "25:00"}, "quiet_start"),
     ("bob", {"quiet_start": "22:00", "quiet_end": ""}, "quiet_end"),
-    ("bob", {"scope_kind": "pool", "scope_name": ""}, "scope_name"),
+    ("bob", {"scope_kind": "pool", "scope_pool": ""}, "scope_pool"),
+    ("bob", {"scope_kind": "pool", "scope_pool": "nosuchpool"}, "scope_pool"),  # forged
+    ("bob", {"scope_kind": "node", "scope_node": "nosuchnode"}, "scope_node"),
+    ("bob", {"scope_kind": "tenant", "scope_tenant": "bravo"}, "scope_tenant"),  # not bob's
 )  # fmt: skip
 
 
@@ -503,3 +506,79 @@ def test_a_bad_subscription_is_refused_with_the_field_named(teams):
         assert answer.status_code == 400, change
         assert answer.context["form"].errors.get(field), answer.context["form"].errors
     assert not Subscription.objects.exists()
+
+
+def test_a_subscriptions_scope_is_chosen_from_lists_of_what_the_user_sees(teams):
+    """As rules offer theirs: the pools, the nodes and bob's own tenants, by name."""
+    node = NodeFactory(name="rack7-gpu-node-03")
+    channel = ChannelFactory(owner=teams.user("bob"))
+    client = as_user(teams, "bob")
+    body = client.get("/alerts/subscriptions/add/").content.decode()
+    assert 'name="scope_name"' not in body
+    assert '<option value="shared-pool">shared-pool</option>' in body
+    assert f'<option value="{node.name}">{node.name}</option>' in body
+    assert '<option value="acme">Acme</option>' in body and BRAVO_SECRET not in body
+    assert "Choose a pool" in body and "---------" not in body
+    form = {"channel": str(channel.pk), "min_severity": "warning", "scope_kind": "pool",
+            "scope_pool": "shared-pool", "scope_node": node.name}  # fmt: skip
+    assert client.post("/alerts/subscriptions/add/", form).status_code == 302
+    sub = Subscription.objects.get(owner=teams.user("bob"))
+    assert (sub.scope_kind, sub.scope_name) == ("pool", "shared-pool")  # the chosen kind's
+    edit = client.get(f"/alerts/subscriptions/{sub.pk}/edit/").content.decode()
+    assert '<option value="shared-pool" selected>shared-pool</option>' in edit
+    answer = client.post(f"/alerts/subscriptions/{sub.pk}/edit/",
+                         {**form, "scope_kind": "tenant", "scope_tenant": "bravo"})  # fmt: skip
+    assert answer.status_code == 400
+    assert answer.context["form"].errors["scope_tenant"] == ["Choose a listed tenant."]
+    sub.refresh_from_db()
+    assert (sub.scope_kind, sub.scope_name) == ("pool", "shared-pool")
+
+
+def test_the_rule_form_offers_the_same_lists_by_id(teams):
+    body = as_user(teams, "alice").get("/alerts/rules/add/").content.decode()
+    assert f'<option value="{teams.pool.pk}">shared-pool</option>' in body
+    assert "Choose a tenant" in body and "---------" not in body
+
+
+@pytest.mark.parametrize(
+    ("name", "scope", "message"),
+    [("bob", {"scope_kind": "pool", "scope_name": "nosuchpool"}, "No pool has this slug."),
+     ("bob", {"scope_kind": "node", "scope_name": "nosuchnode"}, "No node has this name."),
+     ("bob", {"scope_kind": "tenant", "scope_name": "bravo"},
+      "None of your tenants has this slug."),
+     ("bob", {"scope_kind": "tenant", "scope_name": "nosuchtenant"},
+      "None of your tenants has this slug."),
+     ("bob", {"scope_kind": "pool", "scope_name": ""}, "Name the pool, node or tenant.")],
+)  # fmt: skip
+def test_the_api_refuses_a_scope_naming_nothing_the_user_sees(teams, name, scope, message):
+    api = APIClient()
+    api.force_authenticate(teams.user(name))
+    channel = ChannelFactory(owner=teams.user(name))
+    answer = api.post("/api/v1/alert-subscriptions/", {"channel": channel.pk, **scope},
+                      format="json")  # fmt: skip
+    assert answer.status_code == 400 and set(error_fields(answer)) == {"scope_name"}, answer.content
+    assert message in answer.content.decode() and BRAVO_SECRET not in answer.content.decode()
+    assert not Subscription.objects.exists()
+    sub = SubscriptionFactory(owner=teams.user(name), channel=channel)
+    answer = api.patch(f"/api/v1/alert-subscriptions/{sub.pk}/", scope, format="json")
+    assert answer.status_code == 400 and set(error_fields(answer)) == {"scope_name"}
+    sub.refresh_from_db()
+    assert (sub.scope_kind, sub.scope_name) == (ScopeKind.ALL, "")
+    assert not AuditEntry.objects.filter(action__startswith="alerts.subscription").exists()
+
+
+def test_the_api_takes_a_scope_that_exists_and_keeps_a_stale_one_on_other_changes(teams):
+    api = APIClient()
+    api.force_authenticate(teams.user("bob"))
+    channel = ChannelFactory(owner=teams.user("bob"))
+    answer = api.post(
+        "/api/v1/alert-subscriptions/",
+        {"channel": channel.pk, "scope_kind": "tenant", "scope_name": "acme"},
+        format="json",
+    )
+    assert answer.status_code == 201, answer.content
+    pk = answer.json()["id"]
+    # A scope saved before it was checked, or whose pool has gone since.
+    Subscription.objects.filter(pk=pk).update(scope_kind="pool", scope_name="gone-pool")
+    answer = api.patch(f"/api/v1/alert-subscriptions/{pk}/", {"enabled": False}, format="json")
+    assert answer.status_code == 200 and answer.json()["scope_name"] == "gone-pool"

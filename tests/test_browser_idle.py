@@ -14,11 +14,13 @@ from django.utils import timezone
 from playwright.sync_api import expect
 
 from pools.services import place_lease
+from quotas.choices import RequestState
 from quotas.demo import SLICES
+from quotas.models import GpuRequest
 from reports import scan
 from telemetry.models import GpuMinute, OwnerMinute
 from tests import procs
-from tests.factories import PoolFactory, online_cards
+from tests.factories import PoolFactory, TenantFactory, online_cards
 from tests.test_browser import ARTIFACTS
 from tests.test_browser_csp import RECORD_VIOLATIONS, _violations
 
@@ -40,6 +42,12 @@ def site(transactional_db, child_env_for_test_db) -> Iterator[str]:
         lease = place_lease(pool, ask, holder=developer, unix_user=label, label=label)
         lease.allocations.update(placed_at=now - timedelta(hours=4))
         placed[label] = lease
+    # The notebook is a tenant's (through its request), for the tenant filter.
+    GpuRequest.objects.create(
+        tenant=TenantFactory(name="Vision Lab", slug="vision-lab"), pool=pool,
+        requester=developer, reason="notebook", lease=placed["notebook"],
+        state=RequestState.ALLOCATED, placed_at=now - timedelta(hours=4),
+    )  # fmt: skip
     minutes, owners = [], []
     busy_cards = {a.gpu_id for label in BUSY for a in placed[label].allocations.all()}
     for gpu in cards:
@@ -84,6 +92,16 @@ def test_the_idle_page_shows_idle_and_busy_allocations_apart(site, browser):
         )
         expect(page.locator("#idle-cards")).to_be_visible()
         page.screenshot(path=str(ARTIFACTS / "idle-report.png"), full_page=True)
+        assert _violations(page) == []
+        # The tenant filter names the tenants; choosing one leaves its notebook alone.
+        tenant = page.locator("#id_tenant")
+        expect(tenant.locator("option").first).to_have_text("All tenants")
+        tenant.select_option(label="Vision Lab")
+        page.click(".idle-filters button[type=submit]")
+        expect(page).to_have_url(re.compile(r"[?&]tenant=\d+"))
+        expect(idle).to_have_count(1)
+        expect(busy).to_have_count(0)
+        expect(page.locator("#id_tenant option:checked")).to_have_text("Vision Lab")
         assert _violations(page) == []
         page.goto(site + "/accounting/")
         expect(page.locator("#accounting-chart .uplot")).to_have_count(1)

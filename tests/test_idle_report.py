@@ -113,6 +113,43 @@ def test_bad_filters_are_a_400_on_the_page_and_the_api(teams, query):
     assert page(teams.user("alice")).get("/idle/", query).status_code == 400
 
 
+def test_the_page_filters_name_tenants_and_nodes_with_translated_empty_choices(teams):
+    bob_node = Allocation.objects.get(lease__gpu_request__tenant=teams.acme).gpu.node
+    text = page(teams.user("bob")).get("/idle/").content.decode()
+    form = text[text.index('class="card card-body mb-3 idle-filters"') :].split("</form>")[0]
+    assert "(id)" not in form and "(slug)" not in form and "---------" not in form
+    assert '<label class="form-label" for="id_tenant">Tenant</label>' in form
+    assert '<label class="form-label" for="id_node">Node</label>' in form
+    for empty in ("All tenants", "All pools", "All nodes", "Any"):
+        assert f'<option value="" selected>{empty}</option>' in form, empty
+    # Bob's tenant by name; another tenant's is not offered.
+    assert f'<option value="{teams.acme.pk}">Acme</option>' in form and BRAVO_SECRET not in form
+    assert f'<option value="{bob_node.pk}">{bob_node.name}</option>' in form
+    assert '<option value="shared-pool">shared-pool</option>' in form
+    text = page(teams.user("alice")).get("/idle/", {"tenant": teams.acme.pk}).content.decode()
+    assert f'<option value="{teams.acme.pk}" selected>Acme</option>' in text
+    assert 'id="idle-allocations"' in text and BRAVO_SECRET not in text.split("</form>")[1]
+
+
+@pytest.mark.parametrize("who", ["bob", "alice"])
+def test_a_tenant_or_node_the_reader_does_not_see_is_a_clear_400(teams, who):
+    """The same answer for another tenant and for none: nothing tells bravo exists."""
+    tenants = [teams.bravo.pk, 999999] if who == "bob" else [999999]
+    for tenant in tenants:
+        response = api(teams.user(who)).get("/api/v1/idle-report/", {"tenant": tenant})
+        assert response.status_code == 400, response.content
+        assert "Not one of the tenants you see." in response.content.decode()
+        assert BRAVO_SECRET not in response.content.decode()
+        response = page(teams.user(who)).get("/idle/", {"tenant": tenant})
+        assert response.status_code == 400
+        text = response.content.decode()
+        assert "Not one of the tenants you see." in text
+        assert (BRAVO_SECRET in text) == (who == "alice")  # in the list of alice's
+        assert 'id="idle-allocations"' not in text  # no rows rather than unfiltered ones
+    response = api(teams.user(who)).get("/api/v1/idle-report/", {"node": 999999})
+    assert response.status_code == 400 and "No node has this id." in response.content.decode()
+
+
 def test_anonymous_readers_get_nothing(teams):
     assert APIClient().get("/api/v1/idle-report/").status_code in (401, 403)
     assert Client().get("/idle/").status_code == 302

@@ -70,6 +70,10 @@ class SubscriptionSerializer(serializers.ModelSerializer):
                   "scope_name", "quiet_start", "quiet_end", "enabled", "created",
                   "updated"]  # fmt: skip
         read_only_fields = ["id", "owner", "created", "updated"]
+        extra_kwargs = {"scope_name": {"help_text": (
+            "With a pool, node or tenant scope: the pool's slug, the node's name or the "
+            "tenant's slug, of one you may see (else a 400)."
+        )}}  # fmt: skip
 
     def validate_rules(self, value: list[Rule]) -> list[Rule]:
         visible = set(visible_rules(self.context["request"].user).values_list("pk", flat=True))
