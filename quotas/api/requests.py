@@ -7,8 +7,9 @@ from __future__ import annotations
 
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db.models import Prefetch
+from django.utils.translation import gettext_lazy as _
 from django_filters import rest_framework as filters
-from drf_spectacular.utils import extend_schema
+from drf_spectacular.utils import extend_schema, extend_schema_field, extend_schema_serializer
 from rest_framework import mixins, serializers, status
 from rest_framework.decorators import action
 from rest_framework.exceptions import PermissionDenied, ValidationError
@@ -48,6 +49,8 @@ def _labels(value: dict) -> dict:
     return value
 
 
+# Every answer with a request (the actions' too) shows it placed, as READ_EXAMPLES do.
+@extend_schema_serializer(examples=READ_EXAMPLES)
 class GpuRequestSerializer(serializers.ModelSerializer):
     """A GPU request; written through quotas.services.create_request, which holds the rules."""
 
@@ -93,6 +96,7 @@ class GpuRequestSerializer(serializers.ModelSerializer):
     def get_queue_position(self, req: GpuRequest) -> int | None:
         return queue_position(req)
 
+    @extend_schema_field(AllocationBriefSerializer(many=True))
     def get_allocations(self, req: GpuRequest) -> list[dict]:
         if not req.lease_id:
             return []
@@ -202,7 +206,8 @@ class GpuRequestViewSet(
         serializer.is_valid(raise_exception=True)
         return serializer.validated_data["comment"]
 
-    @extend_schema(request=CommentSerializer, responses=GpuRequestSerializer)
+    @extend_schema(summary=_("Approve a GPU request"), request=CommentSerializer,
+                   responses=GpuRequestSerializer)  # fmt: skip
     @action(detail=True, methods=["post"])
     def approve(self, request: Request, pk=None) -> Response:
         req, comment = self.get_object(), self._comment()
@@ -212,7 +217,8 @@ class GpuRequestViewSet(
             )
         )
 
-    @extend_schema(request=CommentSerializer, responses=GpuRequestSerializer)
+    @extend_schema(summary=_("Reject a GPU request"), request=CommentSerializer,
+                   responses=GpuRequestSerializer)  # fmt: skip
     @action(detail=True, methods=["post"])
     def reject(self, request: Request, pk=None) -> Response:
         req, comment = self.get_object(), self._comment()
@@ -222,7 +228,8 @@ class GpuRequestViewSet(
             )
         )
 
-    @extend_schema(request=None, responses=GpuRequestSerializer)
+    @extend_schema(summary=_("Release a GPU request"), request=None,
+                   responses=GpuRequestSerializer)  # fmt: skip
     @action(detail=True, methods=["post"])
     def release(self, request: Request, pk=None) -> Response:
         """Release a placed request, or cancel one still waiting."""
@@ -231,7 +238,8 @@ class GpuRequestViewSet(
             lambda: lifecycle.release_request(req.pk, request.user, address=self._address())
         )
 
-    @extend_schema(request=ExtendSerializer, responses=GpuRequestSerializer)
+    @extend_schema(summary=_("Extend a GPU request"), request=ExtendSerializer,
+                   responses=GpuRequestSerializer)  # fmt: skip
     @action(detail=True, methods=["post"])
     def extend(self, request: Request, pk=None) -> Response:
         req = self.get_object()
@@ -242,7 +250,8 @@ class GpuRequestViewSet(
             lambda: lifecycle.extend_request(req.pk, request.user, hours, address=self._address())
         )
 
-    @extend_schema(request=ResizeSerializer, responses=GpuRequestSerializer)
+    @extend_schema(summary=_("Resize a GPU request"), request=ResizeSerializer,
+                   responses=GpuRequestSerializer)  # fmt: skip
     @action(detail=True, methods=["post"])
     def resize(self, request: Request, pk=None) -> Response:
         req = self.get_object()
@@ -253,7 +262,8 @@ class GpuRequestViewSet(
             lambda: lifecycle.resize_request(req.pk, request.user, address=self._address(), **size)
         )
 
-    @extend_schema(request=CommentSerializer, responses=GpuRequestSerializer)
+    @extend_schema(summary=_("Approve an extension"), request=CommentSerializer,
+                   responses=GpuRequestSerializer)  # fmt: skip
     @action(detail=True, methods=["post"], url_path="approve-extension")
     def approve_extension(self, request: Request, pk=None) -> Response:
         req, comment = self.get_object(), self._comment()
@@ -263,7 +273,8 @@ class GpuRequestViewSet(
             )
         )
 
-    @extend_schema(request=CommentSerializer, responses=GpuRequestSerializer)
+    @extend_schema(summary=_("Reject an extension"), request=CommentSerializer,
+                   responses=GpuRequestSerializer)  # fmt: skip
     @action(detail=True, methods=["post"], url_path="reject-extension")
     def reject_extension(self, request: Request, pk=None) -> Response:
         req, comment = self.get_object(), self._comment()

@@ -8,8 +8,10 @@ from collections.abc import Callable
 from typing import Any
 
 from django.core.exceptions import ValidationError as DjangoValidationError
+from drf_spectacular.utils import extend_schema_serializer
 from rest_framework import exceptions, serializers
 
+from reports.api.docs import IDLE_EXAMPLES
 from reports.models import AllocationIdle, Exemption, IdleCard, ReclaimWarning
 from reports.report import as_dict
 from reports.services import MAX_TEXT
@@ -24,6 +26,8 @@ def call_service(fn: Callable[..., Any], *args, **kwargs) -> Any:
         raise serializers.ValidationError(exc.message_dict) from None
 
 
+# The example shows the answer as it is: the row's fields beside the scan's, not under row.
+@extend_schema_serializer(examples=IDLE_EXAMPLES)
 class AllocationIdleSerializer(serializers.ModelSerializer):
     """One live allocation in the last idle scan (every few minutes)."""
 

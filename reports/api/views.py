@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import asdict
 
 from django.core.exceptions import ValidationError as DjangoValidationError
+from django.utils.translation import gettext_lazy as _
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import mixins, serializers, status
@@ -18,6 +19,7 @@ from audit.interface import request_address
 from pools.permissions import visible_leases
 from portal.api_views import ApiGenericViewSet, ApiReadOnlyModelViewSet, ApiView
 from reports import accounting, permissions, report, services
+from reports.api.docs import ACCOUNTING_EXAMPLES
 from reports.api.serializers import (
     AllocationIdleSerializer,
     AppealDecisionSerializer,
@@ -71,7 +73,8 @@ class ReclaimWarningViewSet(ApiReadOnlyModelViewSet):
     def get_queryset(self):
         return _visible(ReclaimWarning.objects.select_related("lease"), self.request.user)
 
-    @extend_schema(request=AppealSerializer, responses=ReclaimWarningSerializer)
+    @extend_schema(summary=_("Appeal a reclaim warning"), request=AppealSerializer,
+                   responses=ReclaimWarningSerializer)  # fmt: skip
     @action(detail=True, methods=["post"])
     def appeal(self, request: Request, pk: str | None = None) -> Response:
         warning = self.get_object()
@@ -87,7 +90,8 @@ class ReclaimWarningViewSet(ApiReadOnlyModelViewSet):
         )
         return Response(ReclaimWarningSerializer(warning).data)
 
-    @extend_schema(request=AppealDecisionSerializer, responses=ReclaimWarningSerializer)
+    @extend_schema(summary=_("Decide an appeal"), request=AppealDecisionSerializer,
+                   responses=ReclaimWarningSerializer)  # fmt: skip
     @action(detail=True, methods=["post"])
     def decide(self, request: Request, pk: str | None = None) -> Response:
         warning = self.get_object()
@@ -134,8 +138,10 @@ class AccountingView(ApiView):
     units; chargeback cost with idle time apart; queue waits."""
 
     @extend_schema(
+        summary=_("Get a month's accounting"),
         parameters=[OpenApiParameter("month", str, description="YYYY-MM (default: now)")],
         responses=OpenApiTypes.OBJECT,
+        examples=ACCOUNTING_EXAMPLES,
     )
     def get(self, request: Request) -> Response:
         try:
