@@ -49,7 +49,7 @@ ACCOUNTING_EXAMPLES = [
 IDLE_EXAMPLES = [
     OpenApiExample(
         "Idle for three hours, and too big", response_only=True,
-        value={**_IDLE_ROW, "sparkline": [12.0, 4.0, 0.0, 0.0, 1.0, 0.0],
+        value={**_IDLE_ROW, "sparkline": [12.0, 4.0, 0.0, 0.0, None, 0.0],
                "scanned_at": "2026-12-01T09:25:00Z", "coverage": 0.98},
     ),
 ]  # fmt: skip

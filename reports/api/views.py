@@ -9,7 +9,7 @@ from dataclasses import asdict
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.utils.translation import gettext_lazy as _
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiParameter, extend_schema
+from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_view
 from rest_framework import mixins, serializers, status
 from rest_framework.decorators import action
 from rest_framework.request import Request
@@ -21,6 +21,7 @@ from portal.api_views import ApiGenericViewSet, ApiReadOnlyModelViewSet, ApiView
 from reports import accounting, permissions, report, services
 from reports.api.docs import ACCOUNTING_EXAMPLES
 from reports.api.serializers import (
+    AllocationIdleAnswerSerializer,
     AllocationIdleSerializer,
     AppealDecisionSerializer,
     AppealSerializer,
@@ -38,6 +39,10 @@ def _visible(queryset, user):
     return queryset if lease_ids is None else queryset.filter(lease_id__in=lease_ids)
 
 
+@extend_schema_view(
+    list=extend_schema(responses=AllocationIdleAnswerSerializer(many=True)),
+    retrieve=extend_schema(responses=AllocationIdleAnswerSerializer),
+)
 class AllocationIdleViewSet(ApiReadOnlyModelViewSet):
     """Live allocations with the last scan's verdict: idle or busy, time idle, GPU-hours
     wasted, p95 use and right-sizing advice. Members see their tenants' rows only."""
