@@ -14,6 +14,8 @@ from portal import api_errors, idempotency
 COMPONENT = "Error"
 REF = {"$ref": f"#/components/schemas/{COMPONENT}"}
 
+FIELDS_EXAMPLE = {"memory_mib": ["Ensure this value is greater than or equal to 1."]}
+
 SCHEMA = {
     "type": "object",
     "description": "Every error answer of the API.",
@@ -36,6 +38,8 @@ SCHEMA = {
                         "the same shape one level down."
                     ),
                     "additionalProperties": {"oneOf": [{"type": "array"}, {"type": "object"}]},
+                    # Else a reader's sample shows made-up keys (property1, property2).
+                    "example": FIELDS_EXAMPLE,
                 },
             },
             "required": ["code", "message"],
@@ -53,7 +57,7 @@ ERROR = OpenApiResponse(
 # What each status means, and an example of its body.
 ANSWERS: dict[str, tuple[str, str, str, dict | None]] = {
     "400": ("Invalid input; nothing changed.", "invalid", "Invalid input.",
-            {"memory_mib": ["Ensure this value is greater than or equal to 1."]}),
+            FIELDS_EXAMPLE),
     "401": ("No credentials, or invalid ones (with WWW-Authenticate).", "not_authenticated",
             "Authentication credentials were not provided.", None),
     "403": ("The caller may not do this.", "permission_denied",

@@ -307,7 +307,8 @@ REST_FRAMEWORK = {
     "DEFAULT_FILTER_BACKENDS": ["django_filters.rest_framework.DjangoFilterBackend"],
     "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.LimitOffsetPagination",
     "PAGE_SIZE": 100,
-    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    # Operations tagged by resource and titled (portal/api_docs.py).
+    "DEFAULT_SCHEMA_CLASS": "portal.api_docs.PortalAutoSchema",
     # Every error in one shape: {"error": {"code", "message", "fields"}} (docs/api.md).
     "EXCEPTION_HANDLER": "portal.api_errors.exception_handler",
 }
@@ -326,7 +327,11 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_SETTINGS": {"deepLinking": True, "validatorUrl": None},
     "REDOC_DIST": "SIDECAR",
     # One name for a choice set used by fields of several names (severity, min_severity).
-    "ENUM_NAME_OVERRIDES": {"SeverityEnum": "alerts.choices.Severity"},
+    "ENUM_NAME_OVERRIDES": {
+        "SeverityEnum": "alerts.choices.Severity",
+        # A vGPU's state, in an allocation and in a request's allocations (AllocationBrief).
+        "AllocationStateEnum": "pools.choices.AllocationState",
+    },
     # The API documents JSON bodies (and the node import's CSV and YAML). Forms still parse,
     # but daphne's HTTP layer answers a malformed multipart body itself, outside the API.
     "PARSER_WHITELIST": [
@@ -334,10 +339,12 @@ SPECTACULAR_SETTINGS = {
         "agents.api.node_registration.CSVParser",
         "agents.api.node_registration.YAMLParser",
     ],
-    # The Error component and the error answers of every operation (portal/api_schema.py).
+    # The Error component and the error answers of every operation (portal/api_schema.py);
+    # the tags by resource in their order, with descriptions (portal/api_docs.py).
     "POSTPROCESSING_HOOKS": [
         "drf_spectacular.hooks.postprocess_schema_enums",
         "portal.api_schema.document_errors",
+        "portal.api_docs.document_tags",
     ],
 }
 

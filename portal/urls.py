@@ -43,6 +43,7 @@ urlpatterns = [
     path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
     path("api/docs/", api_docs_view, name="api-docs"),
     path("api/redoc/", redoc_view, name="api-redoc"),
+    path("api/redoc/redoc.standalone.js", views.redoc_bundle, name="api-redoc-bundle"),
     path("admin/", admin.site.urls),
 ]
 

@@ -3,9 +3,14 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 
 import pytest
 from django.test import Client
+from playwright.sync_api import Browser, expect
+
+from tests import procs
+from tests.test_browser_csp import RECORD_VIOLATIONS
 
 pytestmark = pytest.mark.django_db
 
@@ -115,3 +120,179 @@ def test_every_operation_is_described_and_shows_an_example(client: Client):
     undescribed = [name for name, op in operations.items() if not op.get("description")]
     assert undescribed == []
     assert [name for name, op in operations.items() if not _has_example(op)] == []
+
+
+# --- sections and titles ---------------------------------------------------------------------
+
+
+def test_every_operation_is_in_its_resource_section_with_a_title_of_its_own(client: Client):
+    from portal.api_docs import TAGS
+
+    sections = {str(tag.name) for tag in TAGS}
+    operations = dict(_operations(_schema(client)))
+    assert len(operations) > 100
+    untagged = [name for name, op in operations.items() if len(op["tags"]) != 1
+                or op["tags"][0] not in sections]  # fmt: skip
+    assert untagged == []
+    untitled = [name for name, op in operations.items()
+                if not op.get("summary") or op["summary"] == op["operationId"]]  # fmt: skip
+    assert untitled == []
+    # Two operations of one title would be one entry twice in ReDoc's menu.
+    titles = [op["summary"] for op in operations.values()]
+    assert sorted({t for t in titles if titles.count(t) > 1}) == []
+
+
+def test_the_model_actions_are_titled_from_their_resource(client: Client):
+    paths = _schema(client)["paths"]
+    assert paths["/api/v1/pools/"]["get"]["summary"] == "List pools"
+    assert paths["/api/v1/gpu-requests/"]["post"]["summary"] == "Create a GPU request"
+    assert paths["/api/v1/allocations/{id}/"]["get"]["summary"] == "Retrieve an allocation"
+    assert paths["/api/v1/quotas/{id}/"]["patch"]["summary"] == "Partially update a quota"
+    assert paths["/api/v1/alert-rules/{id}/"]["delete"]["summary"] == "Delete an alert rule"
+    # What is not a delete does not say so.
+    assert paths["/api/v1/tokens/{id}/"]["delete"]["summary"] == "Revoke an API token"
+    assert paths["/api/v1/gpus/{id}/history/"]["get"]["tags"] == ["History"]
+
+
+def test_the_sections_are_the_resources_in_their_order_with_descriptions(client: Client):
+    from portal.api_docs import TAGS
+
+    tags = _schema(client)["tags"]
+    assert [tag["name"] for tag in tags] == [str(tag.name) for tag in TAGS]
+    assert tags[0]["name"] == "GPU requests" and tags[-1]["name"] == "Audit log"
+    assert all(tag["description"] for tag in tags)
+    used = {op["tags"][0] for _name, op in _operations(_schema(client))}
+    assert used == {tag["name"] for tag in tags}
+
+
+def test_the_operation_ids_stay_those_clients_know(client: Client):
+    # Titles and sections changed nothing of the ids generated clients are named after.
+    operations = dict(_operations(_schema(client)))
+    assert operations["GET /api/v1/accounting/"]["operationId"] == "v1_accounting_retrieve"
+    assert operations["POST /api/v1/gpu-requests/{id}/release/"]["operationId"] == (
+        "v1_gpu_requests_release_create"
+    )
+    assert operations["GET /api/v1/nodes/{id}/history/"]["operationId"] == "nodes_history_retrieve"
+    ids = [op["operationId"] for op in operations.values()]
+    assert len(set(ids)) == len(ids)
+
+
+def test_sections_and_titles_are_served_in_chinese_too(client: Client):
+    schema = client.get("/api/schema/", {"format": "json", "lang": "zh-hans"}).json()
+    pools = schema["paths"]["/api/v1/pools/"]
+    assert pools["get"]["summary"] == "列出资源池"
+    assert pools["get"]["tags"] == ["资源池"]
+    release = schema["paths"]["/api/v1/gpu-requests/{id}/release/"]["post"]
+    assert release["summary"] == "释放 GPU 申请"
+    assert schema["paths"]["/api/v1/gpu-requests/"]["post"]["summary"] == "创建 GPU 申请"
+    assert schema["tags"][0]["name"] == "GPU 申请"
+    assert "配额" in schema["tags"][0]["description"]
+
+
+# --- examples --------------------------------------------------------------------------------
+
+
+def _made_up_keys(schema: dict, components: dict, where: str, seen: frozenset = frozenset()):
+    """Where ReDoc's sampler would invent keys (property1, property2) for a body without an
+    example: a map (additionalProperties) with no example of its own, however deep."""
+    if not isinstance(schema, dict) or "example" in schema:
+        return []
+    if "$ref" in schema:
+        name = schema["$ref"].rsplit("/", 1)[1]
+        if name in seen:
+            return []
+        return _made_up_keys(components[name], components, f"{where}>{name}", seen | {name})
+    found = [where] if isinstance(schema.get("additionalProperties"), dict) else []
+    for key in ("allOf", "oneOf", "anyOf"):
+        for part in schema.get(key, []):
+            found += _made_up_keys(part, components, where, seen)
+    if "items" in schema:
+        found += _made_up_keys(schema["items"], components, f"{where}[]", seen)
+    for name, field in (schema.get("properties") or {}).items():
+        found += _made_up_keys(field, components, f"{where}.{name}", seen)
+    return found
+
+
+def test_no_sample_shows_made_up_keys(client: Client):
+    schema = _schema(client)
+    components = schema["components"]["schemas"]
+    invented = []
+    for name, operation in _operations(schema):
+        bodies = {"request": operation.get("requestBody", {}), **operation["responses"]}
+        for status_code, body in bodies.items():
+            for media_type, media in body.get("content", {}).items():
+                if "example" in media or "examples" in media:
+                    continue
+                where = f"{name} {status_code} {media_type} "
+                invented += _made_up_keys(media.get("schema", {}), components, where)
+    assert invented == []
+    assert "property1" not in str(schema)
+
+
+def test_the_accounting_example_has_the_answers_shape(client: Client, admin_user):
+    # The example is written by hand: it must have every key the real answer has.
+    schema = _schema(client)
+    media = schema["paths"]["/api/v1/accounting/"]["get"]["responses"]["200"]["content"]
+    [example] = media["application/json"]["examples"].values()
+    client.force_login(admin_user)
+    answer = client.get("/api/v1/accounting/").json()
+    assert set(example["value"]) == set(answer)
+    assert set(example["value"]["total"]) == set(answer["total"])
+    assert set(example["value"]["days"][0]) == set(answer["days"][0])
+
+
+# --- ReDoc's logo --------------------------------------------------------------------------
+
+
+def test_redoc_is_served_with_the_portals_logo_not_redoclys(client: Client):
+    page = client.get("/api/redoc/").content.decode()
+    [script] = [url for url in _assets(page) if url.endswith(".js")]
+    bundle = client.get(script)
+    assert bundle.status_code == 200
+    assert bundle["Content-Type"].startswith("text/javascript")
+    text = bundle.content.decode()
+    assert "cdn.redoc.ly" not in text and "Redoc.init" not in page
+    assert 'src:"/static/portal/redoc-logo.svg"' in text
+    assert client.get("/static/portal/redoc-logo.svg").status_code == 200
+    # Unchanged since: the browser keeps its copy.
+    again = client.get(script, headers={"If-None-Match": bundle["ETag"]})
+    assert again.status_code == 304
+
+
+@pytest.fixture
+def site(transactional_db, child_env_for_test_db) -> Iterator[str]:
+    with procs.daphne(child_env_for_test_db) as (url, _):
+        yield url
+
+
+@pytest.mark.browser
+@pytest.mark.django_db(transaction=True)
+def test_redoc_shows_sections_titles_and_examples_with_no_console_error(site, browser: Browser):
+    page = browser.new_page()
+    errors: list[str] = []
+    page.on("console", lambda m: m.type == "error" and errors.append(m.text))
+    page.on("pageerror", lambda error: errors.append(str(error)))
+    page.on("requestfailed", lambda r: errors.append(f"{r.url}: {r.failure}"))
+    page.add_init_script(RECORD_VIOLATIONS)
+    try:
+        page.goto(f"{site}/api/redoc/")
+        menu = page.locator(".menu-content")
+        # ReDoc lays out all 100-odd operations before it shows anything: half a minute
+        # on a busy two-core machine.
+        expect(menu.get_by_text("GPU requests", exact=True)).to_be_visible(timeout=120_000)
+        expect(menu.get_by_text("Audit log", exact=True)).to_be_visible()
+        # Titles, not ids, in the menu and above each operation.
+        expect(menu.get_by_text("Get a month's accounting", exact=True)).to_have_count(1)
+        expect(page.get_by_role("heading", name="Create a GPU request")).to_be_visible()
+        text = page.locator("body").inner_text()
+        assert "v1_accounting_retrieve" not in text
+        # The samples are the examples: real keys, none made up.
+        assert "queue_waits" in text and "property1" not in text
+        # The logo beside "API docs by Redocly" comes from the portal, and is drawn.
+        logo = page.locator("img[alt='redocly logo']")
+        expect(logo).to_have_attribute("src", re.compile(r"^/static/portal/redoc-logo"))
+        assert page.evaluate("(img) => img.complete && img.naturalWidth > 0", logo.element_handle())
+        assert page.evaluate("() => window.__violations") == []
+    finally:
+        page.close()
+    assert errors == []

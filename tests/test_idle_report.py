@@ -252,3 +252,13 @@ def test_the_idle_cards_table_names_and_links_each_node_and_card(teams):
         5,
         gpu.node_id,
     )
+
+
+def test_the_schema_documents_the_rows_as_the_api_answers_them(teams):
+    # The row's fields sit beside the scan's in the answer; the schema said "row" before.
+    schema = Client().get("/api/schema/", {"format": "json"}).json()
+    documented = schema["components"]["schemas"]["AllocationIdle"]
+    [row, *_] = api(teams.user("alice")).get("/api/v1/idle-report/").json()["results"]
+    assert set(row) == set(documented["properties"]) == set(documented["required"])
+    one = api(teams.user("alice")).get(f"/api/v1/idle-report/{row['allocation']}/").json()
+    assert set(one) == set(row)

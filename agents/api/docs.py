@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from django.utils.functional import Promise
 from django.utils.translation import gettext_lazy as _
+from drf_spectacular.utils import OpenApiExample
 
 NODE_OPERATIONS: dict[str, Promise] = {
     "list": _(
@@ -47,3 +48,30 @@ NODE_OPERATIONS: dict[str, Promise] = {
         "added, else 200."
     ),
 }
+
+# The answers the schema types only as objects, as they come.
+TEST_CONNECTION_EXAMPLES = [
+    OpenApiExample(
+        "The agent answered", response_only=True, status_codes=["200"],
+        value={"ok": True, "error": "", "hostname": "gpu-node-07", "agent_version": "1.4.0",
+               "gpu_count": 8, "models": {"NVIDIA A100-SXM4-80GB": 8}, "latency_ms": 12.4},
+    ),
+    OpenApiExample(
+        "The agent refused the token", response_only=True, status_codes=["200"],
+        value={"ok": False, "error": "The agent refused the token (HTTP 401).", "hostname": "",
+               "agent_version": "", "gpu_count": 0, "models": {}, "latency_ms": 9.8},
+    ),
+]  # fmt: skip
+
+IMPORT_EXAMPLES = [
+    OpenApiExample(
+        "Two nodes added", response_only=True, status_codes=["201"],
+        value={"created": ["gpu-node-08", "gpu-node-09"], "updated": [], "unchanged": [],
+               "dry_run": False, "errors": []},
+    ),
+    OpenApiExample(
+        "A dry run with update", response_only=True, status_codes=["200"],
+        value={"created": ["gpu-node-09"], "updated": ["gpu-node-07"],
+               "unchanged": ["gpu-node-08"], "dry_run": True, "errors": []},
+    ),
+]  # fmt: skip

@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import asdict
 
 from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import serializers, status
@@ -22,6 +23,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from agents import connection_test, node_audit, node_files, permissions, registration
+from agents.api.docs import IMPORT_EXAMPLES, TEST_CONNECTION_EXAMPLES
 from portal.api_errors import error_response
 
 MAX_IMPORT_BYTES = 2 * 1024 * 1024
@@ -104,7 +106,9 @@ def _flag(request: Request, name: str) -> bool:
 class NodeRegistrationMixin:
     """Added to NodeViewSet: the import and the connection test."""
 
-    @extend_schema(request=TestConnectionSerializer, responses=OpenApiTypes.OBJECT)
+    @extend_schema(summary=gettext_lazy("Test a connection to an agent"),
+                   request=TestConnectionSerializer, responses=OpenApiTypes.OBJECT,
+                   examples=TEST_CONNECTION_EXAMPLES)  # fmt: skip
     @action(detail=False, methods=["post"], url_path="test-connection")
     def test_connection(self, request: Request) -> Response:
         """Fetch one snapshot from the agent as the poller would; nothing is saved."""
@@ -116,6 +120,7 @@ class NodeRegistrationMixin:
         return Response(asdict(result))
 
     @extend_schema(
+        summary=gettext_lazy("Import nodes from a file"),
         request={
             "text/csv": OpenApiTypes.STR,
             "application/yaml": OpenApiTypes.STR,
@@ -123,6 +128,7 @@ class NodeRegistrationMixin:
         },
         parameters=[DRY_RUN, UPDATE],
         responses={201: OpenApiTypes.OBJECT, 200: OpenApiTypes.OBJECT, 400: OpenApiTypes.OBJECT},
+        examples=IMPORT_EXAMPLES,
     )
     @action(
         detail=False,

@@ -16,6 +16,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from alerts import alertmanager, config, events
+from alerts.api.docs import ALERTMANAGER_EXAMPLES
 from alerts.api.rule_serializers import EventSerializer, RuleSerializer, SubscriptionSerializer
 from alerts.filtersets import EventFilterSet, RuleFilterSet
 from alerts.models import Rule
@@ -99,13 +100,15 @@ class EventViewSet(ApiReadOnlyModelViewSet):
         event.refresh_from_db()
         return Response(EventSerializer(event).data)
 
-    @extend_schema(request=None, responses={200: EventSerializer, 409: ERROR})
+    @extend_schema(summary=_("Acknowledge an alert event"), request=None,
+                   responses={200: EventSerializer, 409: ERROR})  # fmt: skip
     @action(detail=True, methods=["post"])
     def acknowledge(self, request: Request, pk: str | None = None) -> Response:
         """Firing → acknowledged: no more re-notifications until it resolves."""
         return self._act(request, events.acknowledge)
 
-    @extend_schema(request=None, responses={200: EventSerializer, 409: ERROR})
+    @extend_schema(summary=_("Resolve an alert event by hand"), request=None,
+                   responses={200: EventSerializer, 409: ERROR})  # fmt: skip
     @action(detail=True, methods=["post"])
     def resolve(self, request: Request, pk: str | None = None) -> Response:
         """Close an open event by hand (it reopens if its rule still holds)."""
@@ -130,7 +133,9 @@ class AlertmanagerWebhookView(APIView):
             credentials.strip().encode(), token.encode()
         )  # fmt: skip
 
-    @extend_schema(request=dict, responses={200: dict, 400: dict, 401: dict})
+    @extend_schema(summary=_("Receive Alertmanager's notifications"), request=dict,
+                   responses={200: dict, 400: dict, 401: dict},
+                   examples=ALERTMANAGER_EXAMPLES)  # fmt: skip
     def post(self, request: Request) -> Response:
         if not self._authorized(request):
             challenge = {"WWW-Authenticate": 'Bearer realm="alertmanager"'}

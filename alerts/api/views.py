@@ -1,4 +1,5 @@
 from django.db.models import Prefetch
+from django.utils.translation import gettext_lazy as _
 from drf_spectacular.utils import extend_schema
 from rest_framework import status
 from rest_framework.decorators import action
@@ -31,7 +32,8 @@ class ChannelViewSet(ApiModelViewSet):
             instance.pk, actor=self.request.user, address=request_address(self.request)
         )
 
-    @extend_schema(request=None, responses={202: DeliverySerializer})
+    @extend_schema(summary=_("Send a test message"), request=None,
+                   responses={202: DeliverySerializer})  # fmt: skip
     @action(detail=True, methods=["post"])
     def test(self, request: Request, pk: str | None = None) -> Response:
         """Queue a test message to the channel; its attempts are listed under deliveries."""
@@ -42,7 +44,8 @@ class ChannelViewSet(ApiModelViewSet):
         delivery = Delivery.objects.get(pk=delivery_id)
         return Response(DeliverySerializer(delivery).data, status=status.HTTP_202_ACCEPTED)
 
-    @extend_schema(responses={200: DeliverySerializer(many=True)})
+    @extend_schema(summary=_("List a channel's deliveries"),
+                   responses={200: DeliverySerializer(many=True)})  # fmt: skip
     @action(detail=True, methods=["get"])
     def deliveries(self, request: Request, pk: str | None = None) -> Response:
         """The channel's latest deliveries, each with every attempt."""

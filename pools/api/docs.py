@@ -97,3 +97,65 @@ ALLOCATION_EXAMPLES = [
         },
     )
 ]
+
+# Examples of the answers the serializers alone would show as made-up keys (property1,
+# property2): label maps, the launch environment, the untyped answers.
+_POOL_ASKED = {
+    "name": "A100 training", "slug": "a100-training", "description": "Long CI and training runs.",
+    "match_models": ["NVIDIA A100-SXM4-80GB"], "match_vendor": "nvidia",
+    "match_labels": {"zone": "rack-3", "network": "infiniband"}, "match_by_rules": True,
+    "compute_ratio": "1.50", "memory_ratio": "1.00", "policy": "binpack",
+}  # fmt: skip
+POOL_EXAMPLES = [
+    OpenApiExample("Cards of one model on the InfiniBand racks", value=_POOL_ASKED,
+                   request_only=True),
+    OpenApiExample(
+        "A pool of matched cards", response_only=True,
+        value={"id": 1, **_POOL_ASKED, "card_count": 16, "created": "2026-11-20T08:00:00Z",
+               "updated": "2026-12-01T10:30:00Z"},
+    ),
+]  # fmt: skip
+
+# Every vGPU answer has this shape: the lists and the requests' answers as well.
+ALLOCATION_SERIALIZER_EXAMPLES = [
+    OpenApiExample(ALLOCATION_EXAMPLES[0].name, value=ALLOCATION_EXAMPLES[0].value,
+                   response_only=True),
+]  # fmt: skip
+
+CARDS_CHANGED_EXAMPLES = [
+    OpenApiExample("Two cards changed", value={"changed": 2}, response_only=True,
+                   status_codes=["200"]),
+]  # fmt: skip
+
+CAPACITY_EXAMPLES = [
+    OpenApiExample(
+        "One card with a 30 % slice", response_only=True, status_codes=["200"],
+        value={
+            "pool": {"id": 1, "name": "A100 training", "slug": "a100-training",
+                     "policy": "binpack", "compute_ratio": "1.00", "memory_ratio": "1.00"},
+            "totals": {"cards": 1, "compute_physical_pct": 100, "memory_physical_mib": 81920,
+                       "compute_capacity_pct": 100, "memory_capacity_mib": 81920,
+                       "compute_allocated_pct": 30, "memory_allocated_mib": 8192, "slices": 1},
+            "fragmentation": {"max_free_compute_pct": 70, "max_free_memory_mib": 73728,
+                              "free_cards": 0, "schedulable_cards": 1},
+            "cards": [{
+                "id": 12, "uuid": _UUID, "index": 0, "model": "NVIDIA A100-SXM4-80GB",
+                "node_id": 7, "node": "gpu-node-07", "health": "ok", "node_state": "online",
+                "schedulable": True, "cordoned": False, "added_by_hand": False,
+                "memory_physical_mib": 81920, "compute_capacity": 100,
+                "memory_capacity_mib": 81920, "compute_allocated": 30,
+                "memory_allocated_mib": 8192, "slice_count": 1, "held_whole": False,
+                "slices": [{"id": 97, "compute_pct": 30, "memory_mib": 8192,
+                            "whole_card": False, "state": "active", "agent_sync": "confirmed",
+                            "owner": "ci-bot", "url": "/allocations/97/"}],
+            }],
+            "stranded": [],
+            "usage": {
+                "cards": {"12": {"utilization_gpu_pct": 41.0, "memory_used_mib": 6100,
+                                 "at_risk": False, "memory_oversubscribed": False}},
+                "utilization_avg_pct": 41.0, "memory_used_mib": 6100, "reporting_cards": 1,
+                "at_risk": [], "risk_ratio": 0.9, "risk_pct": 90,
+            },
+        },
+    ),
+]  # fmt: skip

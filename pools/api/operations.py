@@ -62,7 +62,7 @@ class PoolNodeDrainView(APIView):
     permission_classes = [PoolOperationPermissions]
 
     @extend_schema(
-        summary="Drain a node",
+        summary=_("Drain a node"),
         description="Mark the node draining (no new slices) and move its slices to healthy "
         "cards of their pools; those that fit nowhere are stranded and retried later.",
         request=None,
@@ -81,7 +81,7 @@ class PoolCardClearCordonView(ApiView):
     permission_classes = [PoolOperationPermissions]
 
     @extend_schema(
-        summary="Clear a card's cordon",
+        summary=_("Clear a card's cordon"),
         description="Let a cordoned card take new slices again. 409 when it is not cordoned.",
         request=None,
         responses={200: PoolCardOperationSerializer, 409: ERROR},

@@ -2,9 +2,11 @@ from __future__ import annotations
 
 from decimal import Decimal
 
+from drf_spectacular.utils import extend_schema_serializer
 from rest_framework import serializers
 
 from pools import configuration, launch
+from pools.api.docs import ALLOCATION_SERIALIZER_EXAMPLES, POOL_EXAMPLES
 from pools.choices import AllocationState, PlacementPolicy
 from pools.models import MAX_RATIO, Allocation, Pool, PoolCard
 from portal.security import client_ip
@@ -17,6 +19,7 @@ def _who(serializer: serializers.Serializer) -> dict:
 
 # Read by members; written through pools.configuration, which holds the rules (and audits),
 # by those with the pool permissions (pools.permissions).
+@extend_schema_serializer(examples=POOL_EXAMPLES)
 class PoolSerializer(serializers.ModelSerializer):
     """A pool: a named set of cards, its matching rules, oversubscription and policy."""
 
@@ -90,6 +93,7 @@ class PoolCardSerializer(serializers.ModelSerializer):
         read_only_fields = fields
 
 
+@extend_schema_serializer(examples=ALLOCATION_SERIALIZER_EXAMPLES)
 class AllocationSerializer(serializers.ModelSerializer):
     """One vGPU and how to use it: the launch environment exactly as the node agent
     expects it, the same as shell exports, and HAMi's Kubernetes limits."""

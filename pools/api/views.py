@@ -1,4 +1,5 @@
 from django.db.models import Count
+from django.utils.translation import gettext_lazy as _
 from django_filters.rest_framework import DjangoFilterBackend
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema, extend_schema_view
@@ -12,6 +13,8 @@ from pools import capacity, configuration
 from pools.api.docs import (
     ALLOCATION_EXAMPLES,
     ALLOCATION_OPERATIONS,
+    CAPACITY_EXAMPLES,
+    CARDS_CHANGED_EXAMPLES,
     POOL_CARD_OPERATIONS,
     POOL_OPERATIONS,
 )
@@ -69,17 +72,19 @@ class PoolViewSet(ApiModelViewSet):
                        address=client_ip(request))  # fmt: skip
         return Response({"changed": count})
 
-    @extend_schema(request=PoolCardsChangeSerializer, responses=OpenApiTypes.OBJECT)
+    @extend_schema(summary=_("Add cards to a pool"), request=PoolCardsChangeSerializer,
+                   responses=OpenApiTypes.OBJECT, examples=CARDS_CHANGED_EXAMPLES)  # fmt: skip
     @action(detail=True, methods=["post"], url_path="cards/add")
     def add_cards(self, request: Request, pk=None) -> Response:
         return self._change_cards(request, configuration.add_pool_cards)
 
-    @extend_schema(request=PoolCardsChangeSerializer, responses=OpenApiTypes.OBJECT)
+    @extend_schema(summary=_("Take cards out of a pool"), request=PoolCardsChangeSerializer,
+                   responses=OpenApiTypes.OBJECT, examples=CARDS_CHANGED_EXAMPLES)  # fmt: skip
     @action(detail=True, methods=["post"], url_path="cards/remove")
     def remove_cards(self, request: Request, pk=None) -> Response:
         return self._change_cards(request, configuration.remove_pool_cards)
 
-    @extend_schema(responses=PoolCardSerializer(many=True))
+    @extend_schema(summary=_("List a pool's cards"), responses=PoolCardSerializer(many=True))
     @action(detail=True, methods=["get"])
     def cards(self, request: Request, pk=None) -> Response:
         pool = self.get_object()
@@ -87,7 +92,8 @@ class PoolViewSet(ApiModelViewSet):
         page = self.paginate_queryset(rows.order_by("gpu__node__name", "gpu__index"))
         return self.get_paginated_response(PoolCardSerializer(page, many=True).data)
 
-    @extend_schema(responses=OpenApiTypes.OBJECT)
+    @extend_schema(summary=_("Get a pool's capacity"), responses=OpenApiTypes.OBJECT,
+                   examples=CAPACITY_EXAMPLES)  # fmt: skip
     @action(detail=True, methods=["get"])
     def capacity(self, request: Request, pk=None) -> Response:
         pool = self.get_object()

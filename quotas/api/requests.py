@@ -6,8 +6,9 @@ extend, resize. The same services and rules as the pages: a request of another t
 from __future__ import annotations
 
 from django.db.models import Prefetch
+from django.utils.translation import gettext_lazy as _
 from django_filters import rest_framework as filters
-from drf_spectacular.utils import extend_schema
+from drf_spectacular.utils import extend_schema, extend_schema_field, extend_schema_serializer
 from rest_framework import mixins, serializers, status
 from rest_framework.decorators import action
 from rest_framework.exceptions import PermissionDenied
@@ -47,6 +48,8 @@ def _labels(value: dict) -> dict:
     return value
 
 
+# Every answer with a request (the actions' too) shows it placed, as READ_EXAMPLES do.
+@extend_schema_serializer(examples=READ_EXAMPLES)
 class GpuRequestSerializer(serializers.ModelSerializer):
     """A GPU request; written through quotas.services.create_request, which holds the rules."""
 
@@ -92,6 +95,7 @@ class GpuRequestSerializer(serializers.ModelSerializer):
     def get_queue_position(self, req: GpuRequest) -> int | None:
         return queue_position(req)
 
+    @extend_schema_field(AllocationBriefSerializer(many=True))
     def get_allocations(self, req: GpuRequest) -> list[dict]:
         if not req.lease_id:
             return []
@@ -193,7 +197,8 @@ class GpuRequestViewSet(
         serializer.is_valid(raise_exception=True)
         return serializer.validated_data["comment"]
 
-    @extend_schema(request=CommentSerializer, responses=GpuRequestSerializer)
+    @extend_schema(summary=_("Approve a GPU request"), request=CommentSerializer,
+                   responses=GpuRequestSerializer)  # fmt: skip
     @action(detail=True, methods=["post"])
     def approve(self, request: Request, pk=None) -> Response:
         req, comment = self.get_object(), self._comment()
@@ -203,7 +208,8 @@ class GpuRequestViewSet(
             )
         )
 
-    @extend_schema(request=CommentSerializer, responses=GpuRequestSerializer)
+    @extend_schema(summary=_("Reject a GPU request"), request=CommentSerializer,
+                   responses=GpuRequestSerializer)  # fmt: skip
     @action(detail=True, methods=["post"])
     def reject(self, request: Request, pk=None) -> Response:
         req, comment = self.get_object(), self._comment()
@@ -213,7 +219,8 @@ class GpuRequestViewSet(
             )
         )
 
-    @extend_schema(request=None, responses=GpuRequestSerializer)
+    @extend_schema(summary=_("Release a GPU request"), request=None,
+                   responses=GpuRequestSerializer)  # fmt: skip
     @action(detail=True, methods=["post"])
     def release(self, request: Request, pk=None) -> Response:
         """Release a placed request, or cancel one still waiting."""
@@ -222,7 +229,8 @@ class GpuRequestViewSet(
             lambda: lifecycle.release_request(req.pk, request.user, address=self._address())
         )
 
-    @extend_schema(request=ExtendSerializer, responses=GpuRequestSerializer)
+    @extend_schema(summary=_("Extend a GPU request"), request=ExtendSerializer,
+                   responses=GpuRequestSerializer)  # fmt: skip
     @action(detail=True, methods=["post"])
     def extend(self, request: Request, pk=None) -> Response:
         req = self.get_object()
@@ -233,7 +241,8 @@ class GpuRequestViewSet(
             lambda: lifecycle.extend_request(req.pk, request.user, hours, address=self._address())
         )
 
-    @extend_schema(request=ResizeSerializer, responses=GpuRequestSerializer)
+    @extend_schema(summary=_("Resize a GPU request"), request=ResizeSerializer,
+                   responses=GpuRequestSerializer)  # fmt: skip
     @action(detail=True, methods=["post"])
     def resize(self, request: Request, pk=None) -> Response:
         req = self.get_object()
@@ -244,7 +253,8 @@ class GpuRequestViewSet(
             lambda: lifecycle.resize_request(req.pk, request.user, address=self._address(), **size)
         )
 
-    @extend_schema(request=CommentSerializer, responses=GpuRequestSerializer)
+    @extend_schema(summary=_("Approve an extension"), request=CommentSerializer,
+                   responses=GpuRequestSerializer)  # fmt: skip
     @action(detail=True, methods=["post"], url_path="approve-extension")
     def approve_extension(self, request: Request, pk=None) -> Response:
         req, comment = self.get_object(), self._comment()
@@ -254,7 +264,8 @@ class GpuRequestViewSet(
             )
         )
 
-    @extend_schema(request=CommentSerializer, responses=GpuRequestSerializer)
+    @extend_schema(summary=_("Reject an extension"), request=CommentSerializer,
+                   responses=GpuRequestSerializer)  # fmt: skip
     @action(detail=True, methods=["post"], url_path="reject-extension")
     def reject_extension(self, request: Request, pk=None) -> Response:
         req, comment = self.get_object(), self._comment()

@@ -75,7 +75,8 @@ class TenantViewSet(ApiModelViewSet):
             address=request_address(self.request),
         )
 
-    @extend_schema(responses=QuotaUsageSerializer(many=True), description=USAGE)
+    @extend_schema(summary=_("List a tenant's quota usage"),
+                   responses=QuotaUsageSerializer(many=True), description=USAGE)  # fmt: skip
     @action(detail=True, methods=["get"])
     def usage(self, request: Request, pk: str | None = None) -> Response:
         tenant = self.get_object()

@@ -140,7 +140,8 @@ class UserViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, ApiGenericVi
         link = accounts.set_password_path(user)
         return self._answer(user, link=link, code=status.HTTP_201_CREATED)
 
-    @extend_schema(request=None, responses=UserSerializer, description=OPERATIONS["deactivate"])
+    @extend_schema(summary=_("Deactivate a user"), request=None, responses=UserSerializer,
+                   description=OPERATIONS["deactivate"])  # fmt: skip
     @action(detail=True, methods=["post"])
     def deactivate(self, request: Request, pk: str | None = None) -> Response:
         user = self.get_object()
@@ -148,7 +149,8 @@ class UserViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, ApiGenericVi
             call_service(accounts.deactivate_user, user.pk, request.user, **self._address())
         )
 
-    @extend_schema(request=None, responses=UserSerializer, description=OPERATIONS["reactivate"])
+    @extend_schema(summary=_("Reactivate a user"), request=None, responses=UserSerializer,
+                   description=OPERATIONS["reactivate"])  # fmt: skip
     @action(detail=True, methods=["post"])
     def reactivate(self, request: Request, pk: str | None = None) -> Response:
         user = self.get_object()
@@ -157,8 +159,9 @@ class UserViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, ApiGenericVi
         )
 
     @extend_schema(
-        request=None, responses=PasswordLinkSerializer, description=OPERATIONS["password_link"]
-    )
+        summary=_("Make a password link"),
+        request=None, responses=PasswordLinkSerializer, description=OPERATIONS["password_link"],
+    )  # fmt: skip
     @action(detail=True, methods=["post"], url_path="password-link")
     def password_link(self, request: Request, pk: str | None = None) -> Response:
         user = self.get_object()

@@ -7,8 +7,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from drf_spectacular.utils import extend_schema_field, extend_schema_serializer
 from rest_framework import exceptions, serializers
 
+from reports.api.docs import IDLE_EXAMPLES
 from reports.models import AllocationIdle, Exemption, IdleCard, ReclaimWarning
 from reports.report import as_dict
 from reports.services import MAX_TEXT
@@ -36,6 +38,44 @@ class AllocationIdleSerializer(serializers.ModelSerializer):
     def to_representation(self, instance: AllocationIdle) -> dict[str, Any]:
         data = super().to_representation(instance)
         return {**data.pop("row"), **data}
+
+
+@extend_schema_field({"oneOf": [{"type": "integer"}, {"type": "string", "enum": [""]}]})
+class _CardIndexField(serializers.ReadOnlyField):
+    """The card's index on its node; empty when the vGPU has no card (stranded)."""
+
+
+# What the schema says of AllocationIdleSerializer's answer, which puts the row's fields
+# (reports.report.as_dict) beside the scan's: the views answer with that serializer.
+@extend_schema_serializer(component_name="AllocationIdle", examples=IDLE_EXAMPLES)
+class AllocationIdleAnswerSerializer(serializers.Serializer):
+    allocation = serializers.IntegerField()
+    lease = serializers.IntegerField()
+    tenant = serializers.CharField(help_text="Empty for a vGPU asked for without a tenant.")
+    pool = serializers.CharField(help_text="The pool's slug.")
+    node = serializers.CharField()
+    gpu = _CardIndexField()
+    owner = serializers.CharField()
+    unix_user = serializers.CharField()
+    idle = serializers.BooleanField()
+    idle_since = serializers.CharField(help_text="ISO 8601; empty while it is in use.")
+    idle_hours = serializers.FloatField()
+    wasted_gpu_hours = serializers.FloatField()
+    compute_pct = serializers.IntegerField()
+    memory_mib = serializers.IntegerField()
+    p95_util_pct = serializers.FloatField(allow_null=True)
+    p95_memory_mib = serializers.FloatField(allow_null=True)
+    over_provisioned = serializers.BooleanField()
+    advice_compute_pct = serializers.IntegerField(allow_null=True)
+    advice_memory_mib = serializers.IntegerField(allow_null=True)
+    warned = serializers.BooleanField()
+    exempt_until = serializers.CharField(help_text="ISO 8601; empty without an exemption.")
+    sparkline = serializers.ListField(
+        child=serializers.FloatField(allow_null=True),
+        help_text="Utilization per step over the scan's range; null where nothing was read.",
+    )
+    scanned_at = serializers.DateTimeField()
+    coverage = serializers.FloatField()
 
 
 class IdleCardSerializer(serializers.ModelSerializer):

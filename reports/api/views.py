@@ -6,8 +6,9 @@ from __future__ import annotations
 
 from dataclasses import asdict
 
+from django.utils.translation import gettext_lazy as _
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiParameter, extend_schema
+from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_view
 from rest_framework import mixins, status
 from rest_framework.decorators import action
 from rest_framework.request import Request
@@ -17,7 +18,9 @@ from audit.interface import request_address
 from pools.permissions import visible_leases
 from portal.api_views import ApiGenericViewSet, ApiReadOnlyModelViewSet, ApiView
 from reports import accounting, permissions, report, services
+from reports.api.docs import ACCOUNTING_EXAMPLES
 from reports.api.serializers import (
+    AllocationIdleAnswerSerializer,
     AllocationIdleSerializer,
     AppealDecisionSerializer,
     AppealSerializer,
@@ -35,6 +38,10 @@ def _visible(queryset, user):
     return queryset if lease_ids is None else queryset.filter(lease_id__in=lease_ids)
 
 
+@extend_schema_view(
+    list=extend_schema(responses=AllocationIdleAnswerSerializer(many=True)),
+    retrieve=extend_schema(responses=AllocationIdleAnswerSerializer),
+)
 class AllocationIdleViewSet(ApiReadOnlyModelViewSet):
     """Live allocations with the last scan's verdict: idle or busy, time idle, GPU-hours
     wasted, p95 use and right-sizing advice. Members see their tenants' rows only."""
@@ -70,7 +77,8 @@ class ReclaimWarningViewSet(ApiReadOnlyModelViewSet):
     def get_queryset(self):
         return _visible(ReclaimWarning.objects.select_related("lease"), self.request.user)
 
-    @extend_schema(request=AppealSerializer, responses=ReclaimWarningSerializer)
+    @extend_schema(summary=_("Appeal a reclaim warning"), request=AppealSerializer,
+                   responses=ReclaimWarningSerializer)  # fmt: skip
     @action(detail=True, methods=["post"])
     def appeal(self, request: Request, pk: str | None = None) -> Response:
         warning = self.get_object()
@@ -86,7 +94,8 @@ class ReclaimWarningViewSet(ApiReadOnlyModelViewSet):
         )
         return Response(ReclaimWarningSerializer(warning).data)
 
-    @extend_schema(request=AppealDecisionSerializer, responses=ReclaimWarningSerializer)
+    @extend_schema(summary=_("Decide an appeal"), request=AppealDecisionSerializer,
+                   responses=ReclaimWarningSerializer)  # fmt: skip
     @action(detail=True, methods=["post"])
     def decide(self, request: Request, pk: str | None = None) -> Response:
         warning = self.get_object()
@@ -133,8 +142,10 @@ class AccountingView(ApiView):
     units; chargeback cost with idle time apart; queue waits."""
 
     @extend_schema(
+        summary=_("Get a month's accounting"),
         parameters=[OpenApiParameter("month", str, description="YYYY-MM (default: now)")],
         responses=OpenApiTypes.OBJECT,
+        examples=ACCOUNTING_EXAMPLES,
     )
     def get(self, request: Request) -> Response:
         month = accounting.parse_month(request.query_params.get("month"))

@@ -1,10 +1,12 @@
-from drf_spectacular.utils import extend_schema_field
+from drf_spectacular.utils import extend_schema_field, extend_schema_serializer
 from rest_framework import serializers
 
 from agents.models import GPU
 from telemetry import readings
+from telemetry.api.docs import GPU_EXAMPLES
 
 
+@extend_schema_serializer(examples=GPU_EXAMPLES)
 class GPUSerializer(serializers.ModelSerializer):
     node = serializers.SlugRelatedField(slug_field="name", read_only=True)
     latest = serializers.SerializerMethodField(

@@ -11,6 +11,7 @@ from agents.filtersets import GPUFilterSet
 from agents.models import GPU, Node
 from portal.api_views import ApiReadOnlyModelViewSet, ApiView
 from telemetry import history, readings
+from telemetry.api.docs import GPU_HISTORY_EXAMPLES, NODE_HISTORY_EXAMPLES
 from telemetry.api.serializers import GPUSerializer
 from telemetry.permissions import ReadingPermissions, visible_owners
 
@@ -35,8 +36,10 @@ class NodeHistoryView(ApiView):
 
     @extend_schema(
         operation_id="nodes_history_retrieve",
+        summary=_("Get a node's history"),
         parameters=[RANGE_PARAMETER],
         responses=OpenApiTypes.OBJECT,
+        examples=NODE_HISTORY_EXAMPLES,
     )
     def get(self, request: Request, pk: int) -> Response:
         """The node's cards together: utilization averaged, memory and power summed."""
@@ -66,7 +69,8 @@ class GPUViewSet(ApiReadOnlyModelViewSet):
         kwargs["context"]["latest"] = readings.latest_for({g.node_id for g in instances})
         return super().get_serializer(*args, **kwargs)
 
-    @extend_schema(parameters=[RANGE_PARAMETER], responses=OpenApiTypes.OBJECT)
+    @extend_schema(summary=_("Get a GPU's history"), parameters=[RANGE_PARAMETER],
+                   responses=OpenApiTypes.OBJECT, examples=GPU_HISTORY_EXAMPLES)  # fmt: skip
     @action(detail=True)
     def history(self, request: Request, pk: str | None = None) -> Response:
         """One card's utilization, memory, power and temperature, with its process owners

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.shortcuts import get_object_or_404
+from django.utils.translation import gettext_lazy as _
 from drf_spectacular.utils import extend_schema, extend_schema_view
 from rest_framework import mixins, status
 from rest_framework.decorators import action
@@ -49,8 +50,12 @@ def _issue(request: Request, fn: Any, *args: Any) -> Response:
 
 
 @extend_schema_view(
-    **{name: extend_schema(description=text) for name, text in TOKEN_OPERATIONS.items()},
-)
+    **{name: extend_schema(description=text)
+       for name, text in TOKEN_OPERATIONS.items() if name != "destroy"},
+    # The row stays, revoked: not a delete.
+    destroy=extend_schema(summary=_("Revoke an API token"),
+                          description=TOKEN_OPERATIONS["destroy"]),
+)  # fmt: skip
 class ApiTokenViewSet(
     mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.CreateModelMixin,
     mixins.DestroyModelMixin, ApiGenericViewSet,
@@ -75,7 +80,10 @@ class ApiTokenViewSet(
 @extend_schema_view(
     **{name: extend_schema(description=text)
        for name, text in SERVICE_ACCOUNT_OPERATIONS.items()
-       if name not in ("tokens", "revoke_token")},
+       if name not in ("tokens", "revoke_token", "destroy")},
+    # The account stays, disabled: not a delete.
+    destroy=extend_schema(summary=_("Disable a service account"),
+                          description=SERVICE_ACCOUNT_OPERATIONS["destroy"]),
 )  # fmt: skip
 class ServiceAccountViewSet(
     mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.CreateModelMixin,
@@ -116,6 +124,8 @@ class ServiceAccountViewSet(
         responses={200: ApiTokenSerializer(many=True), 201: NewApiTokenSerializer},
         filters=False,
     )  # fmt: skip
+    @extend_schema(methods=["GET"], summary=_("List a service account's tokens"))
+    @extend_schema(methods=["POST"], summary=_("Issue a token to a service account"))
     @action(detail=True, methods=["get", "post"], filter_backends=[])
     def tokens(self, request: Request, pk: str | None = None) -> Response:
         account = self._managed()
@@ -125,7 +135,8 @@ class ServiceAccountViewSet(
         page = self.paginate_queryset(tokens)
         return self.get_paginated_response(ApiTokenSerializer(page, many=True).data)
 
-    @extend_schema(description=SERVICE_ACCOUNT_OPERATIONS["revoke_token"], request=None,
+    @extend_schema(summary=_("Revoke a service account's token"),
+                   description=SERVICE_ACCOUNT_OPERATIONS["revoke_token"], request=None,
                    responses={204: None})  # fmt: skip
     @action(detail=True, methods=["delete"], url_path=r"tokens/(?P<token_id>[0-9]+)",
             filter_backends=[])  # fmt: skip
