@@ -13,8 +13,9 @@ from django.utils import timezone
 from rest_framework.test import APIClient
 
 from pools.models import Lease
-from quotas import permissions, tenancy
+from quotas import permissions
 from quotas.models import GpuRequest
+from quotas.tenancy import services as tenancy
 from tests.factories import GPUFactory, OwnerMinuteFactory, held_allocation
 from tests.tenants import teams_fixture  # noqa: F401 (the teams fixture)
 

@@ -19,16 +19,16 @@ from audit.interface import record, snapshot
 from pools.interface import PlacementError, resize_lease, share_pct
 from quotas.choices import NoticeKind, RequestState
 from quotas.models import GpuRequest, Quota
-from quotas.notices import announce
 from quotas.permissions import can_decide, can_manage, tenant_admin_ids
-from quotas.services import (
+from quotas.requests.notices import announce
+from quotas.requests.services import (
     _over,
     allocated_usage,
     budget_problem,
     end_request,
     within_policy,
 )
-from quotas.usage import Usage
+from quotas.tenancy.usage import Usage
 
 MAX_HOURS = 24 * 366
 

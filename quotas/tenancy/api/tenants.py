@@ -15,17 +15,18 @@ from rest_framework.response import Response
 
 from audit.interface import request_address
 from portal.api_views import ApiModelViewSet
-from quotas import permissions, tenancy
-from quotas.api.serializers import (
+from quotas import permissions
+from quotas.models import Membership, Quota
+from quotas.tenancy import services
+from quotas.tenancy.api.serializers import (
     MembershipSerializer,
     QuotaSerializer,
     QuotaUsageSerializer,
     TenantSerializer,
     call_service,
 )
-from quotas.filtersets import MembershipFilterSet, QuotaFilterSet, TenantFilterSet
-from quotas.models import Membership, Quota
-from quotas.usage import quota_usage
+from quotas.tenancy.filtersets import MembershipFilterSet, QuotaFilterSet, TenantFilterSet
+from quotas.tenancy.usage import quota_usage
 
 # The operations' descriptions in the schema, in the reader's language (?lang=zh-hans).
 TENANTS = _(
@@ -69,7 +70,7 @@ class TenantViewSet(ApiModelViewSet):
 
     def perform_destroy(self, instance) -> None:
         call_service(
-            tenancy.delete_tenant,
+            services.delete_tenant,
             instance.pk,
             self.request.user,
             address=request_address(self.request),
@@ -103,7 +104,7 @@ class MembershipViewSet(ApiModelViewSet):
 
     def perform_destroy(self, instance: Membership) -> None:
         call_service(
-            tenancy.remove_member,
+            services.remove_member,
             instance.pk,
             self.request.user,
             address=request_address(self.request),
@@ -126,7 +127,7 @@ class QuotaViewSet(ApiModelViewSet):
 
     def perform_destroy(self, instance: Quota) -> None:
         call_service(
-            tenancy.delete_quota,
+            services.delete_quota,
             instance.pk,
             self.request.user,
             address=request_address(self.request),

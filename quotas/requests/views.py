@@ -20,12 +20,13 @@ from django.views.decorators.http import require_POST
 
 from audit.interface import history_of, request_address
 from pools.models import Allocation
-from quotas import lifecycle, permissions
+from quotas import permissions
 from quotas.choices import OPEN_STATES, RequestState
-from quotas.forms_requests import DecisionForm, ExtendForm, GpuRequestForm, ResizeForm
 from quotas.models import GpuRequest, Notice
-from quotas.notices import mark_read, text_of, unread_count
-from quotas.services import create_request, decide, queue_position
+from quotas.requests import lifecycle
+from quotas.requests.forms import DecisionForm, ExtendForm, GpuRequestForm, ResizeForm
+from quotas.requests.notices import mark_read, text_of, unread_count
+from quotas.requests.services import create_request, decide, queue_position
 
 
 def allocation_url(allocation_id: int) -> str:

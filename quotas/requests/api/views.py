@@ -18,12 +18,14 @@ from rest_framework.response import Response
 from audit.interface import request_address
 from pools.models import Allocation, Pool
 from portal.api_views import ApiGenericViewSet
-from quotas import lifecycle, permissions, waiting
-from quotas.api.docs import CREATE_EXAMPLES, READ_EXAMPLES, WAIT_PARAMETER
+from quotas import permissions
 from quotas.choices import RequestState
 from quotas.models import GpuRequest, Tenant
-from quotas.request_views import allocation_url
-from quotas.services import create_request, decide, queue_position
+from quotas.requests import lifecycle
+from quotas.requests.api.schema import CREATE_EXAMPLES, READ_EXAMPLES, WAIT_PARAMETER
+from quotas.requests.api.wait import MAX_WAIT_SECONDS, wait_while_waiting
+from quotas.requests.services import create_request, decide, queue_position
+from quotas.requests.views import allocation_url
 
 MAX_HOURS = 24 * 366
 
@@ -49,7 +51,7 @@ def _labels(value: dict) -> dict:
 
 
 class GpuRequestSerializer(serializers.ModelSerializer):
-    """A GPU request; written through quotas.services.create_request, which holds the rules."""
+    """A GPU request; quotas.requests.services.create_request writes it and holds the rules."""
 
     tenant = serializers.PrimaryKeyRelatedField(queryset=Tenant.objects.all())
     pool = serializers.PrimaryKeyRelatedField(queryset=Pool.objects.all())
@@ -139,7 +141,7 @@ def _drf_error(exc: DjangoValidationError) -> ValidationError:
 
 
 class WaitSerializer(serializers.Serializer):
-    wait = serializers.IntegerField(min_value=0, max_value=waiting.MAX_WAIT_SECONDS, default=0)
+    wait = serializers.IntegerField(min_value=0, max_value=MAX_WAIT_SECONDS, default=0)
 
 
 class GpuRequestViewSet(
@@ -183,7 +185,7 @@ class GpuRequestViewSet(
         params.is_valid(raise_exception=True)
         req = self.get_object()
         if params.validated_data["wait"]:
-            waiting.wait_while_waiting(req, params.validated_data["wait"])
+            wait_while_waiting(req, params.validated_data["wait"])
             req = self.get_object()
         return Response(self.get_serializer(req).data)
 

@@ -1,0 +1,1 @@
+"""Tenancy's pages: tenants, members and quotas (``tenants``); users (``users``)."""
