@@ -26,9 +26,10 @@ from alerts.recipients import matching
 from alerts.reclaim import deliver_digest
 from pools.permissions import visible_leases
 from quotas.choices import RequestState
-from quotas.permissions import CHANGE_TENANT, is_platform_admin, owners_visible_to, platform_admins
+from quotas.permissions import CHANGE_TENANT, is_platform_admin, platform_admins
 from quotas.requests import notices
 from quotas.requests.consumers import RequestConsumer
+from quotas.requests.permissions import owners_visible_to
 from quotas.requests.services import create_request
 from reports.digest import recipients
 from tests.factories import (

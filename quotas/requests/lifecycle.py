@@ -19,8 +19,9 @@ from audit.interface import record, snapshot
 from pools.interface import PlacementError, resize_lease, share_pct
 from quotas.choices import NoticeKind, RequestState
 from quotas.models import GpuRequest, Quota
-from quotas.permissions import can_decide, can_manage, tenant_admin_ids
+from quotas.permissions import tenant_admin_ids
 from quotas.requests.notices import announce
+from quotas.requests.permissions import can_decide, can_manage
 from quotas.requests.services import (
     _over,
     allocated_usage,

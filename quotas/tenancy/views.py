@@ -2,7 +2,7 @@
 management for tenant admins, tenant and quota forms for platform admins.
 
 A tenant the user may not see is 404 (its name never shows); one they see but may not
-change is 403. The rules are ``quotas.permissions``; the changes ``quotas.tenancy.services``.
+change is 403. The rules are ``quotas.permissions``; the changes ``services``.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from quotas.models import Membership, Quota, Tenant
 from quotas.tenancy import services
 from quotas.tenancy.forms import MemberAddForm, MemberRoleForm, QuotaForm, TenantAddForm, TenantForm
 from quotas.tenancy.usage import QuotaUsage, quota_usage
-from quotas.tenancy.views.users import keep_password_link, pop_password_link
+from quotas.tenancy.user_views import keep_password_link, pop_password_link
 
 DIMENSION_LABELS = {
     "vgpus": gettext_lazy("vGPUs"),

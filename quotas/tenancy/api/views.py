@@ -26,6 +26,7 @@ from quotas.tenancy.api.serializers import (
     call_service,
 )
 from quotas.tenancy.filtersets import MembershipFilterSet, QuotaFilterSet, TenantFilterSet
+from quotas.tenancy.permissions import TenantPermissions
 from quotas.tenancy.usage import quota_usage
 
 # The operations' descriptions in the schema, in the reader's language (?lang=zh-hans).
@@ -55,7 +56,7 @@ USAGE = _(
 class TenantViewSet(ApiModelViewSet):
     serializer_class = TenantSerializer
     filterset_class = TenantFilterSet
-    permission_classes = [permissions.TenantPermissions]
+    permission_classes = [TenantPermissions]
 
     def get_queryset(self):
         return permissions.visible_tenants(self.request.user).order_by("name")
@@ -91,7 +92,7 @@ class TenantViewSet(ApiModelViewSet):
 class MembershipViewSet(ApiModelViewSet):
     serializer_class = MembershipSerializer
     filterset_class = MembershipFilterSet
-    permission_classes = [permissions.TenantPermissions]
+    permission_classes = [TenantPermissions]
     members_may_write = True  # tenant admins: checked per tenant by the serializer and services
 
     def get_queryset(self):
@@ -115,7 +116,7 @@ class MembershipViewSet(ApiModelViewSet):
 class QuotaViewSet(ApiModelViewSet):
     serializer_class = QuotaSerializer
     filterset_class = QuotaFilterSet
-    permission_classes = [permissions.TenantPermissions]
+    permission_classes = [TenantPermissions]
 
     def get_queryset(self):
         tenants = permissions.visible_tenants(self.request.user).values("pk")

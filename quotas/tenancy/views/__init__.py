@@ -1,1 +1,0 @@
-"""Tenancy's pages: tenants, members and quotas (``tenants``); users (``users``)."""
