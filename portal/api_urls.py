@@ -5,8 +5,8 @@ from alerts.api.urls import urlpatterns as alerts_urls
 from audit.api.urls import urlpatterns as audit_urls
 from pools.api.operation_urls import urlpatterns as pool_operation_urls
 from pools.api.urls import urlpatterns as pools_urls
-from quotas.api.request_urls import urlpatterns as requests_urls
-from quotas.api.urls import urlpatterns as quotas_urls
+from quotas.requests.api.urls import urlpatterns as requests_urls
+from quotas.tenancy.api.urls import urlpatterns as quotas_urls
 from reports.api.urls import urlpatterns as reports_urls
 from telemetry.api.urls import urlpatterns as telemetry_urls
 from tokens.api.urls import urlpatterns as tokens_urls

@@ -15,7 +15,7 @@ from django.urls import re_path  # noqa: E402
 from alerts.routing import websocket_urlpatterns as alerts_websockets  # noqa: E402
 from pools.routing import websocket_urlpatterns as pools_websockets  # noqa: E402
 from portal.websocket import NotFoundConsumer, SameOriginValidator  # noqa: E402
-from quotas.routing import websocket_urlpatterns as requests_ws  # noqa: E402
+from quotas.requests.routing import websocket_urlpatterns as requests_ws  # noqa: E402
 from telemetry.routing import websocket_urlpatterns  # noqa: E402
 
 application = ProtocolTypeRouter(

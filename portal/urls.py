@@ -28,8 +28,8 @@ urlpatterns = [
     path("", include("agents.urls")),
     path("", include("pools.urls")),
     path("", include("alerts.urls")),
-    path("", include("quotas.request_urls")),
-    path("", include("quotas.urls")),
+    path("", include("quotas.requests.urls")),
+    path("", include("quotas.tenancy.urls")),
     path("", include("audit.urls")),
     path("", include("reports.urls")),
     path("", include("tokens.urls")),  # the Account page, service accounts

@@ -1,6 +1,6 @@
 """Tenants, their members (inline) and quotas in Django's admin, for platform admins.
 
-The admin writes rows directly; the pages and the API go through ``quotas.tenancy`` and
+The admin writes rows directly; the pages and the API go through ``quotas.tenancy.services`` and
 the audit log. Quotas are validated by the model (guarantee within limit) here too.
 """
 

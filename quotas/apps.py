@@ -12,7 +12,7 @@ class QuotasConfig(AppConfig):
         # The apps below cannot import this one: they take rules instead. A member sees
         # the process owners on the cards of their tenants' allocations while they held
         # them, and the leases held for their tenants.
-        from quotas.permissions import leases_visible_to, owners_visible_to
+        from quotas.requests.permissions import leases_visible_to, owners_visible_to
         from telemetry.interface import grant_owners
 
         grant_owners(owners_visible_to)

@@ -32,7 +32,7 @@ OPEN_STATES = frozenset({RequestState.PENDING, RequestState.APPROVED, RequestSta
 
 
 class NoticeKind(models.TextChoices):
-    """A step of a request someone is told about (quotas.notices words each one)."""
+    """A step of a request someone is told about (quotas.requests.notices words each one)."""
 
     CREATED = "created", _("Request submitted")
     APPROVED = "approved", _("Approved")

@@ -23,9 +23,10 @@ from django.utils import timezone
 
 from pools.interface import Ask
 from pools.models import Pool
-from quotas import lifecycle, services, tenancy
 from quotas.choices import Role
 from quotas.models import GpuRequest, Tenant
+from quotas.requests import lifecycle, services
+from quotas.tenancy import services as tenancy
 
 log = logging.getLogger(__name__)
 

@@ -8,21 +8,21 @@ querying ``Membership`` themselves.
 
 from __future__ import annotations
 
-from quotas.accounts import set_apart as set_apart_users
-from quotas.lifecycle import release_lease_request
-from quotas.notices import announce_id
-from quotas.notices import text_of as notice_text
 from quotas.permissions import (
     administered_tenant_ids,
     tenant_admin_ids,
     tenant_admins,
     tenant_members,
 )
-from quotas.queries import RequestFact, expiring_requests, pending_requests
-from quotas.services import demand_of
-from quotas.signals import request_event
-from quotas.tenancy import add_member
-from quotas.usage import (
+from quotas.requests.facts import RequestFact, expiring_requests, pending_requests
+from quotas.requests.lifecycle import release_lease_request
+from quotas.requests.notices import announce_id
+from quotas.requests.notices import text_of as notice_text
+from quotas.requests.services import demand_of
+from quotas.requests.signals import request_event
+from quotas.tenancy.accounts import set_apart as set_apart_users
+from quotas.tenancy.services import add_member
+from quotas.tenancy.usage import (
     REQUESTER,
     TENANT,
     Held,

@@ -1,7 +1,7 @@
 """Tenants, their members and roles, their quotas per pool, and their GPU requests.
 
 A tenant may use a pool when it has a quota there: the quota row is also the pool's door
-and the lock that serializes the tenant's placements in it (``quotas.services``).
+and the lock that serializes the tenant's placements in it (``quotas.requests.services``).
 """
 
 from __future__ import annotations

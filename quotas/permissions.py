@@ -1,5 +1,7 @@
-"""Who may see and change what in tenancy: one set of rules for the pages, the API and the
-websocket consumers.
+"""Who holds which role, and what each role may do in tenancy: one set of rules for the
+pages, the API and the websocket consumers of both halves of quotas, and the apps above.
+Who may see and act on a GPU request is ``quotas.requests.permissions``, built on these;
+how the tenancy API applies them, ``quotas.tenancy.permissions``.
 
 Roles, from the widest:
 
@@ -18,21 +20,12 @@ is answered as absent (404), never as forbidden, so tenant names do not leak.
 
 from __future__ import annotations
 
-import operator
-from collections.abc import Sequence
-from datetime import timedelta
-from functools import reduce
-
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser, Group
 from django.db.models import Q, QuerySet
-from django.utils import timezone
-from rest_framework import permissions
-from rest_framework.request import Request
 
-from pools.models import Allocation
-from quotas.choices import DECIDING_ROLES, RequestState, Role
-from quotas.models import GpuRequest, Membership, Tenant
+from quotas.choices import DECIDING_ROLES, Role
+from quotas.models import Membership, Tenant
 
 CHANGE_TENANT = "quotas.change_tenant"
 
@@ -158,125 +151,3 @@ def approves_somewhere(user: User) -> bool:
     """Whether the approvals queue is for ``user``: a platform admin, or an approver or
     admin of some tenant."""
     return is_platform_admin(user) or tenant_ids_of(user, deciding=True).exists()
-
-
-# --- GPU requests ------------------------------------------------------------------------
-
-
-def visible_requests(user: User) -> QuerySet[GpuRequest]:
-    """The GPU requests the user may read (pages, API, socket parts): all for platform
-    admins; for anyone else their tenants' and their own. Their own stay theirs after they
-    leave the tenant: they may still hold its GPUs (leaving releases nothing), and are
-    still told of each step, as they still see the lease (``leases_visible_to``)."""
-    rows = GpuRequest.objects.select_related("tenant", "pool", "requester", "decided_by")
-    if is_platform_admin(user):
-        return rows
-    if not user.is_authenticated:
-        return rows.none()
-    return rows.filter(Q(tenant_id__in=tenant_ids_of(user)) | Q(requester_id=user.pk))
-
-
-def can_decide(user: User, req: GpuRequest) -> bool:
-    """Approve or reject: the tenant's approvers and admins, and platform admins; never
-    the requester alone (nobody decides their own request, unless a platform admin)."""
-    if is_platform_admin(user):
-        return True
-    return can_approve(user, req.tenant_id) and user.pk != req.requester_id
-
-
-def can_manage(user: User, req: GpuRequest) -> bool:
-    """Release, extend, resize or cancel: the requester (while still a member), the
-    tenant's admins, platform admins."""
-    if not user.is_authenticated:
-        return False
-    if is_platform_admin(user):
-        return True
-    role = role_in(user, req.tenant_id)
-    return role == Role.ADMIN or (role is not None and user.pk == req.requester_id)
-
-
-def decidable_requests(user: User) -> QuerySet[GpuRequest]:
-    """Pending requests and pending extensions ``user`` may decide, oldest first."""
-    waiting = Q(state=RequestState.PENDING) | Q(
-        state=RequestState.ALLOCATED, extension_hours__isnull=False
-    )
-    rows = visible_requests(user).filter(waiting).order_by("created", "pk")
-    if is_platform_admin(user):
-        return rows
-    return rows.filter(tenant_id__in=tenant_ids_of(user, deciding=True)).exclude(requester=user)
-
-
-def leases_visible_to(user: User) -> Q:
-    """A filter over ``pools.Lease``: the leases held for the user's tenants' requests, and
-    the user's own; every lease for platform admins, who see every tenant's requests
-    (``Q()``). Registered with the pools app in ``QuotasConfig.ready``."""
-    if not user.is_authenticated:
-        return Q(pk__in=[])
-    if is_platform_admin(user):
-        return Q()
-    return Q(gpu_request__tenant_id__in=tenant_ids_of(user)) | Q(holder_id=user.pk)
-
-
-# How far back a member's grant to see process owners reaches: further than any history
-# range the pages offer (7 days), short enough to keep the filter small.
-OWNER_GRANT_REACH = timedelta(days=31)
-
-
-def owners_visible_to(user: User, gpu_ids: Sequence[int]) -> Q | None:
-    """A filter over telemetry's owner rollups (``gpu``, ``owner``, ``bucket``): on each
-    card, the buckets inside the life of an allocation of one of the user's tenants (of
-    any tenant, for platform admins: what each tenant's own people see), registered with
-    ``telemetry.interface.grant_owners`` in ``QuotasConfig.ready``. A bucket counts from
-    the minute the allocation was placed until it was released."""
-    if not user.is_authenticated or not gpu_ids:
-        return None
-    since = timezone.now() - OWNER_GRANT_REACH
-    tenants = (
-        Q(lease__gpu_request__isnull=False)
-        if is_platform_admin(user)
-        else Q(lease__gpu_request__tenant_id__in=tenant_ids_of(user))
-    )
-    lives = (
-        Allocation.objects.filter(tenants, gpu_id__in=list(gpu_ids), placed_at__isnull=False)
-        .filter(Q(released_at__isnull=True) | Q(released_at__gte=since))
-        .values_list("gpu_id", "placed_at", "released_at")
-    )
-    granted = []
-    for gpu_id, placed_at, released_at in lives:
-        q = Q(gpu_id=gpu_id, bucket__gte=placed_at.replace(second=0, microsecond=0))
-        if released_at is not None:
-            q &= Q(bucket__lt=released_at)
-        granted.append(q)
-    return reduce(operator.or_, granted) if granted else None
-
-
-def _acts_on_one(view) -> bool:
-    """Whether the call names one object (a detail route), found through the queryset."""
-    return (getattr(view, "lookup_url_kwarg", None) or view.lookup_field) in view.kwargs
-
-
-class TenantPermissions(permissions.BasePermission):
-    """Signed in to read (the querysets narrow what each user sees: others' tenants are
-    404); writes to tenants and quotas by platform admins; memberships by the tenant's
-    admins, checked on the object and again in the services.
-
-    A write to one object is judged once it is found, as the pages do: another tenant's
-    tenant or quota is 404 (it is not there for the caller), one's own but not one's to
-    change is 403. Creating is judged at once (the tenant is in the body, not the path)."""
-
-    def has_permission(self, request: Request, view) -> bool:
-        user = request.user
-        if not (user and user.is_authenticated):
-            return False
-        if request.method in permissions.SAFE_METHODS:
-            return True
-        if getattr(view, "members_may_write", False) or is_platform_admin(user):
-            return True
-        return _acts_on_one(view)
-
-    def has_object_permission(self, request: Request, view, obj) -> bool:
-        if request.method in permissions.SAFE_METHODS:
-            return True
-        if isinstance(obj, Membership):
-            return can_manage_members(request.user, obj.tenant_id)
-        return is_platform_admin(request.user)

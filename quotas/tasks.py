@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from celery import shared_task
 
-from quotas import lifecycle
 from quotas.choices import RequestState
 from quotas.models import GpuRequest
-from quotas.services import place_queued
+from quotas.requests import lifecycle
+from quotas.requests.services import place_queued
 
 
 @shared_task(ignore_result=True)

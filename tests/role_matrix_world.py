@@ -39,9 +39,9 @@ from alerts.models import Rule
 from audit.models import AuditEntry
 from pools import failover
 from pools.models import PoolCard
-from quotas import lifecycle
 from quotas.choices import Role
-from quotas.services import create_request, decide, place_request
+from quotas.requests import lifecycle
+from quotas.requests.services import create_request, decide, place_request
 from reports import scan
 from reports import services as report_services
 from reports.choices import WarningState

@@ -12,9 +12,9 @@ from alerts import business, cycle, events, notices, recipients, rules
 from alerts.choices import ScopeKind, Severity
 from alerts.evaluate import RuleSpec
 from alerts.models import Delivery, Event, Rule
-from quotas import services as quota_services
 from quotas.choices import NoticeKind
 from quotas.models import GpuRequest
+from quotas.requests import services as quota_services
 from tests.factories import (
     ChannelFactory,
     MembershipFactory,

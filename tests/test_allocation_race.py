@@ -198,7 +198,7 @@ django.setup()
 from django.contrib.auth import get_user_model
 from django.core.exceptions import ValidationError
 from pools.models import Pool
-from quotas import services
+from quotas.requests import services
 from quotas.choices import RequestState
 from quotas.models import GpuRequest, Membership
 

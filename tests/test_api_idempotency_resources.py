@@ -122,7 +122,7 @@ def test_making_a_token_with_a_key_is_refused_and_stores_nothing(alice):
 def test_making_a_user_or_a_link_with_a_key_is_refused_and_stores_nothing(alice):
     from django.contrib.auth import get_user_model
 
-    from quotas.api.users import SECRET_LINK
+    from quotas.tenancy.api.user_views import SECRET_LINK
 
     users = get_user_model().objects.count()
     refused = post(alice, "/api/v1/users/", {"username": "newbie"}, "user-1")

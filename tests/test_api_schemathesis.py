@@ -11,7 +11,7 @@ import subprocess
 
 import pytest
 
-from quotas.services import create_request
+from quotas.requests.services import create_request
 from tests import procs
 from tests.factories import gpu_team
 from tests.live_api import token

@@ -11,8 +11,8 @@ import redis
 from django.conf import settings
 from rest_framework.test import APIClient
 
-from quotas.notices import tenant_group
-from quotas.services import create_request
+from quotas.requests.notices import tenant_group
+from quotas.requests.services import create_request
 from tests import procs
 from tests.api import error_fields
 from tests.factories import gpu_team

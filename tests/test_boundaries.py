@@ -5,7 +5,8 @@ agents (inventory, registration, the agent client, the node agent), telemetry, p
 quotas, reports, alerts, tokens, and portal's wiring (settings, URLs, ASGI, Celery, the demo
 command: what puts the apps together). A module imports only its own layer or those below
 it, the apps above use telemetry only through ``telemetry.interface``, and no module
-imports itself round a circle of others. Read from the source with ``ast``, so an import
+imports itself round a circle of others; in quotas, the tenancy half never imports the
+requests half built on it. Read from the source with ``ast``, so an import
 inside a function, or under ``TYPE_CHECKING``, counts as much as one at the top.
 """
 
@@ -48,12 +49,18 @@ WIRING = {
         "telemetry.api.urls", "telemetry.urls", "telemetry.routing", "telemetry.tasks",
         "pools.api.operation_urls", "pools.api.urls", "pools.urls", "pools.routing",
         "pools.demo", "alerts.api.urls", "alerts.urls", "alerts.demo", "alerts.routing",
-        "quotas.api.urls", "quotas.urls", "quotas.api.request_urls", "quotas.request_urls",
-        "quotas.routing", "audit.api.urls", "audit.urls", "reports.api.urls", "reports.urls",
+        "quotas.tenancy.api.urls", "quotas.tenancy.urls", "quotas.requests.api.urls",
+        "quotas.requests.urls", "quotas.requests.routing", "audit.api.urls", "audit.urls",
+        "reports.api.urls", "reports.urls",
         "tokens.api.urls", "tokens.urls", "quotas.demo", "reports.demo", "telemetry.demo",
         "agents.gpu_agent.replay",
     },
 }  # fmt: skip
+
+# quotas is one Django app in two halves: GPU requests are built on tenancy, never the
+# reverse, and what both share (models, choices, the role rules) imports neither half.
+QUOTAS_HALVES = ("quotas.tenancy", "quotas.requests")
+QUOTAS_SHARED = {"quotas.models", "quotas.choices", "quotas.permissions"}
 
 
 def _modules() -> list[tuple[str, Path]]:
@@ -191,6 +198,21 @@ def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     return sorted(circles)
 
 
+def _in(module: str, package: str) -> bool:
+    return module == package or module.startswith(package + ".")
+
+
+def _across_quotas_halves(graph: dict[str, set[str]]) -> list[str]:
+    tenancy, requests = QUOTAS_HALVES
+    return [
+        f"{module} imports {target}"
+        for module, targets in sorted(graph.items())
+        for target in sorted(targets)
+        if (_in(module, tenancy) and _in(target, requests))
+        or (module in QUOTAS_SHARED and any(_in(target, half) for half in QUOTAS_HALVES))
+    ]
+
+
 def _violations() -> list[str]:
     """Imports of another app's private modules (the layers are ``_upward``'s)."""
     problems = []
@@ -254,6 +276,24 @@ def test_the_private_name_check_sees_absolute_and_relative_imports(tmp_path):
         "from os import _exit\nfrom pools import __version__\n"
     )
     assert _private_imports(source) == ["pools.services._give_back", "._mine"]
+
+
+def test_quotas_tenancy_never_imports_its_requests_half():
+    assert _across_quotas_halves(_graph()) == []
+
+
+def test_the_halves_check_catches_tenancy_or_a_shared_module_reaching_requests():
+    graph = {
+        "quotas.tenancy.views": {"quotas.requests.services", "quotas.permissions"},
+        "quotas.requests.services": {"quotas.tenancy.usage", "quotas.permissions"},
+        "quotas.permissions": {"quotas.requests.permissions"}, "quotas.interface": {
+            "quotas.tenancy.services", "quotas.requests.facts"},
+        "quotas.requests.permissions": {"quotas.permissions"}, "quotas.tenancy": set(),
+    }  # fmt: skip
+    assert _across_quotas_halves(graph) == [
+        "quotas.permissions imports quotas.requests.permissions",
+        "quotas.tenancy.views imports quotas.requests.services",
+    ]
 
 
 def test_the_checks_catch_a_circle_and_an_upward_import():

@@ -12,7 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 from playwright.sync_api import Browser, BrowserContext, Page, expect
 
-from quotas.services import create_request
+from quotas.requests.services import create_request
 from tests import procs
 from tests.factories import gpu_team
 

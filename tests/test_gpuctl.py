@@ -17,7 +17,7 @@ from pools import launch
 from pools.models import Allocation
 from quotas.choices import RequestState
 from quotas.models import GpuRequest
-from quotas.services import create_request, decide
+from quotas.requests.services import create_request, decide
 from tests import procs
 from tests.factories import gpu_team
 from tokens.interface import issue

@@ -25,11 +25,12 @@ from alerts.permissions import event_groups
 from alerts.recipients import matching
 from alerts.reclaim import deliver_digest
 from pools.permissions import visible_leases
-from quotas import notices
 from quotas.choices import RequestState
-from quotas.consumers import RequestConsumer
-from quotas.permissions import CHANGE_TENANT, is_platform_admin, owners_visible_to, platform_admins
-from quotas.services import create_request
+from quotas.permissions import CHANGE_TENANT, is_platform_admin, platform_admins
+from quotas.requests import notices
+from quotas.requests.consumers import RequestConsumer
+from quotas.requests.permissions import owners_visible_to
+from quotas.requests.services import create_request
 from reports.digest import recipients
 from tests.factories import (
     EventFactory,

@@ -9,7 +9,7 @@ from rest_framework.test import APIClient
 
 from audit.models import AuditEntry
 from pools.models import Allocation, Pool, PoolCard
-from quotas.services import create_request
+from quotas.requests.services import create_request
 from tests import api
 from tests.api import error_fields
 from tests.factories import (

@@ -9,7 +9,7 @@ from rest_framework.test import APIClient
 
 from quotas.choices import RequestState
 from quotas.models import GpuRequest
-from quotas.services import create_request
+from quotas.requests.services import create_request
 from tests.api import error_fields
 from tests.factories import gpu_team
 

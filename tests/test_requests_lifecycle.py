@@ -14,11 +14,11 @@ from django.utils import timezone
 
 from audit.interface import history_of
 from pools.models import Allocation, PoolCard
-from quotas import lifecycle, services
 from quotas.choices import NoticeKind, RequestState
 from quotas.interface import request_event
 from quotas.models import GpuRequest, Notice
-from quotas.services import create_request, decide, place_queued, queue_position
+from quotas.requests import lifecycle, services
+from quotas.requests.services import create_request, decide, place_queued, queue_position
 from quotas.tasks import place_all_queued, sweep_requests
 from tests.factories import gpu_team
 

@@ -12,7 +12,7 @@ from django.urls import reverse
 from pools.models import PoolCard
 from quotas.choices import RequestState
 from quotas.models import GpuRequest, Notice
-from quotas.services import create_request, decide
+from quotas.requests.services import create_request, decide
 from tests.factories import MembershipFactory, PoolFactory, gpu_team, online_cards
 
 pytestmark = pytest.mark.django_db

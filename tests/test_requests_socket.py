@@ -12,7 +12,7 @@ from django.conf import settings
 from django.test import Client
 
 from portal.asgi import application
-from quotas.services import create_request, decide
+from quotas.requests.services import create_request, decide
 from tests.factories import gpu_team
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -13,7 +13,7 @@ from django.utils import timezone
 from audit.interface import AuditEntry
 from quotas.choices import NoticeKind, RequestState, Role
 from quotas.models import GpuRequest, Notice
-from quotas.services import create_request, decide
+from quotas.requests.services import create_request, decide
 from reports import takeback
 from reports.choices import WarningCause, WarningState
 from reports.interface import reclaim_warned, reclaimed
@@ -157,7 +157,7 @@ def test_nothing_happens_before_the_request_has_waited_and_never_to_its_own_tena
 
 def test_the_take_back_is_withdrawn_when_the_request_no_longer_waits(world, run_commits):
     _lender, _needy, dev, _approver, _leases = world
-    from quotas import lifecycle
+    from quotas.requests import lifecycle
 
     req = _wait_for_half(world, run_commits)
     now = timezone.now() + timedelta(minutes=2)

@@ -11,9 +11,10 @@ from django.test import Client
 from rest_framework.test import APIClient
 
 from audit.interface import AuditEntry
-from quotas import accounts, tenancy
 from quotas.choices import Role
 from quotas.models import Membership, Tenant
+from quotas.tenancy import accounts
+from quotas.tenancy import services as tenancy
 from tests.api import error_fields
 from tests.factories import TenantFactory, UserFactory
 from tests.tenants import (

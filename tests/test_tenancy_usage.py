@@ -13,7 +13,7 @@ from django.test.utils import CaptureQueriesContext
 from pools.choices import AllocationState
 from quotas.choices import BudgetPeriod
 from quotas.models import Quota
-from quotas.usage import gpu_hours_left, period_start, quota_usage
+from quotas.tenancy.usage import gpu_hours_left, period_start, quota_usage
 from tests.factories import (
     PoolFactory,
     QuotaFactory,

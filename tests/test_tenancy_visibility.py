@@ -13,8 +13,10 @@ from django.utils import timezone
 from rest_framework.test import APIClient
 
 from pools.models import Lease
-from quotas import permissions, tenancy
+from quotas import permissions
 from quotas.models import GpuRequest
+from quotas.requests import permissions as request_permissions
+from quotas.tenancy import services as tenancy
 from tests.factories import GPUFactory, OwnerMinuteFactory, held_allocation
 from tests.tenants import teams_fixture  # noqa: F401 (the teams fixture)
 
@@ -59,14 +61,20 @@ def test_leases_visible_to_a_member_are_their_tenants_and_their_own(teams):
     acme = set(Lease.objects.filter(gpu_request__tenant=teams.acme).values_list("pk", flat=True))
     bravo = set(Lease.objects.filter(gpu_request__tenant=teams.bravo).values_list("pk", flat=True))
     seen = set(
-        Lease.objects.filter(permissions.leases_visible_to(bob)).values_list("pk", flat=True)
+        Lease.objects.filter(request_permissions.leases_visible_to(bob)).values_list(
+            "pk", flat=True
+        )
     )
     assert seen == acme
     seen = set(
-        Lease.objects.filter(permissions.leases_visible_to(tom)).values_list("pk", flat=True)
+        Lease.objects.filter(request_permissions.leases_visible_to(tom)).values_list(
+            "pk", flat=True
+        )
     )
     assert seen == bravo
-    assert not Lease.objects.filter(permissions.leases_visible_to(teams.user("dave"))).exists()
+    assert not Lease.objects.filter(
+        request_permissions.leases_visible_to(teams.user("dave"))
+    ).exists()
 
 
 def _ids(rows) -> set[int]:
@@ -76,17 +84,19 @@ def _ids(rows) -> set[int]:
 def test_requests_are_visible_to_their_tenant_and_decided_by_its_approvers(teams):
     bob, andy, tom, alice = (teams.user(n) for n in ("bob", "andy", "tom", "alice"))
     acme = _ids(teams.acme.requests.all())
-    assert _ids(permissions.visible_requests(bob)) == acme
-    assert _ids(permissions.visible_requests(tom)) == _ids(teams.bravo.requests.all())
-    assert permissions.visible_requests(alice).count() == 2
-    assert not permissions.visible_requests(teams.user("dave")).exists()
+    assert _ids(request_permissions.visible_requests(bob)) == acme
+    assert _ids(request_permissions.visible_requests(tom)) == _ids(teams.bravo.requests.all())
+    assert request_permissions.visible_requests(alice).count() == 2
+    assert not request_permissions.visible_requests(teams.user("dave")).exists()
     pending = GpuRequest.objects.create(tenant=teams.acme, pool=teams.pool, requester=bob,
                                         reason="training")  # fmt: skip
-    assert _ids(permissions.decidable_requests(andy)) == {pending.pk}
-    assert _ids(permissions.decidable_requests(alice)) == {pending.pk}
-    assert not permissions.decidable_requests(bob).exists()  # a member, and his own
-    assert not permissions.decidable_requests(tom).exists()  # another tenant's admin
-    assert permissions.can_decide(andy, pending) and not permissions.can_decide(bob, pending)
+    assert _ids(request_permissions.decidable_requests(andy)) == {pending.pk}
+    assert _ids(request_permissions.decidable_requests(alice)) == {pending.pk}
+    assert not request_permissions.decidable_requests(bob).exists()  # a member, and his own
+    assert not request_permissions.decidable_requests(tom).exists()  # another tenant's admin
+    assert request_permissions.can_decide(andy, pending) and not request_permissions.can_decide(
+        bob, pending
+    )
     assert permissions.can_approve(andy, teams.acme) and not permissions.can_approve(
         bob, teams.acme
     )
@@ -101,9 +111,9 @@ def test_a_former_member_still_sees_the_requests_they_made_and_no_other(teams):
     [theirs] = GpuRequest.objects.filter(requester=erin)
     tenancy.remove_member(teams.memberships["bob"].pk, erin)
     # Leaving releases nothing: bob still holds the GPU, its lease and its request.
-    assert _ids(permissions.visible_requests(bob)) == {own.pk}
-    assert Lease.objects.filter(permissions.leases_visible_to(bob)).get() == own.lease
-    assert not permissions.can_manage(bob, own)  # acting on it needs the membership
+    assert _ids(request_permissions.visible_requests(bob)) == {own.pk}
+    assert Lease.objects.filter(request_permissions.leases_visible_to(bob)).get() == own.lease
+    assert not request_permissions.can_manage(bob, own)  # acting on it needs the membership
     client = APIClient()
     client.force_authenticate(bob)
     assert [r["id"] for r in client.get("/api/v1/gpu-requests/").json()["results"]] == [own.pk]

@@ -12,8 +12,9 @@ from django.test import Client
 from rest_framework.test import APIClient
 
 from audit.interface import AuditEntry
-from quotas import accounts, tenancy
 from quotas.choices import Role
+from quotas.tenancy import accounts
+from quotas.tenancy import services as tenancy
 from tests.factories import UserFactory
 from tests.tenants import (
     ACTORS,

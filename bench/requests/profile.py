@@ -60,9 +60,9 @@ def main(argv: list[str] | None = None) -> int:
     from django.test import Client
 
     from bench.requests.run import empty_requests, setup
-    from quotas import services
     from quotas.choices import RequestState
     from quotas.models import GpuRequest
+    from quotas.requests import services
 
     empty_requests()
     make_cards(args.nodes, args.gpus)

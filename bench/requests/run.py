@@ -63,7 +63,7 @@ def setup(count: int, approvers: int) -> tuple[list[str], list[int]]:
     from pools.services import refresh_cards
     from quotas.choices import Role
     from quotas.models import Membership, Quota, Tenant
-    from quotas.services import create_request
+    from quotas.requests.services import create_request
     from tokens.interface import issue
 
     users = get_user_model().objects

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from django import template
 
-from quotas.notices import unread_count
 from quotas.permissions import approves_somewhere as _approves_somewhere
 from quotas.permissions import is_platform_admin
+from quotas.requests.notices import unread_count
 
 register = template.Library()
 

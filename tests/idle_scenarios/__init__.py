@@ -13,7 +13,7 @@ from django.utils import timezone
 
 from pools.models import Allocation
 from quotas.models import GpuRequest
-from quotas.services import create_request
+from quotas.requests.services import create_request
 from telemetry.models import GpuMinute, OwnerMinute
 from tests.factories import MembershipFactory, Team, gpu_team
 

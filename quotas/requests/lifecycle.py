@@ -19,16 +19,17 @@ from audit.interface import record, snapshot
 from pools.interface import PlacementError, resize_lease, share_pct
 from quotas.choices import NoticeKind, RequestState
 from quotas.models import GpuRequest, Quota
-from quotas.notices import announce
-from quotas.permissions import can_decide, can_manage, tenant_admin_ids
-from quotas.services import (
+from quotas.permissions import tenant_admin_ids
+from quotas.requests.notices import announce
+from quotas.requests.permissions import can_decide, can_manage
+from quotas.requests.services import (
     allocated_usage,
     budget_problem,
     end_request,
     limits_passed,
     within_policy,
 )
-from quotas.usage import Usage
+from quotas.tenancy.usage import Usage
 
 MAX_HOURS = 24 * 366
 

@@ -1,7 +1,7 @@
 """Waiting for a GPU request to leave the waiting states (``GET .../?wait=N``, docs/api.md).
 
 The waiter listens where the live pages do: every step of a request is published after
-commit to its tenant's channel-layer group (quotas.notices), from whichever process made
+commit to its tenant's channel-layer group (quotas.requests.notices), from whichever process made
 it (web or Celery worker). The waiter joins that group on a channel of its own *before*
 reading the state, so no step is missed between the read and the wait, then reads the row
 again on each event about its request; a slow re-read every RECHECK_SECONDS covers a step
@@ -20,7 +20,7 @@ from channels.layers import get_channel_layer
 
 from quotas.choices import RequestState
 from quotas.models import GpuRequest
-from quotas.notices import tenant_group
+from quotas.requests.notices import tenant_group
 
 MAX_WAIT_SECONDS = 60
 RECHECK_SECONDS = 5.0

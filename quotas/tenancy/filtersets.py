@@ -12,9 +12,9 @@ from django.contrib.auth import get_user_model
 from django.db.models import QuerySet
 from django.utils.translation import gettext_lazy as _
 
-from quotas import accounts
 from quotas.choices import BudgetPeriod, Role
 from quotas.models import Membership, Quota, Tenant
+from quotas.tenancy import accounts
 
 
 class TenantFilterSet(django_filters.FilterSet):

@@ -2,7 +2,7 @@
 management for tenant admins, tenant and quota forms for platform admins.
 
 A tenant the user may not see is 404 (its name never shows); one they see but may not
-change is 403. The rules are ``quotas.permissions``; the changes ``quotas.tenancy``.
+change is 403. The rules are ``quotas.permissions``; the changes ``services``.
 """
 
 from __future__ import annotations
@@ -24,12 +24,13 @@ from django.views.decorators.http import require_POST
 
 from audit.interface import request_address
 from portal.forms import add_service_errors
-from quotas import permissions, tenancy
-from quotas.account_views import keep_password_link, pop_password_link
+from quotas import permissions
 from quotas.choices import Role
-from quotas.forms import MemberAddForm, MemberRoleForm, QuotaForm, TenantAddForm, TenantForm
 from quotas.models import Membership, Quota, Tenant
-from quotas.usage import QuotaUsage, quota_usage
+from quotas.tenancy import services
+from quotas.tenancy.forms import MemberAddForm, MemberRoleForm, QuotaForm, TenantAddForm, TenantForm
+from quotas.tenancy.usage import QuotaUsage, quota_usage
+from quotas.tenancy.user_views import keep_password_link, pop_password_link
 
 DIMENSION_LABELS = {
     "vgpus": gettext_lazy("vGPUs"),
@@ -165,7 +166,7 @@ def tenant_add(request: HttpRequest) -> HttpResponse:
     form = TenantAddForm(request.POST or None)
     if request.method == "POST" and form.is_valid():
         arguments = form.service_arguments()
-        tenant = _run(form, tenancy.create_tenant, request.user, address=request_address(request),
+        tenant = _run(form, services.create_tenant, request.user, address=request_address(request),
                       **arguments)  # fmt: skip
         if tenant is not None:
             messages.success(request, _("Tenant %(name)s created.") % {"name": tenant.name})
@@ -182,7 +183,7 @@ def tenant_edit(request: HttpRequest, slug: str) -> HttpResponse:
     _platform_admin_only(request)
     form = TenantForm(request.POST or None, tenant=tenant)
     if request.method == "POST" and form.is_valid():
-        saved = _run(form, tenancy.update_tenant, tenant.pk, request.user,
+        saved = _run(form, services.update_tenant, tenant.pk, request.user,
                      address=request_address(request), **form.cleaned_data)  # fmt: skip
         if saved is not None:
             messages.success(request, _("Tenant %(name)s saved.") % {"name": saved.name})
@@ -200,7 +201,7 @@ def tenant_members(request: HttpRequest, slug: str) -> HttpResponse:
     form = MemberAddForm(request.POST or None)
     if request.method == "POST" and form.is_valid():
         arguments = form.service_arguments()
-        added = _run(form, tenancy.add_member, tenant.pk, request.user,
+        added = _run(form, services.add_member, tenant.pk, request.user,
                      address=request_address(request), **arguments)  # fmt: skip
         if added is not None:
             messages.success(request, _("%(user)s added.") % {"user": added.user.get_username()})
@@ -238,7 +239,7 @@ def member_role(request: HttpRequest, slug: str, pk: int) -> HttpResponse:
         messages.error(request, _("Choose one of the roles."))
     else:
         try:
-            tenancy.change_role(pk, request.user, role=form.cleaned_data["role"],
+            services.change_role(pk, request.user, role=form.cleaned_data["role"],
                                 address=request_address(request))  # fmt: skip
         except ValidationError as exc:
             messages.error(request, _first_error(exc))
@@ -256,7 +257,7 @@ def member_role(request: HttpRequest, slug: str, pk: int) -> HttpResponse:
 def member_remove(request: HttpRequest, slug: str, pk: int) -> HttpResponse:
     membership = _member_of(request, slug, pk)
     try:
-        tenancy.remove_member(pk, request.user, address=request_address(request))
+        services.remove_member(pk, request.user, address=request_address(request))
     except ValidationError as exc:
         messages.error(request, _first_error(exc))
     except PermissionError:
@@ -273,7 +274,7 @@ def quota_add(request: HttpRequest, slug: str) -> HttpResponse:
     form = QuotaForm(request.POST or None, tenant=tenant)
     if request.method == "POST" and form.is_valid():
         data = dict(form.cleaned_data)
-        quota = _run(form, tenancy.create_quota, request.user, tenant=tenant,
+        quota = _run(form, services.create_quota, request.user, tenant=tenant,
                      address=request_address(request), **data)  # fmt: skip
         if quota is not None:
             messages.success(request, _("Quota in %(pool)s saved.") % {"pool": quota.pool.name})
@@ -289,7 +290,7 @@ def quota_edit(request: HttpRequest, slug: str, pk: int) -> HttpResponse:
     quota = get_object_or_404(Quota.objects.select_related("pool"), pk=pk, tenant=tenant)
     form = QuotaForm(request.POST or None, tenant=tenant, quota=quota)
     if request.method == "POST" and form.is_valid():
-        saved = _run(form, tenancy.update_quota, quota.pk, request.user,
+        saved = _run(form, services.update_quota, quota.pk, request.user,
                      address=request_address(request), **form.cleaned_data)  # fmt: skip
         if saved is not None:
             messages.success(request, _("Quota in %(pool)s saved.") % {"pool": quota.pool.name})
@@ -304,6 +305,6 @@ def quota_delete(request: HttpRequest, slug: str, pk: int) -> HttpResponse:
     tenant = _visible_tenant(request, slug)
     _platform_admin_only(request)
     quota = get_object_or_404(Quota.objects.select_related("pool"), pk=pk, tenant=tenant)
-    tenancy.delete_quota(quota.pk, request.user, address=request_address(request))
+    services.delete_quota(quota.pk, request.user, address=request_address(request))
     messages.success(request, _("Quota in %(pool)s removed.") % {"pool": quota.pool.name})
     return redirect(tenant)

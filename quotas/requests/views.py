@@ -1,6 +1,6 @@
 """The GPU request pages: ask, my requests and GPUs, a request's page, the approvals
-queue, and the actions on them. Rules live in the services and quotas.permissions;
-here only who is asking, which form, and where to go next.
+queue, and the actions on them. Rules live in the services and
+``quotas.requests.permissions``; here only who is asking, which form, and where to go next.
 
 The two list pages also answer ``?part=1`` with their live part alone: their script
 fetches it when the socket says something changed, so what it shows passes the same
@@ -21,12 +21,14 @@ from django.views.decorators.http import require_POST
 from audit.interface import history_of, request_address
 from pools.models import Allocation
 from portal.forms import add_service_errors
-from quotas import lifecycle, permissions
+from quotas import permissions
 from quotas.choices import OPEN_STATES, RequestState
-from quotas.forms_requests import DecisionForm, ExtendForm, GpuRequestForm, ResizeForm
 from quotas.models import GpuRequest, Notice
-from quotas.notices import mark_read, text_of, unread_count
-from quotas.services import create_request, decide, queue_position
+from quotas.requests import lifecycle
+from quotas.requests.forms import DecisionForm, ExtendForm, GpuRequestForm, ResizeForm
+from quotas.requests.notices import mark_read, text_of, unread_count
+from quotas.requests.permissions import can_decide, can_manage, decidable_requests, visible_requests
+from quotas.requests.services import create_request, decide, queue_position
 
 
 def allocation_url(allocation_id: int) -> str:
@@ -58,7 +60,7 @@ def _notices(user) -> list[dict]:
 
 @login_required
 def request_mine(request: HttpRequest) -> HttpResponse:
-    mine = permissions.visible_requests(request.user).filter(requester=request.user)
+    mine = visible_requests(request.user).filter(requester=request.user)
     context = {
         "rows": _rows(mine.order_by("-created")[:200]),
         "notices": _notices(request.user),
@@ -87,7 +89,7 @@ def request_new(request: HttpRequest) -> HttpResponse:
 
 
 def _visible(request: HttpRequest, pk: int) -> GpuRequest:
-    req = permissions.visible_requests(request.user).filter(pk=pk).first()
+    req = visible_requests(request.user).filter(pk=pk).first()
     if req is None:
         raise Http404  # another tenant's request is as absent as a missing one
     return req
@@ -98,9 +100,9 @@ def _detail(request: HttpRequest, req: GpuRequest, *, status: int = 200, **forms
     context = {
         "row": _rows([req])[0],
         "history": history_of(req),
-        "can_manage": permissions.can_manage(user, req),
+        "can_manage": can_manage(user, req),
         "is_open": req.state in OPEN_STATES,
-        "can_decide": permissions.can_decide(user, req),
+        "can_decide": can_decide(user, req),
         "extend_form": forms.get("extend_form") or ExtendForm(),
         "resize_form": forms.get("resize_form")
         or ResizeForm(initial={"compute_pct": req.compute_pct, "memory_mib": req.memory_mib}),
@@ -246,7 +248,7 @@ def extension_decide(request: HttpRequest, pk: int) -> HttpResponse:
 def approvals(request: HttpRequest) -> HttpResponse:
     if not permissions.approves_somewhere(request.user):
         raise PermissionDenied
-    context = {"rows": _rows(permissions.decidable_requests(request.user)[:500]),
+    context = {"rows": _rows(decidable_requests(request.user)[:500]),
                "decision_form": DecisionForm()}  # fmt: skip
     template = (
         "quotas/approvals_part.html" if request.GET.get("part") else "quotas/approvals_queue.html"

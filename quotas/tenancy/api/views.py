@@ -15,17 +15,19 @@ from rest_framework.response import Response
 
 from audit.interface import request_address
 from portal.api_views import ApiModelViewSet
-from quotas import permissions, tenancy
-from quotas.api.serializers import (
+from quotas import permissions
+from quotas.models import Membership, Quota
+from quotas.tenancy import services
+from quotas.tenancy.api.serializers import (
     MembershipSerializer,
     QuotaSerializer,
     QuotaUsageSerializer,
     TenantSerializer,
     call_service,
 )
-from quotas.filtersets import MembershipFilterSet, QuotaFilterSet, TenantFilterSet
-from quotas.models import Membership, Quota
-from quotas.usage import quota_usage
+from quotas.tenancy.filtersets import MembershipFilterSet, QuotaFilterSet, TenantFilterSet
+from quotas.tenancy.permissions import TenantPermissions
+from quotas.tenancy.usage import quota_usage
 
 # The operations' descriptions in the schema, in the reader's language (?lang=zh-hans).
 TENANTS = _(
@@ -54,7 +56,7 @@ USAGE = _(
 class TenantViewSet(ApiModelViewSet):
     serializer_class = TenantSerializer
     filterset_class = TenantFilterSet
-    permission_classes = [permissions.TenantPermissions]
+    permission_classes = [TenantPermissions]
 
     def get_queryset(self):
         return permissions.visible_tenants(self.request.user).order_by("name")
@@ -69,7 +71,7 @@ class TenantViewSet(ApiModelViewSet):
 
     def perform_destroy(self, instance) -> None:
         call_service(
-            tenancy.delete_tenant,
+            services.delete_tenant,
             instance.pk,
             self.request.user,
             address=request_address(self.request),
@@ -91,7 +93,7 @@ class TenantViewSet(ApiModelViewSet):
 class MembershipViewSet(ApiModelViewSet):
     serializer_class = MembershipSerializer
     filterset_class = MembershipFilterSet
-    permission_classes = [permissions.TenantPermissions]
+    permission_classes = [TenantPermissions]
     members_may_write = True  # tenant admins: checked per tenant by the serializer and services
 
     def get_queryset(self):
@@ -104,7 +106,7 @@ class MembershipViewSet(ApiModelViewSet):
 
     def perform_destroy(self, instance: Membership) -> None:
         call_service(
-            tenancy.remove_member,
+            services.remove_member,
             instance.pk,
             self.request.user,
             address=request_address(self.request),
@@ -115,7 +117,7 @@ class MembershipViewSet(ApiModelViewSet):
 class QuotaViewSet(ApiModelViewSet):
     serializer_class = QuotaSerializer
     filterset_class = QuotaFilterSet
-    permission_classes = [permissions.TenantPermissions]
+    permission_classes = [TenantPermissions]
 
     def get_queryset(self):
         tenants = permissions.visible_tenants(self.request.user).values("pk")
@@ -127,7 +129,7 @@ class QuotaViewSet(ApiModelViewSet):
 
     def perform_destroy(self, instance: Quota) -> None:
         call_service(
-            tenancy.delete_quota,
+            services.delete_quota,
             instance.pk,
             self.request.user,
             address=request_address(self.request),

@@ -1,5 +1,5 @@
 from django.urls import path
 
-from quotas.consumers import RequestConsumer
+from quotas.requests.consumers import RequestConsumer
 
 websocket_urlpatterns = [path("ws/requests/", RequestConsumer.as_asgi())]

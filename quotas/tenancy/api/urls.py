@@ -1,7 +1,7 @@
 from rest_framework.routers import SimpleRouter
 
-from quotas.api.tenants import MembershipViewSet, QuotaViewSet, TenantViewSet
-from quotas.api.users import UserViewSet
+from quotas.tenancy.api.user_views import UserViewSet
+from quotas.tenancy.api.views import MembershipViewSet, QuotaViewSet, TenantViewSet
 
 router = SimpleRouter()
 router.register("tenants", TenantViewSet, basename="tenant")

@@ -1,6 +1,6 @@
 from rest_framework.routers import SimpleRouter
 
-from quotas.api.requests import GpuRequestViewSet
+from quotas.requests.api.views import GpuRequestViewSet
 
 router = SimpleRouter()
 router.register("gpu-requests", GpuRequestViewSet, basename="gpurequest")

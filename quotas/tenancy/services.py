@@ -6,7 +6,7 @@ nothing changed) and records the change in the audit log in the same transaction
 
 The one rule across rows: a tenant keeps at least one active admin, from its creation on.
 It is created with its first admin (an existing user or one made in the same step);
-removing, demoting or deactivating (``quotas.accounts``) its last active admin is refused,
+removing, demoting or deactivating (``quotas.tenancy.accounts``) its last active admin is refused,
 whoever asks; the tenant row is locked while admins are counted, so two admins demoting
 each other at once cannot both succeed.
 """
@@ -23,10 +23,11 @@ from django.utils.translation import gettext as _
 
 from audit.interface import record, snapshot
 from pools.models import Pool
-from quotas import accounts, permissions
-from quotas.accounts import NewUser
+from quotas import permissions
 from quotas.choices import Role
 from quotas.models import Membership, Quota, Tenant
+from quotas.tenancy import accounts
+from quotas.tenancy.accounts import NewUser
 
 TENANT_FIELDS = ("name", "slug", "description")
 # Slugs the tenant pages' own paths use (/tenants/add/).

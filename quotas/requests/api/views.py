@@ -7,136 +7,29 @@ from __future__ import annotations
 
 from django.db.models import Prefetch
 from django.utils.translation import gettext_lazy as _
-from django_filters import rest_framework as filters
-from drf_spectacular.utils import extend_schema, extend_schema_field, extend_schema_serializer
-from rest_framework import mixins, serializers, status
+from drf_spectacular.utils import extend_schema
+from rest_framework import mixins, status
 from rest_framework.decorators import action
 from rest_framework.exceptions import PermissionDenied
 from rest_framework.request import Request
 from rest_framework.response import Response
 
 from audit.interface import request_address
-from pools.models import Allocation, Pool
+from pools.models import Allocation
 from portal.api_views import ApiGenericViewSet
-from quotas import lifecycle, permissions, waiting
-from quotas.api.docs import CREATE_EXAMPLES, READ_EXAMPLES, WAIT_PARAMETER
-from quotas.choices import RequestState
-from quotas.models import GpuRequest, Tenant
-from quotas.request_views import allocation_url
-from quotas.services import create_request, decide, queue_position
-
-MAX_HOURS = 24 * 366
-
-
-class AllocationBriefSerializer(serializers.ModelSerializer):
-    node = serializers.CharField(source="gpu.node.name", default="", read_only=True)
-    gpu_uuid = serializers.CharField(source="gpu.uuid", default="", read_only=True)
-    url = serializers.SerializerMethodField()
-
-    class Meta:
-        model = Allocation
-        fields = ["id", "state", "node", "gpu_uuid", "compute_pct", "memory_mib", "whole_card",
-                  "placed_at", "released_at", "url"]  # fmt: skip
-
-    def get_url(self, allocation: Allocation) -> str:
-        return allocation_url(allocation.pk)
-
-
-def _labels(value: dict) -> dict:
-    if len(value) > 16 or any(len(k) > 63 or len(v) > 63 for k, v in value.items()):
-        raise serializers.ValidationError("At most 16 labels, keys and values up to 63 characters.")
-    return value
-
-
-# Every answer with a request (the actions' too) shows it placed, as READ_EXAMPLES do.
-@extend_schema_serializer(examples=READ_EXAMPLES)
-class GpuRequestSerializer(serializers.ModelSerializer):
-    """A GPU request; written through quotas.services.create_request, which holds the rules."""
-
-    tenant = serializers.PrimaryKeyRelatedField(queryset=Tenant.objects.all())
-    pool = serializers.PrimaryKeyRelatedField(queryset=Pool.objects.all())
-    count = serializers.IntegerField(min_value=1, max_value=64, default=1)
-    whole_card = serializers.BooleanField(default=False)
-    compute_pct = serializers.IntegerField(min_value=1, max_value=100, default=100)
-    memory_mib = serializers.IntegerField(min_value=1, max_value=10_000_000, default=1024)
-    gpu_model = serializers.CharField(max_length=128, allow_blank=True, default="")
-    node_name = serializers.CharField(max_length=255, allow_blank=True, default="")
-    node_labels = serializers.DictField(
-        child=serializers.CharField(max_length=63, allow_blank=True), default=dict,
-        validators=[_labels],
-    )  # fmt: skip
-    same_node = serializers.BooleanField(default=False)
-    duration_hours = serializers.IntegerField(
-        min_value=1, max_value=MAX_HOURS, allow_null=True, default=None,
-        help_text="Empty or null: open-ended, until released.",
-    )  # fmt: skip
-    reason = serializers.CharField(max_length=2000)
-    requester = serializers.CharField(source="requester.get_username", read_only=True)
-    decided_by = serializers.CharField(
-        source="decided_by.get_username", read_only=True, default=None, allow_null=True
-    )
-    queue_position = serializers.SerializerMethodField()
-    allocations = serializers.SerializerMethodField()
-
-    class Meta:
-        model = GpuRequest
-        fields = [
-            "id", "tenant", "pool", "requester", "count", "whole_card", "compute_pct",
-            "memory_mib", "gpu_model", "node_name", "node_labels", "same_node",
-            "duration_hours", "reason", "priority", "state", "queue_position", "borrowed",
-            "decided_by", "decided_at", "decision_comment", "escalated_at", "queued_at",
-            "placed_at", "expires_at", "ended_at", "extension_hours", "created", "allocations",
-        ]  # fmt: skip
-        read_only_fields = [
-            "priority", "state", "borrowed", "decided_at", "decision_comment", "escalated_at",
-            "queued_at", "placed_at", "expires_at", "ended_at", "extension_hours", "created",
-        ]  # fmt: skip
-
-    def get_queue_position(self, req: GpuRequest) -> int | None:
-        return queue_position(req)
-
-    @extend_schema_field(AllocationBriefSerializer(many=True))
-    def get_allocations(self, req: GpuRequest) -> list[dict]:
-        if not req.lease_id:
-            return []
-        return AllocationBriefSerializer(req.lease.allocations.all(), many=True).data
-
-
-class CommentSerializer(serializers.Serializer):
-    comment = serializers.CharField(max_length=2000, allow_blank=True, default="")
-
-
-class ExtendSerializer(serializers.Serializer):
-    hours = serializers.IntegerField(min_value=1, max_value=MAX_HOURS)
-
-
-class ResizeSerializer(serializers.Serializer):
-    compute_pct = serializers.IntegerField(min_value=1, max_value=100)
-    memory_mib = serializers.IntegerField(min_value=1, max_value=10_000_000)
-
-
-class GpuRequestFilterSet(filters.FilterSet):
-    state = filters.MultipleChoiceFilter(choices=RequestState.choices)
-    mine = filters.BooleanFilter(method="filter_mine", label="Only my own requests")
-    waiting_for_me = filters.BooleanFilter(
-        method="filter_waiting", label="Only requests I may decide now"
-    )
-
-    class Meta:
-        model = GpuRequest
-        fields = ["state", "tenant", "pool"]
-
-    def filter_mine(self, queryset, name, value):
-        return queryset.filter(requester=self.request.user) if value else queryset
-
-    def filter_waiting(self, queryset, name, value):
-        if not value:
-            return queryset
-        return queryset & permissions.decidable_requests(self.request.user)
-
-
-class WaitSerializer(serializers.Serializer):
-    wait = serializers.IntegerField(min_value=0, max_value=waiting.MAX_WAIT_SECONDS, default=0)
+from quotas.requests import lifecycle
+from quotas.requests.api.docs import CREATE_EXAMPLES, READ_EXAMPLES, WAIT_PARAMETER
+from quotas.requests.api.serializers import (
+    CommentSerializer,
+    ExtendSerializer,
+    GpuRequestSerializer,
+    ResizeSerializer,
+    WaitSerializer,
+)
+from quotas.requests.api.wait import wait_while_waiting
+from quotas.requests.filtersets import GpuRequestFilterSet
+from quotas.requests.permissions import visible_requests
+from quotas.requests.services import create_request, decide
 
 
 class GpuRequestViewSet(
@@ -154,7 +47,7 @@ class GpuRequestViewSet(
     def get_queryset(self):
         allocations = Allocation.objects.select_related("gpu__node")
         return (
-            permissions.visible_requests(self.request.user)
+            visible_requests(self.request.user)
             .select_related("lease")
             .prefetch_related(Prefetch("lease__allocations", queryset=allocations))
             .order_by("-created", "-pk")
@@ -178,7 +71,7 @@ class GpuRequestViewSet(
         params.is_valid(raise_exception=True)
         req = self.get_object()
         if params.validated_data["wait"]:
-            waiting.wait_while_waiting(req, params.validated_data["wait"])
+            wait_while_waiting(req, params.validated_data["wait"])
             req = self.get_object()
         return Response(self.get_serializer(req).data)
 

@@ -4,7 +4,7 @@ new user opens from that link.
 
 A new link rides in the server-side session from the POST to the next view of the page
 that shows it (post/redirect/get), which shows it once; those pages are never cached. The
-rules are ``quotas.accounts``.
+rules are ``quotas.tenancy.accounts``.
 """
 
 from __future__ import annotations
@@ -26,9 +26,10 @@ from django.views.decorators.http import require_POST
 
 from audit.interface import request_address
 from portal.forms import add_service_errors
-from quotas import accounts, permissions
-from quotas.forms import UserForm, UserSearchForm
+from quotas import permissions
 from quotas.models import Membership
+from quotas.tenancy import accounts
+from quotas.tenancy.forms import UserForm, UserSearchForm
 
 PAGE_SIZE = 50
 # The session key that carries a new set-password link to the one page that shows it.

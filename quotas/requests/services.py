@@ -31,9 +31,10 @@ from pools.interface import (
 from pools.models import Allocation, Pool
 from quotas.choices import OPEN_STATES, NoticeKind, RequestState
 from quotas.models import GpuRequest, Quota, Tenant
-from quotas.notices import announce, publish
-from quotas.permissions import can_decide, role_in
-from quotas.usage import LIVE, Usage, ask_hours, gpu_hours_left
+from quotas.permissions import role_in
+from quotas.requests.notices import announce, publish
+from quotas.requests.permissions import can_decide
+from quotas.tenancy.usage import LIVE, Usage, ask_hours, gpu_hours_left
 
 ASK_FIELDS = (
     "count", "whole_card", "compute_pct", "memory_mib", "gpu_model", "node_name",

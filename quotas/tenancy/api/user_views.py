@@ -1,4 +1,4 @@
-"""/api/v1/users/: the people who sign in, for platform admins (``quotas.accounts``).
+"""/api/v1/users/: the people who sign in, for platform admins (``quotas.tenancy.accounts``).
 
 Everyone else is refused (403): the list of users is not a tenant's business. A new user's
 set-password link is in the answer that makes it (and in a new link's answer), once: those
@@ -20,10 +20,10 @@ from rest_framework.response import Response
 
 from audit.interface import request_address
 from portal.api_views import ApiGenericViewSet
-from quotas import accounts
 from quotas import permissions as quota_permissions
-from quotas.api.serializers import call_service
-from quotas.filtersets import UserFilterSet
+from quotas.tenancy import accounts
+from quotas.tenancy.api.serializers import call_service
+from quotas.tenancy.filtersets import UserFilterSet
 
 OPERATIONS: dict[str, Promise] = {
     "list": _(

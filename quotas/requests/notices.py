@@ -18,7 +18,7 @@ from django.utils.translation import gettext_lazy as _
 
 from quotas.choices import NoticeKind
 from quotas.models import GpuRequest, Notice
-from quotas.signals import request_event
+from quotas.requests.signals import request_event
 
 # Everyone a platform admin: every tenant's events.
 ALL_GROUP = "requests.all"

@@ -1,6 +1,6 @@
 from django.urls import path
 
-from quotas import request_views as views
+from quotas.requests import views
 
 app_name = "requests"
 

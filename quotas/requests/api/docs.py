@@ -6,7 +6,7 @@ from __future__ import annotations
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiExample, OpenApiParameter
 
-from quotas.waiting import MAX_WAIT_SECONDS
+from quotas.requests.api.wait import MAX_WAIT_SECONDS
 
 WAIT_PARAMETER = OpenApiParameter(
     "wait",

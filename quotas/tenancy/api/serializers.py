@@ -1,4 +1,4 @@
-"""Tenants, memberships and quotas over the API. Writes go through ``quotas.tenancy``,
+"""Tenants, memberships and quotas over the API. Writes go through ``quotas.tenancy.services``,
 which holds the rules; its field-level errors come back as 400s that changed nothing."""
 
 from __future__ import annotations
@@ -11,10 +11,11 @@ from rest_framework import exceptions, serializers
 
 from audit.interface import request_address
 from pools.models import Pool
-from quotas import permissions, tenancy
+from quotas import permissions
 from quotas.choices import Role
 from quotas.models import Membership, Quota, Tenant
-from quotas.usage import QuotaUsage
+from quotas.tenancy import services
+from quotas.tenancy.usage import QuotaUsage
 
 
 def call_service(fn: Callable[..., Any], *args, **kwargs) -> Any:
@@ -61,12 +62,12 @@ class TenantSerializer(_ServiceSerializer):
         return roles.get(tenant.pk)
 
     def create(self, validated_data: dict) -> Tenant:
-        return call_service(tenancy.create_tenant, **self.actor_and_address(), **validated_data)
+        return call_service(services.create_tenant, **self.actor_and_address(), **validated_data)
 
     def update(self, instance: Tenant, validated_data: dict) -> Tenant:
         who = self.actor_and_address()
         return call_service(
-            tenancy.update_tenant, instance.pk, who["actor"], address=who["address"],
+            services.update_tenant, instance.pk, who["actor"], address=who["address"],
             **validated_data,
         )  # fmt: skip
 
@@ -107,7 +108,7 @@ class MembershipSerializer(_ServiceSerializer):
     def create(self, validated_data: dict) -> Membership:
         who = self.actor_and_address()
         return call_service(
-            tenancy.add_member, validated_data["tenant"].pk, who["actor"],
+            services.add_member, validated_data["tenant"].pk, who["actor"],
             username=validated_data["user"]["username"], role=validated_data["role"],
             address=who["address"],
         )  # fmt: skip
@@ -115,7 +116,7 @@ class MembershipSerializer(_ServiceSerializer):
     def update(self, instance: Membership, validated_data: dict) -> Membership:
         who = self.actor_and_address()
         return call_service(
-            tenancy.change_role, instance.pk, who["actor"],
+            services.change_role, instance.pk, who["actor"],
             role=validated_data.get("role", instance.role), address=who["address"],
         )  # fmt: skip
 
@@ -128,7 +129,7 @@ class QuotaSerializer(_ServiceSerializer):
 
     class Meta:
         model = Quota
-        fields = ["id", "tenant", "pool", *tenancy.QUOTA_FIELDS, "created", "updated"]
+        fields = ["id", "tenant", "pool", *services.QUOTA_FIELDS, "created", "updated"]
         read_only_fields = ["id", "created", "updated"]
         validators = []  # guarantee within limit, one quota per pool: said per field
 
@@ -145,13 +146,13 @@ class QuotaSerializer(_ServiceSerializer):
         return attrs
 
     def create(self, validated_data: dict) -> Quota:
-        return call_service(tenancy.create_quota, **self.actor_and_address(), **validated_data)
+        return call_service(services.create_quota, **self.actor_and_address(), **validated_data)
 
     def update(self, instance: Quota, validated_data: dict) -> Quota:
         who = self.actor_and_address()
         fields = {k: v for k, v in validated_data.items() if k not in ("tenant", "pool")}
         return call_service(
-            tenancy.update_quota, instance.pk, who["actor"], address=who["address"], **fields
+            services.update_quota, instance.pk, who["actor"], address=who["address"], **fields
         )
 
 

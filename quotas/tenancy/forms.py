@@ -1,4 +1,4 @@
-"""Forms for tenants, members and quotas. They only carry input; ``quotas.tenancy``
+"""Forms for tenants, members and quotas. They only carry input; ``quotas.tenancy.services``
 holds the rules and its field-level errors land on the fields here."""
 
 from __future__ import annotations
@@ -7,10 +7,10 @@ from django import forms
 from django.utils.translation import gettext_lazy as _
 
 from pools.models import Pool
-from quotas.accounts import NewUser
 from quotas.choices import Role
 from quotas.models import Quota, Tenant
-from quotas.tenancy import QUOTA_FIELDS, TENANT_FIELDS
+from quotas.tenancy.accounts import NewUser
+from quotas.tenancy.services import QUOTA_FIELDS, TENANT_FIELDS
 
 
 class TenantForm(forms.Form):
@@ -47,7 +47,7 @@ class QuotaForm(forms.Form):
 
 class NewUserFieldsMixin:
     """An existing user by name, or a new one made in the same form: ticking ``new_user``
-    makes a user of that name with these details (``quotas.accounts``)."""
+    makes a user of that name with these details (``quotas.tenancy.accounts``)."""
 
     def add_new_user_fields(self) -> None:
         self.fields["new_user"] = forms.BooleanField(

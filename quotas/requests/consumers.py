@@ -13,8 +13,8 @@ from __future__ import annotations
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
 
-from quotas.notices import ALL_GROUP, tenant_group, user_group
 from quotas.permissions import is_platform_admin, tenant_ids_of
+from quotas.requests.notices import ALL_GROUP, tenant_group, user_group
 
 CLOSE_UNAUTHENTICATED = 4401
 

@@ -2,7 +2,7 @@
 
 Platform admins (``permissions.can_manage_users``) list users, make them, deactivate and
 reactivate them; a tenant's admins make a new user only as they invite them
-(``quotas.tenancy.add_member`` with ``new_user``), and platform admins as they create a
+(``quotas.tenancy.services.add_member`` with ``new_user``), and platform admins as they create a
 tenant with its first admin. A new user has no password: they choose one through a
 set-password link (Django's ``default_token_generator``, read by its standard
 ``PasswordResetConfirmView``) that the page shows once for the admin to pass on. The link
@@ -18,7 +18,7 @@ The rules, whoever asks:
 - a superuser is deactivated, reactivated or sent a link only by a superuser: a platform
   admin by permission does not stop or take over an account that holds more than theirs;
 - the last active admin of a tenant is not deactivated (a tenant keeps an admin); the
-  tenants are locked while admins are counted, as ``quotas.tenancy`` does;
+  tenants are locked while admins are counted, as ``quotas.tenancy.services`` does;
 - a set-password link is made only for an active user who has not set a password yet
   (for one who has, it would let the admin take the account over).
 

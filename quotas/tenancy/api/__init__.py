@@ -1,0 +1,1 @@
+"""/api/v1/tenants/, memberships/, quotas/ and users/."""
