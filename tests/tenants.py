@@ -49,8 +49,9 @@ class Teams:
     users: dict  # name -> user
     memberships: dict  # name -> Membership (erin, andy, bob, tom, bella)
 
-    def user(self, name: str):
-        return self.users[name]
+    def user(self, name: str | None):
+        """The actor called ``name``; None (an anonymous caller) for None."""
+        return None if name is None else self.users[name]
 
 
 def build_teams(conftest_users: dict) -> Teams:

@@ -11,6 +11,7 @@ from pools.models import PoolCard
 from quotas.choices import RequestState
 from quotas.models import GpuRequest, Notice
 from quotas.services import create_request, decide
+from tests import clients
 from tests.factories import MembershipFactory, PoolFactory, gpu_team, online_cards
 
 pytestmark = pytest.mark.django_db
@@ -22,8 +23,7 @@ def team():
 
 
 def client_for(user) -> Client:
-    client = Client()
-    client.force_login(user)
+    client = clients.page(user)
     return client
 
 
