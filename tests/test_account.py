@@ -116,8 +116,7 @@ def test_revoking_is_post_only(bob_client, bob):
 
 
 def test_token_changes_need_the_csrf_token(bob):
-    client = Client(enforce_csrf_checks=True)
-    client.force_login(bob)
+    client = clients.page(bob, enforce_csrf_checks=True)
     assert _create(client).status_code == 403
     assert not ApiToken.objects.exists()
 

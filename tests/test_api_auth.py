@@ -16,7 +16,7 @@ URLS = ["/api/v1/nodes/", "/api/v1/gpus/"]
 
 @pytest.mark.parametrize("url", URLS)
 def test_an_anonymous_caller_is_asked_to_authenticate(url):
-    response = APIClient().get(url)
+    response = clients.api().get(url)
     assert response.status_code == 401
     assert response["WWW-Authenticate"].startswith("Bearer")
 
@@ -24,8 +24,7 @@ def test_an_anonymous_caller_is_asked_to_authenticate(url):
 @pytest.mark.parametrize("url", URLS)
 def test_a_bad_token_is_refused_with_a_challenge(url, member_user):
     issue(member_user, name="ci")
-    client = APIClient()
-    client.credentials(HTTP_AUTHORIZATION="Bearer not-a-real-key")
+    client = clients.bearer("not-a-real-key")
     response = client.get(url)
     assert response.status_code == 401
     assert response["WWW-Authenticate"].startswith("Bearer")

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pytest
 from django.urls import reverse
-from rest_framework.test import APIClient
 
 from agents.models import GPU, Node
 from telemetry import services
@@ -107,7 +106,7 @@ def test_healthz_answers_without_login(client):
 
 @pytest.mark.parametrize("url", ["/api/v1/nodes/", "/api/v1/gpus/"])
 def test_api_refuses_anonymous_callers(url, fleet):
-    assert APIClient().get(url).status_code == 401
+    assert clients.api().get(url).status_code == 401
 
 
 def test_api_lists_nodes_without_their_tokens(bob, fleet):

@@ -130,7 +130,7 @@ def test_my_page_lists_my_requests_with_state_queue_and_allocations(
 
 def test_pages_answer_anonymous_visitors_with_the_login_page(team):
     for path in ("/requests/", "/requests/new/", "/approvals/", "/requests/1/"):
-        response = Client().get(path)
+        response = clients.page().get(path)
         assert response.status_code == 302 and "/accounts/login/" in response["Location"]
 
 

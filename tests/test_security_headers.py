@@ -60,7 +60,7 @@ INLINE_STYLE = re.compile(r"<style|<[^>]+\sstyle\s*=|javascript:", re.IGNORECASE
 
 def test_no_page_needs_an_inline_script_or_style(pages):
     client, urls = pages
-    anonymous = Client()
+    anonymous = clients.page()
     bodies = [(url, client.get(url).content.decode()) for url in urls]
     bodies.append(("/accounts/login/", anonymous.get("/accounts/login/").content.decode()))
     for url, body in bodies:
