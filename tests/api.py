@@ -28,6 +28,8 @@ from django.db.models import Model
 from rest_framework.response import Response
 from rest_framework.test import APIClient
 
+from tests import clients
+
 # Who tries each operation: the named actors of tests/conftest.py and an anonymous caller.
 ACTORS = ("anonymous", "alice", "bob", "carol", "dave")
 SIGNED_IN = tuple(name for name in ACTORS if name != "anonymous")
@@ -86,10 +88,7 @@ class EndpointTests:
     # --- helpers -----------------------------------------------------------------------
 
     def client(self, actor: Model | None) -> APIClient:
-        client = APIClient()
-        if actor is not None:
-            client.force_authenticate(actor)
-        return client
+        return clients.api(actor)
 
     def allowed(self, actor: Model | None, group: tuple[str, ...]) -> bool:
         return actor is not None and actor.get_username() in group

@@ -19,7 +19,7 @@ from whitenoise.middleware import WhiteNoiseMiddleware
 
 from portal import redis_client
 from tests import procs, raw_http
-from tests.factories import UserFactory
+from tests.cast import CAST, person
 
 AGENT_TOKEN = "test-agent-token"
 
@@ -125,39 +125,28 @@ def store(request) -> redis.Redis:
 
 
 # --- named actors ------------------------------------------------------------------------
-# Who is who in permission tests; each password is the name followed by "-pw-1".
+# The one cast (tests/cast.py), a fixture each; each password is the name followed by "-pw-1".
 # Test both sides of every boundary with them: the one allowed and the one refused.
-
-NODE_OPERATOR_PERMISSIONS = (
-    "agents.add_node",
-    "agents.change_node",
-    "agents.delete_node",
-    "telemetry.view_process_owners",
-)
-
-
-@pytest.fixture
-def alice(db) -> AbstractBaseUser:
-    """The platform admin: a superuser, allowed everything."""
-    return UserFactory(username="alice", is_superuser=True)
+#   alice  the platform admin: a superuser          oscar  a platform admin by permission alone
+#   bob    a member (acme's, in the teams)           carol  an operator: the node permissions
+#   dave   staff without permissions, in no tenant   erin   a tenant admin (acme's)
+#   andy   an approver (acme's)                      tom    another tenant's admin (bravo's)
+#   bella  an outsider to acme (bravo's member)
+# Their tenants and GPUs come with the ``teams`` fixture (tests/tenants.py).
 
 
-@pytest.fixture
-def bob(db) -> AbstractBaseUser:
-    """A member: reads the fleet and its history, without process owners; changes nothing."""
-    return UserFactory(username="bob")
+def _actor(name: str):
+    @pytest.fixture(name=name)
+    def actor_fixture(db) -> AbstractBaseUser:
+        return person(name)
+
+    actor_fixture.__doc__ = CAST[name].about
+    return actor_fixture
 
 
-@pytest.fixture
-def carol(db) -> AbstractBaseUser:
-    """An operator: not staff, granted the node permissions and the process owners."""
-    return UserFactory(username="carol", permissions=NODE_OPERATOR_PERMISSIONS)
-
-
-@pytest.fixture
-def dave(db) -> AbstractBaseUser:
-    """Staff without permissions: being staff alone grants nothing outside the admin."""
-    return UserFactory(username="dave", is_staff=True)
+# One fixture per actor, named after it (pytest finds fixtures among the module's names).
+for _name in CAST:
+    globals()[_name] = _actor(_name)
 
 
 @pytest.fixture
@@ -165,6 +154,12 @@ def actor(request: pytest.FixtureRequest) -> AbstractBaseUser | None:
     """The named actor a test is parametrized with (``"anonymous"`` is None)."""
     name = request.param
     return None if name == "anonymous" else request.getfixturevalue(name)
+
+
+@pytest.fixture
+def everyone(request: pytest.FixtureRequest) -> dict[str, AbstractBaseUser]:
+    """The whole cast, by name (the very users a test's own ``alice``... fixtures give)."""
+    return {name: request.getfixturevalue(name) for name in CAST}
 
 
 # The names tests used before the actors; kept so that tests written meanwhile still run.

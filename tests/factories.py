@@ -1,8 +1,8 @@
 """Test data, built one way: factory_boy factories with sensible defaults.
 
 Give only what a test is about (``NodeFactory(state="draining")``); the rest is filled in.
-Named actors (alice, bob, carol, dave) are fixtures in tests/conftest.py, built from
-``UserFactory``.
+The named actors (alice, bob, ...) are tests/cast.py's, built from ``UserFactory``; each
+is a fixture in tests/conftest.py.
 """
 
 from __future__ import annotations

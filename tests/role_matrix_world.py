@@ -16,6 +16,8 @@ once per module through the services, and who calls it with which token.
   waiting; the idle scan's rows, a warning on the allocated lease, an appealed one on
   the extended lease, an exemption.
 - A's alert rule, channel, subscription and firing event; A's service account and token.
+- each caller plays a part of tests/cast.py under a name of its own (``rm-admin`` is alice's
+  part, ``rm-outsider`` bella's...: ``PARTS``).
 - two users in no tenant: ``spare_user`` (active, no password chosen) and
   ``inactive_user`` (deactivated), for the Users operations.
 
@@ -46,6 +48,7 @@ from reports import scan
 from reports import services as report_services
 from reports.choices import WarningState
 from reports.models import IdleCard, ReclaimWarning
+from tests import cast
 from tests.factories import (
     GPUFactory,
     MembershipFactory,
@@ -62,7 +65,11 @@ from tokens.choices import Scope
 
 # Every caller of the matrix, in the order of the table's columns.
 CALLERS = ("anon", "read", "admin", "padmin", "tadmin", "approver", "member", "outsider", "staff")
-PEOPLE = ("tadmin", "approver", "member", "outsider")  # the tenants' people
+# Who plays each caller: the part of tests/cast.py's actor (tenant A in the role of acme).
+PARTS = {
+    "tadmin": "erin", "approver": "andy", "member": "bob", "outsider": "bella",
+    "admin": "alice", "padmin": "oscar", "staff": "dave",
+}  # fmt: skip
 
 
 @dataclass
@@ -108,12 +115,11 @@ class World:
 
 def build_world() -> World:
     w = World()
-    users = {name: UserFactory(username=f"rm-{name}", password=None) for name in PEOPLE}
-    users["admin"] = UserFactory(username="rm-admin", password=None, is_superuser=True)
-    users["padmin"] = UserFactory(
-        username="rm-padmin", password=None, permissions=["quotas.change_tenant"]
-    )
-    users["staff"] = UserFactory(username="rm-staff", password=None, is_staff=True)
+    # The cast's parts under the matrix's names; no password, as no caller logs in.
+    users = {
+        caller: cast.person(part, username=f"rm-{caller}", password=None)
+        for caller, part in PARTS.items()
+    }
     w.users = users
     w.spare_user = UserFactory(username="rm-spare", password=None).pk
     w.inactive_user = UserFactory(username="rm-gone", password=None, is_active=False).pk

@@ -1,10 +1,12 @@
-"""Two teams and who is who in them, for the tenancy tests (pages and API alike).
+"""Two teams and the cast's places in them, for the tenancy tests (pages and API alike).
 
-- alice: superuser, a platform admin (tests/conftest.py)
+The people are tests/cast.py's (one fixture each in tests/conftest.py):
+
+- alice: superuser, a platform admin
 - oscar: a platform admin by permission (``quotas.change_tenant``), not a superuser
-- erin: the admin of acme; andy: its approver; bob: a member of acme (conftest's bob)
+- erin: the admin of acme; andy: its approver; bob: a member of acme, holding a GPU
 - tom: the admin of bravo; bella: a member of bravo, holding a GPU in the shared pool
-- dave: staff without permissions, in no tenant (conftest)
+- carol (the operator) and dave (staff without permissions): in no tenant
 
 Anything of bravo's (its name, members, quotas, usage) must never reach acme's people.
 A test module imports ``teams_fixture`` and asks for ``teams``.
@@ -26,7 +28,6 @@ from tests.factories import (
     PoolFactory,
     QuotaFactory,
     TenantFactory,
-    UserFactory,
     held_allocation,
 )
 
@@ -49,18 +50,14 @@ class Teams:
     users: dict  # name -> user
     memberships: dict  # name -> Membership (erin, andy, bob, tom, bella)
 
-    def user(self, name: str):
-        return self.users[name]
+    def user(self, name: str | None):
+        """The actor called ``name``; None (an anonymous caller) for None."""
+        return None if name is None else self.users[name]
 
 
-def build_teams(conftest_users: dict) -> Teams:
-    users = dict(conftest_users)
-    # No password: these log in by force_login, and hashing one costs a second here.
-    users["oscar"] = UserFactory(
-        username="oscar", password=None, permissions=["quotas.change_tenant"]
-    )
-    for name in ("erin", "andy", "tom", "bella"):
-        users[name] = UserFactory(username=name, password=None)
+def build_teams(users: dict) -> Teams:
+    """The teams around ``users``, the whole cast by name (conftest's ``everyone``)."""
+    users = dict(users)
     pool = PoolFactory(name="shared-pool", slug="shared-pool")
     acme = TenantFactory(name="Acme", slug="acme")
     bravo = TenantFactory(name=BRAVO_SECRET, slug="bravo", description=BRAVO_SECRET)
@@ -85,6 +82,6 @@ def memberships_of(tenant: Tenant) -> list[tuple[int, str]]:
 
 
 @pytest.fixture(name="teams")
-def teams_fixture(alice, bob, dave) -> Teams:
-    """Both teams, with conftest's alice, bob and dave in their places."""
-    return build_teams({"alice": alice, "bob": bob, "dave": dave})
+def teams_fixture(everyone) -> Teams:
+    """Both teams, with the cast (conftest's fixtures) in their places."""
+    return build_teams(everyone)

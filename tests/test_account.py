@@ -7,8 +7,8 @@ from datetime import timedelta
 import pytest
 from django.test import Client
 from django.urls import reverse
-from rest_framework.test import APIClient
 
+from tests import clients
 from tokens.models import ApiToken
 
 pytestmark = pytest.mark.django_db
@@ -17,8 +17,7 @@ ACCOUNT = reverse("tokens:account")
 
 
 def _api_status(key: str) -> int:
-    client = APIClient()
-    client.credentials(HTTP_AUTHORIZATION=f"Bearer {key}")
+    client = clients.bearer(key)
     return client.get("/api/v1/nodes/").status_code
 
 
@@ -94,8 +93,7 @@ def test_another_user_cannot_see_or_revoke_your_tokens(bob_client, bob, carol):
     _create(bob_client, name="bobs")
     key = _new_key(bob_client.get(ACCOUNT).content.decode())
     token = ApiToken.objects.get(user=bob)
-    other = Client()
-    other.force_login(carol)
+    other = clients.page(carol)
     page = other.get(ACCOUNT)
     assert list(page.context["tokens"]) == [] and token.hint not in page.content.decode()
     assert other.post(reverse("tokens:token_revoke", args=[token.pk])).status_code == 404
@@ -118,8 +116,7 @@ def test_revoking_is_post_only(bob_client, bob):
 
 
 def test_token_changes_need_the_csrf_token(bob):
-    client = Client(enforce_csrf_checks=True)
-    client.force_login(bob)
+    client = clients.page(bob, enforce_csrf_checks=True)
     assert _create(client).status_code == 403
     assert not ApiToken.objects.exists()
 

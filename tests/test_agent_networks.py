@@ -16,12 +16,12 @@ import pytest
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured, ValidationError
 from django.utils import translation
-from rest_framework.test import APIClient
 
 from agents import connection_test, node_files, registration
 from agents.models import Node
 from portal import env
 from telemetry import poller
+from tests import clients
 from tests.api import error_fields
 from tests.recorder import recorder_fixture  # noqa: F401 (the recorder fixture)
 
@@ -97,8 +97,7 @@ def test_denied_networks_are_the_settings_own(settings):
 
 
 def test_the_api_and_an_import_refuse_a_denied_url(alice):
-    client = APIClient()
-    client.force_authenticate(alice)
+    client = clients.api(alice)
     body = {"name": "gpu-md", "agent_url": "http://169.254.169.254", "token": TOKEN}
     response = client.post("/api/v1/nodes/", body, format="json")
     assert response.status_code == 400 and set(error_fields(response)) == {"agent_url"}

@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import pytest
 from django.utils import timezone
-from rest_framework.test import APIClient
 
 from alerts.choices import ChannelKind
 from alerts.messages import render
 from alerts.models import Channel, Delivery
 from audit.interface import AuditEntry
 from quotas.choices import Role
+from tests import clients
 from tests.api import error_fields
 from tests.factories import ChannelFactory, MembershipFactory, TenantFactory
 
@@ -21,20 +21,13 @@ ROBOT = "https://oapi.dingtalk.com/robot/send?access_token=abcdef0123456789"
 SECRET = "SEC0123456789abcdef"
 
 
-def api(user) -> APIClient:
-    client = APIClient()
-    if user is not None:
-        client.force_authenticate(user)
-    return client
-
-
 def rows() -> list[dict]:
     return list(Channel.objects.order_by("pk").values())
 
 
 def test_a_user_creates_a_channel_and_its_secrets_never_come_back(bob):
     data = {"name": "team robot", "kind": "dingtalk", "settings": {"url": ROBOT, "secret": SECRET}}
-    response = api(bob).post(URL, data, format="json")
+    response = clients.api(bob).post(URL, data, format="json")
     assert response.status_code == 201, response.content
     body = response.content.decode()
     assert ROBOT not in body and SECRET not in body and "abcdef0123456789" not in body
@@ -42,7 +35,7 @@ def test_a_user_creates_a_channel_and_its_secrets_never_come_back(bob):
     assert channel.owner == bob and channel.tenant is None
     assert channel.secrets == {"url": ROBOT, "secret": SECRET}
     assert SECRET not in channel.secrets_encrypted and response.json()["secret_hint"]
-    assert api(bob).get(f"{URL}{channel.pk}/").json()["settings"] == {}
+    assert clients.api(bob).get(f"{URL}{channel.pk}/").json()["settings"] == {}
     entry = AuditEntry.objects.get(action="alerts.channel.create")
     assert SECRET not in str(entry.after) and ROBOT not in str(entry.after)
 
@@ -66,7 +59,7 @@ def test_a_user_creates_a_channel_and_its_secrets_never_come_back(bob):
 def test_bad_settings_are_400_naming_the_field_and_change_nothing(bob, data):
     ChannelFactory(owner=bob)
     before = rows()
-    response = api(bob).post(URL, data, format="json")
+    response = clients.api(bob).post(URL, data, format="json")
     assert response.status_code == 400, response.content
     assert set(error_fields(response)) <= {"name", "kind", "settings"}
     assert rows() == before
@@ -75,7 +68,7 @@ def test_bad_settings_are_400_naming_the_field_and_change_nothing(bob, data):
 def test_a_bad_update_is_400_and_keeps_the_channel_as_it_was(bob):
     channel = ChannelFactory(owner=bob)
     before = rows()
-    response = api(bob).patch(f"{URL}{channel.pk}/", {"settings": {"url": "ftp://x"}},
+    response = clients.api(bob).patch(f"{URL}{channel.pk}/", {"settings": {"url": "ftp://x"}},
                               format="json")  # fmt: skip
     assert response.status_code == 400
     assert "url" in error_fields(response)["settings"]
@@ -84,7 +77,7 @@ def test_a_bad_update_is_400_and_keeps_the_channel_as_it_was(bob):
 
 def test_an_update_without_the_secrets_keeps_them(bob):
     channel = ChannelFactory(owner=bob, secrets={"url": "https://hooks.example.com/abc"})
-    response = api(bob).patch(f"{URL}{channel.pk}/", {"name": "renamed", "settings": {}},
+    response = clients.api(bob).patch(f"{URL}{channel.pk}/", {"name": "renamed", "settings": {}},
                               format="json")  # fmt: skip
     assert response.status_code == 200, response.content
     channel.refresh_from_db()
@@ -93,7 +86,7 @@ def test_an_update_without_the_secrets_keeps_them(bob):
 
 def test_a_user_cannot_see_or_use_another_users_channel(bob, carol):
     channel = ChannelFactory(owner=bob)
-    client = api(carol)
+    client = clients.api(carol)
     assert client.get(URL).json()["results"] == []
     detail = f"{URL}{channel.pk}/"
     assert client.get(detail).status_code == 404
@@ -107,13 +100,13 @@ def test_a_user_cannot_see_or_use_another_users_channel(bob, carol):
 
 def test_the_platform_admin_sees_every_channel(alice, bob):
     channel = ChannelFactory(owner=bob)
-    assert [c["id"] for c in api(alice).get(URL).json()["results"]] == [channel.pk]
+    assert [c["id"] for c in clients.api(alice).get(URL).json()["results"]] == [channel.pk]
 
 
 def test_anonymous_callers_are_refused(db):
     channel = ChannelFactory()
-    assert api(None).get(URL).status_code in (401, 403)
-    assert api(None).post(f"{URL}{channel.pk}/test/").status_code in (401, 403)
+    assert clients.api(None).get(URL).status_code in (401, 403)
+    assert clients.api(None).post(f"{URL}{channel.pk}/test/").status_code in (401, 403)
 
 
 def test_a_tenant_admin_manages_the_tenants_channels_and_a_member_does_not(bob, carol):
@@ -122,26 +115,26 @@ def test_a_tenant_admin_manages_the_tenants_channels_and_a_member_does_not(bob, 
     MembershipFactory(user=carol, tenant=tenant, role=Role.MEMBER)
     data = {"name": "team mail", "kind": "email", "tenant": tenant.pk,
             "settings": {"address": "team@example.com"}}  # fmt: skip
-    refused = api(carol).post(URL, data, format="json")
+    refused = clients.api(carol).post(URL, data, format="json")
     assert refused.status_code == 400 and "tenant" in error_fields(refused)
-    created = api(bob).post(URL, data, format="json")
+    created = clients.api(bob).post(URL, data, format="json")
     assert created.status_code == 201, created.content
     assert Channel.objects.get().tenant == tenant
-    assert api(carol).get(f"{URL}{created.json()['id']}/").status_code == 404
+    assert clients.api(carol).get(f"{URL}{created.json()['id']}/").status_code == 404
 
 
 def test_send_test_queues_a_delivery_and_deliveries_lists_it(bob):
     channel = ChannelFactory(owner=bob)
-    response = api(bob).post(f"{URL}{channel.pk}/test/")
+    response = clients.api(bob).post(f"{URL}{channel.pk}/test/")
     assert response.status_code == 202, response.content
-    [delivery] = api(bob).get(f"{URL}{channel.pk}/deliveries/").json()
+    [delivery] = clients.api(bob).get(f"{URL}{channel.pk}/deliveries/").json()
     assert delivery["test"] and delivery["status"] == "pending"
     assert AuditEntry.objects.filter(action="alerts.channel.test").exists()
 
 
 def test_deleting_a_channel_is_audited(bob):
     channel = ChannelFactory(owner=bob)
-    assert api(bob).delete(f"{URL}{channel.pk}/").status_code == 204
+    assert clients.api(bob).delete(f"{URL}{channel.pk}/").status_code == 204
     assert not Channel.objects.exists()
     assert AuditEntry.objects.filter(action="alerts.channel.delete").exists()
 

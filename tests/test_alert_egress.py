@@ -16,7 +16,6 @@ from urllib.parse import urlsplit
 import pytest
 from django.contrib.auth.models import Permission
 from django.utils import timezone
-from rest_framework.test import APIClient
 
 from alerts import outbox
 from alerts.choices import ChannelKind
@@ -24,17 +23,12 @@ from alerts.models import Channel, Delivery
 from alerts.transports import http
 from alerts.transports.base import TransportError
 from quotas.choices import Role
+from tests import clients
 from tests.api import error_fields
 from tests.factories import ChannelFactory, MembershipFactory, TenantFactory, UserFactory
 
 URL = "/api/v1/alert-channels/"
 SECRET_PAGE = b"internal-admin-page: db password is hunter2"
-
-
-def api(user) -> APIClient:
-    client = APIClient()
-    client.force_authenticate(user)
-    return client
 
 
 @pytest.fixture
@@ -123,7 +117,7 @@ def test_the_portals_own_redis_is_refused_even_to_an_allowed_host(settings):
      "https://localhost/hook", "https://127.0.0.1:8443/hook"],
 )  # fmt: skip
 def test_a_denied_address_in_the_url_is_400_at_save_and_changes_nothing(alice, url):
-    response = api(alice).post(
+    response = clients.api(alice).post(
         URL, {"name": "meta", "kind": "webhook", "settings": {"url": url}}, format="json"
     )
     assert response.status_code == 400, response.content
@@ -140,7 +134,7 @@ def test_what_a_refusing_endpoint_answers_is_never_shown(client, settings, bob, 
     client.force_login(bob)
     page = client.get(f"/alerts/channels/{channel.pk}/")
     assert page.status_code == 200 and b"403" in page.content and b"hunter2" not in page.content
-    deliveries = api(bob).get(f"{URL}{channel.pk}/deliveries/")
+    deliveries = clients.api(bob).get(f"{URL}{channel.pk}/deliveries/")
     assert deliveries.status_code == 200 and b"hunter2" not in deliveries.content
 
 
@@ -150,11 +144,11 @@ RELAY = "https://relay.corp.example/alerts"
 def test_a_member_may_use_a_vendors_public_host_but_not_a_host_of_their_choosing(bob):
     slack = {"name": "mine", "kind": "slack",
              "settings": {"url": "https://hooks.slack.com/services/T0/B0/x"}}  # fmt: skip
-    assert api(bob).post(URL, slack, format="json").status_code == 201
+    assert clients.api(bob).post(URL, slack, format="json").status_code == 201
     before = list(Channel.objects.values())
     for kind in ("webhook", "slack"):
         body = {"name": "relay", "kind": kind, "settings": {"url": RELAY}}
-        response = api(bob).post(URL, body, format="json")
+        response = clients.api(bob).post(URL, body, format="json")
         assert response.status_code == 400, response.content
         assert "platform admin" in str(error_fields(response))
     assert list(Channel.objects.values()) == before
@@ -162,12 +156,12 @@ def test_a_member_may_use_a_vendors_public_host_but_not_a_host_of_their_choosing
 
 def test_platform_admins_permission_holders_and_open_hosts_may_use_any_host(alice, bob, settings):
     body = {"name": "relay", "kind": "webhook", "settings": {"url": RELAY}}
-    assert api(alice).post(URL, body, format="json").status_code == 201
+    assert clients.api(alice).post(URL, body, format="json").status_code == 201
     holder = UserFactory(username="relay-owner")
     holder.user_permissions.add(Permission.objects.get(codename="post_to_any_host"))
-    assert api(holder).post(URL, body, format="json").status_code == 201
+    assert clients.api(holder).post(URL, body, format="json").status_code == 201
     settings.ALERT_OPEN_HOSTS = ["relay.corp.example"]
-    assert api(bob).post(URL, body, format="json").status_code == 201
+    assert clients.api(bob).post(URL, body, format="json").status_code == 201
 
 
 def test_a_tenant_admin_keeps_a_channel_the_platform_admin_pointed_elsewhere(alice, bob):
@@ -175,12 +169,12 @@ def test_a_tenant_admin_keeps_a_channel_the_platform_admin_pointed_elsewhere(ali
     MembershipFactory(tenant=tenant, user=bob, role=Role.ADMIN)
     body = {"name": "team relay", "kind": "webhook", "tenant": tenant.pk,
             "settings": {"url": RELAY}}  # fmt: skip
-    created = api(alice).post(URL, body, format="json")
+    created = clients.api(alice).post(URL, body, format="json")
     assert created.status_code == 201, created.content
     channel_url = f"{URL}{created.json()['id']}/"
-    renamed = api(bob).patch(channel_url, {"name": "team relay 2"}, format="json")
+    renamed = clients.api(bob).patch(channel_url, {"name": "team relay 2"}, format="json")
     assert renamed.status_code == 200, renamed.content
-    moved = api(bob).patch(
+    moved = clients.api(bob).patch(
         channel_url, {"settings": {"url": "https://other.corp.example/x"}}, format="json"
     )
     assert moved.status_code == 400

@@ -7,7 +7,6 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
-from django.test import Client
 from django.utils import dateformat, formats, timezone, translation
 from rest_framework.test import APIClient
 
@@ -15,16 +14,12 @@ from alerts import outbox
 from alerts.choices import EventState, ScopeKind, Severity
 from alerts.models import Delivery, DeliveryAttempt, Event, Rule, Subscription
 from audit.interface import AuditEntry
+from tests import clients
 from tests.api import error_fields
 from tests.factories import ChannelFactory, EventFactory, NodeFactory, SubscriptionFactory
-from tests.tenants import BRAVO_SECRET, build_teams
+from tests.tenants import BRAVO_SECRET, teams_fixture  # noqa: F401 (the teams fixture)
 
 pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture
-def teams(alice, bob, carol, dave):
-    return build_teams({"alice": alice, "bob": bob, "carol": carol, "dave": dave})
 
 
 @pytest.fixture
@@ -41,13 +36,6 @@ def happenings(teams):
         "bravo": EventFactory(scope=f"tenant:bravo {BRAVO_SECRET}", tenant=teams.bravo,
                               labels={"tenant": "bravo"}, summary=BRAVO_SECRET),
     }  # fmt: skip
-
-
-def as_user(teams, name: str | None) -> Client:
-    client = Client()
-    if name is not None:
-        client.force_login(teams.user(name))
-    return client
 
 
 EVERYTHING = {"platform", "acme", "bravo"}
@@ -72,7 +60,7 @@ ACKS = {"alice": EVERYTHING, "oscar": EVERYTHING, "carol": {"platform"}, "erin":
 
 def test_the_event_history_lists_exactly_the_events_a_user_would_be_sent(teams, happenings):
     for name, sees in SEES.items():
-        client = as_user(teams, name)
+        client = clients.page(teams.user(name))
         page = client.get("/alerts/events/")
         assert page.status_code == 200
         body = page.content.decode()
@@ -86,7 +74,7 @@ def test_the_event_history_lists_exactly_the_events_a_user_would_be_sent(teams, 
 
 def test_an_event_page_is_404_for_whoever_would_not_be_sent_it(teams, happenings):
     for name, sees in SEES.items():
-        client = as_user(teams, name)
+        client = clients.page(teams.user(name))
         for key, event in happenings.items():
             answer = client.get(f"/alerts/events/{event.pk}/")
             assert answer.status_code == (200 if key in sees else 404), (name, key)
@@ -95,7 +83,7 @@ def test_an_event_page_is_404_for_whoever_would_not_be_sent_it(teams, happenings
 def test_anonymous_visitors_are_sent_to_log_in(teams, happenings):
     for path in ("/alerts/events/", f"/alerts/events/{happenings['acme'].pk}/",
                  "/alerts/rules/", "/alerts/subscriptions/", "/alerts/events/firing/"):  # fmt: skip
-        answer = Client().get(path)
+        answer = clients.page().get(path)
         assert answer.status_code == 302 and "/accounts/login/" in answer["Location"]
 
 
@@ -111,7 +99,7 @@ FILTERS = {
 
 
 def test_the_history_filters_by_state_severity_node_pool_and_tenant(teams, happenings):
-    client = as_user(teams, "alice")
+    client = clients.page(teams.user("alice"))
     for query, expected in FILTERS.items():
         page = client.get(f"/alerts/events/?{query}")
         assert page.status_code == 200
@@ -125,7 +113,7 @@ def test_the_history_filters_by_state_severity_node_pool_and_tenant(teams, happe
 def test_the_history_filters_by_rule_and_time(teams, happenings):
     old = happenings["platform"]
     Event.objects.filter(pk=old.pk).update(started_at=timezone.now() - timedelta(days=3))
-    client = as_user(teams, "alice")
+    client = clients.page(teams.user("alice"))
     since = (timezone.localtime() - timedelta(days=1)).strftime("%Y-%m-%dT%H:%M")
     body = client.get(f"/alerts/events/?since={since}").content.decode()
     assert f'data-event-id="{old.pk}"' not in body
@@ -140,7 +128,7 @@ def test_the_history_filters_by_rule_and_time(teams, happenings):
 
 
 def test_a_bad_filter_is_a_400_naming_it(teams, happenings):
-    client = as_user(teams, "alice")
+    client = clients.page(teams.user("alice"))
     for query in ("state=burning", "severity=loud", "rule=x", "since=yesterday",
                   "until=2026-13-40"):  # fmt: skip
         page = client.get(f"/alerts/events/?{query}")
@@ -154,7 +142,7 @@ def test_a_bad_filter_is_a_400_naming_it(teams, happenings):
 def test_the_history_is_paged_fifty_at_a_time(teams):
     for _ in range(55):
         EventFactory()
-    client = as_user(teams, "alice")
+    client = clients.page(teams.user("alice"))
     first = client.get("/alerts/events/?state=firing").content.decode()
     assert first.count('class="event-row"') == 50
     assert "?state=firing&amp;page=2" in first
@@ -174,10 +162,10 @@ def test_the_event_page_shows_its_deliveries_and_every_attempt(teams, happenings
     for channel in (mine, theirs):
         Delivery.objects.create(channel=channel, event=event, next_attempt_at=timezone.now())
     outbox.deliver(Delivery.objects.get(channel=mine).pk)
-    body = as_user(teams, "erin").get(f"/alerts/events/{event.pk}/").content.decode()
+    body = clients.page(teams.user("erin")).get(f"/alerts/events/{event.pk}/").content.decode()
     assert "erin-hook" in body and "permanent error" in body
     assert "andy-private-hook" not in body  # another person's channel is theirs to know
-    admin = as_user(teams, "alice").get(f"/alerts/events/{event.pk}/").content.decode()
+    admin = clients.page(teams.user("alice")).get(f"/alerts/events/{event.pk}/").content.decode()
     assert "erin-hook" in admin and "andy-private-hook" in admin and "Not tried yet." in admin
 
 
@@ -191,7 +179,7 @@ def test_the_channel_and_event_pages_list_an_attempt_alike_but_for_the_date(team
         delivery=delivery, number=1, started_at=started, duration_ms=42, ok=False,
         permanent=True, error="refused",
     )  # fmt: skip
-    client = as_user(teams, "erin")
+    client = clients.page(teams.user("erin"))
     on_channel = client.get(f"/alerts/channels/{channel.pk}/").content.decode()
     on_event = client.get(f"/alerts/events/{event.pk}/").content.decode()
     when = timezone.localtime(started)
@@ -209,7 +197,7 @@ def test_the_channel_and_event_pages_list_an_attempt_alike_but_for_the_date(team
 
 def test_acknowledging_is_for_who_answers_for_the_event(teams, happenings):
     for name, sees in SEES.items():
-        client = as_user(teams, name)
+        client = clients.page(teams.user(name))
         for key, event in happenings.items():
             answer = client.post(f"/alerts/events/{event.pk}/acknowledge/")
             event.refresh_from_db()
@@ -226,7 +214,7 @@ def test_acknowledging_is_for_who_answers_for_the_event(teams, happenings):
 
 def test_acknowledging_records_who_and_when_and_audits_it(teams, happenings):
     event = happenings["acme"]
-    client = as_user(teams, "andy")
+    client = clients.page(teams.user("andy"))
     answer = client.post(f"/alerts/events/{event.pk}/acknowledge/")
     assert answer.status_code == 302 and answer["Location"] == f"/alerts/events/{event.pk}/"
     body = client.get(answer["Location"]).content.decode()
@@ -238,7 +226,7 @@ def test_acknowledging_records_who_and_when_and_audits_it(teams, happenings):
 
 def test_acknowledging_twice_or_a_resolved_event_is_409_and_changes_nothing(teams, happenings):
     event = happenings["acme"]
-    client = as_user(teams, "erin")
+    client = clients.page(teams.user("erin"))
     assert client.post(f"/alerts/events/{event.pk}/acknowledge/").status_code == 302
     again = client.post(f"/alerts/events/{event.pk}/acknowledge/")
     assert again.status_code == 409
@@ -251,14 +239,14 @@ def test_acknowledging_twice_or_a_resolved_event_is_409_and_changes_nothing(team
 
 
 def test_acknowledging_needs_a_post_and_an_existing_event(teams, happenings):
-    client = as_user(teams, "alice")
+    client = clients.page(teams.user("alice"))
     assert client.get(f"/alerts/events/{happenings['acme'].pk}/acknowledge/").status_code == 405
     assert client.post("/alerts/events/999999/acknowledge/").status_code == 404
 
 
 def test_an_offsite_next_after_acknowledging_is_not_followed(teams, happenings):
     event = happenings["platform"]
-    answer = as_user(teams, "carol").post(f"/alerts/events/{event.pk}/acknowledge/",
+    answer = clients.page(teams.user("carol")).post(f"/alerts/events/{event.pk}/acknowledge/",
                                           {"next": "https://evil.example/"})  # fmt: skip
     assert answer["Location"] == f"/alerts/events/{event.pk}/"
 
@@ -268,7 +256,7 @@ def test_an_offsite_next_after_acknowledging_is_not_followed(teams, happenings):
 
 def test_the_dashboard_lists_the_firing_events_each_user_may_see(teams, happenings):
     for name, sees in SEES.items():
-        client = as_user(teams, name)
+        client = clients.page(teams.user(name))
         body = client.get("/").content.decode()
         assert 'id="firing-events"' in body
         assert {k for k, e in happenings.items() if f'data-event-id="{e.pk}"' in body} == sees
@@ -279,7 +267,7 @@ def test_the_dashboard_lists_the_firing_events_each_user_may_see(teams, happenin
 def test_the_strip_leaves_out_acknowledged_and_resolved_events(teams, happenings):
     Event.objects.filter(pk=happenings["acme"].pk).update(state=EventState.ACKNOWLEDGED)
     Event.objects.filter(pk=happenings["bravo"].pk).update(state=EventState.RESOLVED)
-    strip = as_user(teams, "alice").get("/alerts/events/firing/").content.decode()
+    strip = clients.page(teams.user("alice")).get("/alerts/events/firing/").content.decode()
     assert strip.count('class="list-group-item') == 1
     assert f'data-event-id="{happenings["platform"].pk}"' in strip
 
@@ -293,7 +281,7 @@ def test_everyone_reads_the_rules_that_apply_to_them_and_no_other_tenants(teams)
                                      scope_kind=ScopeKind.TENANT, tenant=teams.bravo)  # fmt: skip
     readers = (("alice", True), ("oscar", True), ("tom", True), ("bob", False), ("dave", False))
     for name, sees_bravo in readers:
-        client = as_user(teams, name)
+        client = clients.page(teams.user(name))
         page = client.get("/alerts/rules/")
         assert page.status_code == 200
         assert 'data-rule-key="gpu-temperature"' in page.content.decode()
@@ -305,7 +293,7 @@ def test_everyone_reads_the_rules_that_apply_to_them_and_no_other_tenants(teams)
 def test_only_the_platform_admin_changes_rules(teams):
     rule = Rule.objects.get(key="gpu-temperature")
     for name in ("bob", "erin", "carol", "dave"):
-        client = as_user(teams, name)
+        client = clients.page(teams.user(name))
         assert client.get("/alerts/rules/add/").status_code == 403
         assert client.get(f"/alerts/rules/{rule.pk}/edit/").status_code == 403
         assert client.post(f"/alerts/rules/{rule.pk}/toggle/").status_code == 403
@@ -322,12 +310,11 @@ def test_changing_another_tenants_rule_is_404_on_the_pages_and_the_api(teams, na
     rule = Rule.objects.create(key="bravo-only", name=f"{BRAVO_SECRET} rule",
                                condition="quota_used_pct", threshold=50,
                                scope_kind=ScopeKind.TENANT, tenant=teams.bravo)  # fmt: skip
-    page, url = as_user(teams, name), f"/api/v1/alert-rules/{rule.pk}/"
+    page, url = clients.page(teams.user(name)), f"/api/v1/alert-rules/{rule.pk}/"
     assert page.get(f"/alerts/rules/{rule.pk}/edit/").status_code == expected
     assert page.post(f"/alerts/rules/{rule.pk}/toggle/").status_code == expected
     assert page.post(f"/alerts/rules/{rule.pk}/delete/").status_code == expected
-    api = APIClient()
-    api.force_authenticate(teams.user(name))
+    api = clients.api(teams.user(name))
     answers = [
         api.patch(url, {"threshold": 70}, format="json"),
         api.put(url, {"name": "x", "condition": "quota_used_pct", "threshold": 70}, format="json"),
@@ -342,7 +329,7 @@ def test_changing_another_tenants_rule_is_404_on_the_pages_and_the_api(teams, na
 @pytest.mark.parametrize("name", ["alice", "oscar"])
 def test_the_platform_admin_adds_edits_disables_and_deletes_a_rule(teams, name):
     """The superuser and a platform admin by permission alone (oscar) alike."""
-    client = as_user(teams, name)
+    client = clients.page(teams.user(name))
     assert "/alerts/rules/add/" in client.get("/alerts/rules/").content.decode()
     form = {"name": "Hot pool", "condition": "temperature_c", "comparison": "gt",
             "threshold": "80", "for_seconds": "120", "severity": "warning",
@@ -378,7 +365,7 @@ def test_a_bad_rule_is_refused_with_the_field_named_and_nothing_saved(teams):
             "threshold": "80", "for_seconds": "0", "severity": "warning", "scope_kind": "all",
             "renotify_seconds": "0"}  # fmt: skip
     before = Rule.objects.count()
-    client = as_user(teams, "alice")
+    client = clients.page(teams.user("alice"))
     for change, field in BAD_RULES:
         answer = client.post("/alerts/rules/add/", {**form, **change})
         assert answer.status_code == 400, change
@@ -388,7 +375,7 @@ def test_a_bad_rule_is_refused_with_the_field_named_and_nothing_saved(teams):
 
 def test_a_built_in_rule_keeps_its_condition_and_cannot_be_deleted(teams):
     rule = Rule.objects.get(key="node-offline")
-    client = as_user(teams, "alice")
+    client = clients.page(teams.user("alice"))
     client.post(f"/alerts/rules/{rule.pk}/delete/")
     assert Rule.objects.filter(pk=rule.pk).exists()
     form = {"name": rule.name, "comparison": "gt", "for_seconds": "30", "severity": "critical",
@@ -403,7 +390,7 @@ def test_a_built_in_rule_keeps_its_condition_and_cannot_be_deleted(teams):
 
 
 def test_default_rule_names_and_descriptions_show_in_chinese(teams, happenings):
-    client = as_user(teams, "alice")
+    client = clients.page(teams.user("alice"))
     client.cookies["django_language"] = "zh-hans"
     with translation.override("zh-hans"):
         name = Rule.objects.get(key="gpu-temperature").label
@@ -418,7 +405,7 @@ def test_default_rule_names_and_descriptions_show_in_chinese(teams, happenings):
 
 def test_a_renamed_default_rule_shows_its_new_name_as_typed(teams):
     Rule.objects.filter(key="gpu-temperature").update(name="Our own hot-card rule")
-    client = as_user(teams, "alice")
+    client = clients.page(teams.user("alice"))
     client.cookies["django_language"] = "zh-hans"
     assert "Our own hot-card rule" in client.get("/alerts/rules/").content.decode()
 
@@ -439,7 +426,7 @@ def test_each_user_sees_their_own_subscriptions_and_their_tenants_as_admin(teams
         "dave": set(),
     }
     for name, subs in expected.items():
-        client = as_user(teams, name)
+        client = clients.page(teams.user(name))
         body = client.get("/alerts/subscriptions/").content.decode()
         shown = {s for s in Subscription.objects.all()
                  if f"/alerts/subscriptions/{s.pk}/edit/" in body}  # fmt: skip
@@ -453,7 +440,7 @@ def test_a_member_subscribes_their_own_channel_and_edits_and_deletes_it(teams):
     bob = teams.user("bob")
     channel = ChannelFactory(owner=bob)
     rule = Rule.objects.get(key="quota-used")
-    client = as_user(teams, "bob")
+    client = clients.page(teams.user("bob"))
     form = {"channel": str(channel.pk), "rules": [str(rule.pk)], "min_severity": "info",
             "scope_kind": "all", "quiet_start": "22:00", "quiet_end": "07:00",
             "enabled": "on"}  # fmt: skip
@@ -470,7 +457,7 @@ def test_a_member_subscribes_their_own_channel_and_edits_and_deletes_it(teams):
 
 def test_a_tenant_admin_subscribes_the_tenants_channel(teams):
     channel = ChannelFactory(owner=None, tenant=teams.acme)
-    client = as_user(teams, "erin")
+    client = clients.page(teams.user("erin"))
     form = {"tenant": str(teams.acme.pk), "channel": str(channel.pk), "min_severity": "warning",
             "scope_kind": "all", "enabled": "on"}  # fmt: skip
     assert client.post("/alerts/subscriptions/add/", form).status_code == 302
@@ -502,7 +489,7 @@ def test_a_bad_subscription_is_refused_with_the_field_named(teams):
     for who, change, field in BAD_SUBSCRIPTIONS:
         values = {"channel": str(own[who].pk), "min_severity": "warning", "scope_kind": "all"}
         values.update({k: lookup.get(v, v) for k, v in change.items()})
-        answer = as_user(teams, who).post("/alerts/subscriptions/add/", values)
+        answer = clients.page(teams.user(who)).post("/alerts/subscriptions/add/", values)
         assert answer.status_code == 400, change
         assert answer.context["form"].errors.get(field), answer.context["form"].errors
     assert not Subscription.objects.exists()
@@ -512,7 +499,7 @@ def test_a_subscriptions_scope_is_chosen_from_lists_of_what_the_user_sees(teams)
     """As rules offer theirs: the pools, the nodes and bob's own tenants, by name."""
     node = NodeFactory(name="rack7-gpu-node-03")
     channel = ChannelFactory(owner=teams.user("bob"))
-    client = as_user(teams, "bob")
+    client = clients.page(teams.user("bob"))
     body = client.get("/alerts/subscriptions/add/").content.decode()
     assert 'name="scope_name"' not in body
     assert '<option value="shared-pool">shared-pool</option>' in body
@@ -535,7 +522,7 @@ def test_a_subscriptions_scope_is_chosen_from_lists_of_what_the_user_sees(teams)
 
 
 def test_the_rule_form_offers_the_same_lists_by_id(teams):
-    body = as_user(teams, "alice").get("/alerts/rules/add/").content.decode()
+    body = clients.page(teams.user("alice")).get("/alerts/rules/add/").content.decode()
     assert f'<option value="{teams.pool.pk}">shared-pool</option>' in body
     assert "Choose a tenant" in body and "---------" not in body
 

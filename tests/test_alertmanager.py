@@ -4,11 +4,11 @@ what, and bad input refused with nothing changed."""
 from __future__ import annotations
 
 import pytest
-from rest_framework.test import APIClient
 
 from alerts import cycle
 from alerts.models import Event, Rule, Subscription
 from audit.models import AuditEntry
+from tests import clients
 from tests.api import error_fields
 from tests.factories import (
     ChannelFactory,
@@ -43,8 +43,8 @@ def alert(status: str = "firing", **labels) -> dict:
 
 
 def post(body, token: str | None = TOKEN, **extra):
-    headers = {"HTTP_AUTHORIZATION": f"Bearer {token}"} if token else {}
-    return APIClient().post(URL, body, format="json", **headers, **extra)
+    client = clients.bearer(token) if token else clients.api()
+    return client.post(URL, body, format="json", **extra)
 
 
 def test_without_the_token_the_receiver_answers_401_and_changes_nothing(db):
@@ -72,8 +72,7 @@ def test_a_malformed_message_is_400_and_changes_nothing(db, body):
 
 
 def test_a_body_that_is_not_json_is_400(db):
-    response = APIClient().post(URL, b"{nope", content_type="application/json",
-                                HTTP_AUTHORIZATION=f"Bearer {TOKEN}")  # fmt: skip
+    response = clients.bearer(TOKEN).post(URL, b"{nope", content_type="application/json")
     assert response.status_code == 400 and not Event.objects.exists()
 
 
@@ -104,18 +103,12 @@ def test_a_tenant_label_makes_it_that_tenants_event(db):
 # --- rules, subscriptions, events in the API ------------------------------------------------
 
 
-def client_for(user) -> APIClient:
-    client = APIClient()
-    client.force_authenticate(user)
-    return client
-
-
 def test_everyone_reads_rules_only_the_platform_admin_changes_them(db, alice, bob):
     rule = Rule.objects.get(key="gpu-temperature")
-    assert client_for(bob).get("/api/v1/alert-rules/").status_code == 200
-    assert client_for(bob).patch(f"/api/v1/alert-rules/{rule.pk}/", {"threshold": 70},
+    assert clients.api(bob).get("/api/v1/alert-rules/").status_code == 200
+    assert clients.api(bob).patch(f"/api/v1/alert-rules/{rule.pk}/", {"threshold": 70},
                                  format="json").status_code == 403  # fmt: skip
-    response = client_for(alice).patch(f"/api/v1/alert-rules/{rule.pk}/", {"threshold": 80},
+    response = clients.api(alice).patch(f"/api/v1/alert-rules/{rule.pk}/", {"threshold": 80},
                                        format="json")  # fmt: skip
     assert response.status_code == 200 and response.json()["threshold"] == 80
     assert AuditEntry.objects.filter(action="alerts.rule.update").exists()
@@ -127,7 +120,7 @@ def test_everyone_reads_rules_only_the_platform_admin_changes_them(db, alice, bo
 ])  # fmt: skip
 def test_bad_rule_input_is_400_and_changes_nothing(db, alice, data):
     rule = Rule.objects.get(key="gpu-temperature")
-    response = client_for(alice).patch(f"/api/v1/alert-rules/{rule.pk}/", data, format="json")
+    response = clients.api(alice).patch(f"/api/v1/alert-rules/{rule.pk}/", data, format="json")
     assert response.status_code == 400, response.content
     after = Rule.objects.get(pk=rule.pk)
     assert (after.threshold, after.severity, after.for_seconds, after.name, after.scope_kind) == (
@@ -135,7 +128,7 @@ def test_bad_rule_input_is_400_and_changes_nothing(db, alice, data):
 
 
 def test_a_new_rule_is_created_and_a_built_in_one_is_not_deleted(db, alice):
-    client = client_for(alice)
+    client = clients.api(alice)
     response = client.post("/api/v1/alert-rules/", {
         "name": "Hot in the lab", "condition": "temperature_c", "threshold": 75,
         "for_seconds": 60, "severity": "warning"}, format="json")  # fmt: skip
@@ -148,15 +141,15 @@ def test_a_new_rule_is_created_and_a_built_in_one_is_not_deleted(db, alice):
 
 def test_subscriptions_are_their_owners_own(db, alice, bob, carol):
     channel = ChannelFactory(owner=bob)
-    response = client_for(bob).post("/api/v1/alert-subscriptions/", {
+    response = clients.api(bob).post("/api/v1/alert-subscriptions/", {
         "channel": channel.pk, "min_severity": "info", "quiet_start": "22:00",
         "quiet_end": "07:00"}, format="json")  # fmt: skip
     assert response.status_code == 201, response.content
     pk = response.json()["id"]
-    assert client_for(carol).get(f"/api/v1/alert-subscriptions/{pk}/").status_code == 404
-    assert client_for(alice).get(f"/api/v1/alert-subscriptions/{pk}/").status_code == 200
+    assert clients.api(carol).get(f"/api/v1/alert-subscriptions/{pk}/").status_code == 404
+    assert clients.api(alice).get(f"/api/v1/alert-subscriptions/{pk}/").status_code == 200
     # Someone else's channel is not yours to subscribe.
-    response = client_for(carol).post("/api/v1/alert-subscriptions/", {"channel": channel.pk},
+    response = clients.api(carol).post("/api/v1/alert-subscriptions/", {"channel": channel.pk},
                                       format="json")  # fmt: skip
     assert response.status_code == 400 and "channel" in error_fields(response)
     assert Subscription.objects.count() == 1
@@ -166,7 +159,7 @@ def test_only_a_tenants_admin_subscribes_for_the_tenant(db, bob):
     tenant = TenantFactory()
     MembershipFactory(tenant=tenant, user=bob)  # a member, not an admin
     channel = ChannelFactory(owner=None, tenant=tenant)
-    response = client_for(bob).post("/api/v1/alert-subscriptions/", {
+    response = clients.api(bob).post("/api/v1/alert-subscriptions/", {
         "channel": channel.pk, "tenant": tenant.pk}, format="json")  # fmt: skip
     assert response.status_code == 400 and not Subscription.objects.exists()
 
@@ -178,15 +171,15 @@ def test_events_are_seen_as_routing_sends_them_and_acknowledged_by_who_answers(
     MembershipFactory(tenant=red, user=bob)
     platform, red_event, other = EventFactory(), EventFactory(tenant=red), EventFactory(
         tenant=TenantFactory())  # fmt: skip
-    seen = {who.username: {e["id"] for e in client_for(who).get(
+    seen = {who.username: {e["id"] for e in clients.api(who).get(
         "/api/v1/alert-events/").json()["results"]} for who in (alice, bob, carol)}  # fmt: skip
     assert seen == {"alice": {platform.pk, red_event.pk, other.pk}, "bob": {red_event.pk},
                     "carol": {platform.pk}}  # fmt: skip
     # A member sees the tenant's event but does not answer for it.
-    assert client_for(bob).post(f"/api/v1/alert-events/{red_event.pk}/acknowledge/"
+    assert clients.api(bob).post(f"/api/v1/alert-events/{red_event.pk}/acknowledge/"
                                 ).status_code == 403  # fmt: skip
-    response = client_for(carol).post(f"/api/v1/alert-events/{platform.pk}/acknowledge/")
+    response = clients.api(carol).post(f"/api/v1/alert-events/{platform.pk}/acknowledge/")
     assert response.status_code == 200 and response.json()["state"] == "acknowledged"
-    assert client_for(carol).post(f"/api/v1/alert-events/{other.pk}/acknowledge/"
+    assert clients.api(carol).post(f"/api/v1/alert-events/{other.pk}/acknowledge/"
                                   ).status_code == 404  # fmt: skip
     assert AuditEntry.objects.filter(action="alerts.event.acknowledge").count() == 1

@@ -6,6 +6,7 @@ import pytest
 from rest_framework.test import APIClient
 
 from agents.models import Node
+from tests import clients
 from tokens.interface import issue
 
 pytestmark = pytest.mark.django_db
@@ -15,7 +16,7 @@ URLS = ["/api/v1/nodes/", "/api/v1/gpus/"]
 
 @pytest.mark.parametrize("url", URLS)
 def test_an_anonymous_caller_is_asked_to_authenticate(url):
-    response = APIClient().get(url)
+    response = clients.api().get(url)
     assert response.status_code == 401
     assert response["WWW-Authenticate"].startswith("Bearer")
 
@@ -23,8 +24,7 @@ def test_an_anonymous_caller_is_asked_to_authenticate(url):
 @pytest.mark.parametrize("url", URLS)
 def test_a_bad_token_is_refused_with_a_challenge(url, member_user):
     issue(member_user, name="ci")
-    client = APIClient()
-    client.credentials(HTTP_AUTHORIZATION="Bearer not-a-real-key")
+    client = clients.bearer("not-a-real-key")
     response = client.get(url)
     assert response.status_code == 401
     assert response["WWW-Authenticate"].startswith("Bearer")
@@ -32,15 +32,13 @@ def test_a_bad_token_is_refused_with_a_challenge(url, member_user):
 
 def test_a_good_token_is_let_in(member_user):
     _token, key = issue(member_user, name="ci")
-    client = APIClient()
-    client.credentials(HTTP_AUTHORIZATION=f"Bearer {key}")
+    client = clients.bearer(key)
     assert client.get("/api/v1/nodes/").status_code == 200
 
 
 def test_a_member_without_the_right_is_forbidden_not_challenged(member_user):
     _token, key = issue(member_user, name="ci")
-    client = APIClient()
-    client.credentials(HTTP_AUTHORIZATION=f"Bearer {key}")
+    client = clients.bearer(key)
     response = client.post("/api/v1/nodes/", {"name": "x", "agent_url": "http://x:1"})
     assert response.status_code == 403
     assert "WWW-Authenticate" not in response

@@ -8,17 +8,11 @@ import json
 import pytest
 from django.core.exceptions import ValidationError
 from django.test import RequestFactory
-from rest_framework.test import APIClient
 
 from portal import api_errors
+from tests import clients
 
 pytestmark = pytest.mark.django_db
-
-
-def signed_in(user) -> APIClient:
-    client = APIClient()
-    client.force_authenticate(user)
-    return client
 
 
 def error(response) -> dict:
@@ -27,7 +21,7 @@ def error(response) -> dict:
 
 
 def test_a_missing_token_is_401_with_its_challenge_and_code():
-    response = APIClient().get("/api/v1/nodes/")
+    response = clients.api().get("/api/v1/nodes/")
     assert response.status_code == 401
     assert response["WWW-Authenticate"].startswith("Bearer")
     assert error(response)["code"] == "not_authenticated"
@@ -35,7 +29,7 @@ def test_a_missing_token_is_401_with_its_challenge_and_code():
 
 
 def test_invalid_input_names_each_field_and_speaks_the_callers_language(bob):
-    response = signed_in(bob).post(
+    response = clients.api(bob).post(
         "/api/v1/gpu-requests/", {}, format="json", HTTP_ACCEPT_LANGUAGE="zh-hans"
     )
     assert response.status_code == 400
@@ -46,22 +40,22 @@ def test_invalid_input_names_each_field_and_speaks_the_callers_language(bob):
 
 
 def test_malformed_json_is_a_parse_error(bob):
-    response = signed_in(bob).generic(
+    response = clients.api(bob).generic(
         "POST", "/api/v1/gpu-requests/", "{bad", content_type="application/json"
     )
     assert response.status_code == 400 and error(response)["code"] == "parse_error"
 
 
 def test_a_method_the_path_does_not_take_is_405(bob):
-    response = signed_in(bob).delete("/api/v1/gpu-requests/")
+    response = clients.api(bob).delete("/api/v1/gpu-requests/")
     assert response.status_code == 405 and error(response)["code"] == "method_not_allowed"
 
 
 def test_refused_and_absent_objects_have_their_codes(bob):
-    assert error(signed_in(bob).post("/api/v1/pools/", {}, format="json"))["code"] == (
+    assert error(clients.api(bob).post("/api/v1/pools/", {}, format="json"))["code"] == (
         "permission_denied"
     )
-    response = signed_in(bob).get("/api/v1/gpu-requests/999999999/")
+    response = clients.api(bob).get("/api/v1/gpu-requests/999999999/")
     assert response.status_code == 404
     assert error(response) == {"code": "not_found", "message": "Not found."}
 
@@ -91,7 +85,7 @@ def test_a_bare_list_of_errors_belongs_to_the_input_as_a_whole():
 def test_a_services_validation_error_raised_in_a_view_is_a_400_naming_its_fields(bob):
     # reports.accounting.parse_month raises Django's ValidationError; the view leaves it to
     # the handler, and nothing else turns it into DRF's.
-    response = signed_in(bob).get("/api/v1/accounting/", {"month": "2026-13"})
+    response = clients.api(bob).get("/api/v1/accounting/", {"month": "2026-13"})
     assert response.status_code == 400
     assert error(response) == {
         "code": "invalid", "message": "Invalid input.",

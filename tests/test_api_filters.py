@@ -6,6 +6,7 @@ import pytest
 from rest_framework.test import APIClient
 
 from agents.models import GPU, Node
+from tests import clients
 from tests.api import error_fields
 
 pytestmark = pytest.mark.django_db
@@ -13,8 +14,7 @@ pytestmark = pytest.mark.django_db
 
 @pytest.fixture
 def api(member_user) -> APIClient:
-    client = APIClient()
-    client.force_authenticate(member_user)
+    client = clients.api(member_user)
     return client
 
 

@@ -10,23 +10,16 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
-from rest_framework.test import APIClient
 
 from portal import idempotency
 from portal.models import IdempotencyRecord
 from quotas.models import GpuRequest
-from tests import procs
+from tests import clients, procs
 from tests.api import error_fields
 from tests.factories import gpu_team
 from tests.live_api import call, token
 
 URL = "/api/v1/gpu-requests/"
-
-
-def api(user) -> APIClient:
-    client = APIClient()
-    client.force_authenticate(user)
-    return client
 
 
 def ask(team, **changes) -> dict:
@@ -37,7 +30,7 @@ def ask(team, **changes) -> dict:
 
 def post(user, data: dict, key: str | None):
     headers = {} if key is None else {"HTTP_IDEMPOTENCY_KEY": key}
-    return api(user).post(URL, data, format="json", **headers)
+    return clients.api(user).post(URL, data, format="json", **headers)
 
 
 @pytest.fixture
@@ -105,7 +98,7 @@ def test_a_key_is_kept_for_its_hours_then_pruned_and_free_again(team, settings):
 def test_other_posts_of_the_view_take_a_key_too(team):
     created = post(team.dev, ask(team), None).json()
     path = f"{URL}{created['id']}/release/"
-    client = api(team.dev)
+    client = clients.api(team.dev)
     first = client.post(path, HTTP_IDEMPOTENCY_KEY="release-1")
     retry = client.post(path, HTTP_IDEMPOTENCY_KEY="release-1")
     assert first.status_code == retry.status_code == 200

@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 
 import pytest
-from rest_framework.test import APIClient
 
 from alerts.choices import EventState
 from alerts.models import Channel, Event
@@ -16,6 +15,7 @@ from pools.models import Pool
 from portal import idempotency
 from portal.models import IdempotencyRecord
 from quotas.models import Tenant
+from tests import clients
 from tests.api import error_fields
 from tests.factories import EventFactory, TenantFactory
 from tokens.models import ApiToken, ServiceAccount
@@ -24,15 +24,9 @@ pytestmark = pytest.mark.django_db
 ROBOT = "https://hooks.example.com/ci/very-secret-path-0123456789"
 
 
-def api(user) -> APIClient:
-    client = APIClient()
-    client.force_authenticate(user)
-    return client
-
-
 def post(user, url: str, data: dict | None, key: str | None):
     headers = {} if key is None else {"HTTP_IDEMPOTENCY_KEY": key}
-    return api(user).post(url, data, format="json", **headers)
+    return clients.api(user).post(url, data, format="json", **headers)
 
 
 # url, model, a body, the same body changed

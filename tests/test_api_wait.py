@@ -9,11 +9,10 @@ import time
 import pytest
 import redis
 from django.conf import settings
-from rest_framework.test import APIClient
 
 from quotas.requests.notices import tenant_group
 from quotas.requests.services import create_request
-from tests import procs
+from tests import clients, procs
 from tests.api import error_fields
 from tests.factories import gpu_team
 from tests.live_api import call, token
@@ -28,18 +27,12 @@ def pending_request(team):
     )  # fmt: skip
 
 
-def api(user) -> APIClient:
-    client = APIClient()
-    client.force_authenticate(user)
-    return client
-
-
 @pytest.mark.django_db
 @pytest.mark.parametrize("wait", ["-1", "61", "3600", "soon", "1.5"])
 def test_a_wait_out_of_bounds_or_not_a_whole_number_is_400(wait):
     team = gpu_team("vision")
     req = pending_request(team)
-    response = api(team.dev).get(f"{URL}{req.pk}/", {"wait": wait})
+    response = clients.api(team.dev).get(f"{URL}{req.pk}/", {"wait": wait})
     assert response.status_code == 400
     assert "wait" in error_fields(response)
 
@@ -48,7 +41,7 @@ def test_a_wait_out_of_bounds_or_not_a_whole_number_is_400(wait):
 def test_a_wait_that_runs_out_answers_the_current_state():
     team = gpu_team("vision")
     req = pending_request(team)
-    response = api(team.dev).get(f"{URL}{req.pk}/", {"wait": 1})
+    response = clients.api(team.dev).get(f"{URL}{req.pk}/", {"wait": 1})
     assert response.status_code == 200
     assert response.json()["state"] == "pending"
 
@@ -57,7 +50,7 @@ def test_a_wait_that_runs_out_answers_the_current_state():
 def test_a_wait_on_another_tenants_request_is_404_at_once():
     team, other = gpu_team("vision"), gpu_team("speech")
     req = pending_request(team)
-    assert api(other.dev).get(f"{URL}{req.pk}/", {"wait": 60}).status_code == 404
+    assert clients.api(other.dev).get(f"{URL}{req.pk}/", {"wait": 60}).status_code == 404
 
 
 def _group_members(tenant_id: int) -> int:

@@ -11,7 +11,7 @@ from django.db import DatabaseError, connection, transaction
 from django.test import Client
 
 from audit.interface import AuditEntry, record
-from tests import api
+from tests import api, clients
 
 pytestmark = pytest.mark.django_db
 
@@ -100,8 +100,7 @@ def test_a_bulk_insert_is_still_allowed(entry):
 
 @pytest.fixture
 def admin_client(alice) -> Client:
-    client = Client()
-    client.force_login(alice)
+    client = clients.page(alice)
     return client
 
 
@@ -155,8 +154,7 @@ def test_the_admin_filters_and_searches_entries(admin_client, entry):
 
 
 def test_staff_without_the_view_permission_do_not_see_the_log_in_the_admin(dave, entry):
-    client = Client()
-    client.force_login(dave)
+    client = clients.page(dave)
     assert client.get("/admin/audit/auditentry/").status_code == 403
     assert client.get(f"/admin/audit/auditentry/{entry.pk}/change/").status_code == 403
 

@@ -8,9 +8,9 @@ from datetime import timedelta
 import pytest
 from asgiref.sync import async_to_sync
 from django.test import AsyncClient, Client
-from rest_framework.test import APIClient
 
 from audit.interface import AuditEntry
+from tests import clients
 from tokens.interface import issue
 
 pytestmark = pytest.mark.django_db
@@ -134,30 +134,32 @@ def test_a_login_without_a_request_records_nothing(bob):
 # --- the API's tokens ----------------------------------------------------------------------
 
 
-def _api(token: str, address: str = "203.0.113.9") -> APIClient:
-    client = APIClient(REMOTE_ADDR=address)
-    client.credentials(HTTP_AUTHORIZATION=f"Bearer {token}")
-    return client
-
-
 def test_guessing_api_tokens_is_recorded_once_per_lockout_not_per_guess(bob):
     for n in range(2):
-        assert _api(f"guess{n}").get("/api/v1/nodes/").status_code == 401
+        assert (
+            clients.bearer(f"guess{n}", REMOTE_ADDR="203.0.113.9").get("/api/v1/nodes/").status_code
+            == 401
+        )
     # Below the limit: the log (portal.security) has each guess, the audit log none.
     assert not AuditEntry.objects.exists()
-    assert _api("guess2").get("/api/v1/nodes/").status_code == 401
+    assert (
+        clients.bearer("guess2", REMOTE_ADDR="203.0.113.9").get("/api/v1/nodes/").status_code == 401
+    )
     [entry] = AuditEntry.objects.all()
     assert entry.action == "api_token.locked_out"
     assert (entry.address, entry.target_repr) == ("203.0.113.9", "203.0.113.9")
     assert entry.after == {"failures": 3, "minutes": 15}
     # Blocked: a hundred more guesses write nothing.
     for n in range(100):
-        assert _api(f"more{n}").get("/api/v1/nodes/").status_code == 429
+        assert (
+            clients.bearer(f"more{n}", REMOTE_ADDR="203.0.113.9").get("/api/v1/nodes/").status_code
+            == 429
+        )
     assert AuditEntry.objects.count() == 1
 
 
 def test_a_good_api_token_is_not_a_login_and_records_nothing(bob):
     _token, key = issue(bob, name="ci")
     issued = AuditEntry.objects.count()  # the token's making is audited; its use is not
-    assert _api(key).get("/api/v1/nodes/").status_code == 200
+    assert clients.bearer(key, REMOTE_ADDR="203.0.113.9").get("/api/v1/nodes/").status_code == 200
     assert AuditEntry.objects.count() == issued

@@ -7,13 +7,12 @@ from __future__ import annotations
 import json
 
 import pytest
-from django.test import Client
 from django.urls import reverse
-from rest_framework.test import APIClient
 
 from agents import registration
 from agents.models import Node
 from audit.interface import AuditEntry
+from tests import clients
 
 pytestmark = pytest.mark.django_db
 
@@ -28,18 +27,6 @@ def node() -> Node:
     return Node.objects.create(
         name="gpu-01", agent_url="http://10.0.0.1:9400", agent_token=TOKEN, labels={"rack": "r1"}
     )
-
-
-def _page(user) -> Client:
-    client = Client(REMOTE_ADDR=ADDRESS)
-    client.force_login(user)
-    return client
-
-
-def _api(user) -> APIClient:
-    client = APIClient(REMOTE_ADDR=ADDRESS)
-    client.force_authenticate(user)
-    return client
 
 
 def _entries(action: str | None = None) -> list[AuditEntry]:
@@ -64,7 +51,10 @@ def _assert_by(entry: AuditEntry, user) -> None:
 def test_adding_a_node_on_the_page_is_recorded_with_its_state_and_token_hint(carol):
     form = {"name": "gpu-09", "agent_url": "http://10.0.0.9:9400", "token": TOKEN,
             "labels": "rack=r9", "state": "offline"}  # fmt: skip
-    assert _page(carol).post(reverse("agents:node_add"), form).status_code == 302
+    assert (
+        clients.page(carol, REMOTE_ADDR=ADDRESS).post(reverse("agents:node_add"), form).status_code
+        == 302
+    )
     [entry] = _entries()
     node = Node.objects.get(name="gpu-09")
     assert (entry.action, entry.target_id, entry.target_repr) == (
@@ -82,7 +72,9 @@ def test_adding_a_node_on_the_page_is_recorded_with_its_state_and_token_hint(car
 def test_draining_a_node_on_the_page_is_recorded_before_and_after(carol, node):
     form = {"name": "gpu-01", "agent_url": "http://10.0.0.1:9400", "token": "",
             "labels": "rack=r1", "state": "draining"}  # fmt: skip
-    response = _page(carol).post(reverse("agents:node_edit", args=[node.pk]), form)
+    response = clients.page(carol, REMOTE_ADDR=ADDRESS).post(
+        reverse("agents:node_edit", args=[node.pk]), form
+    )
     assert response.status_code == 302
     [entry] = _entries("node.updated")
     _assert_by(entry, carol)
@@ -94,7 +86,7 @@ def test_draining_a_node_on_the_page_is_recorded_before_and_after(carol, node):
 def test_a_new_token_is_recorded_as_replaced_without_the_token(carol, node):
     form = {"name": "gpu-01", "agent_url": "http://10.0.0.1:9400", "token": NEW_TOKEN,
             "labels": "rack=r1", "state": "offline"}  # fmt: skip
-    _page(carol).post(reverse("agents:node_edit", args=[node.pk]), form)
+    clients.page(carol, REMOTE_ADDR=ADDRESS).post(reverse("agents:node_edit", args=[node.pk]), form)
     [entry] = _entries("node.updated")
     assert (entry.before["agent_token_hint"], entry.after["agent_token_hint"]) == ("…WXYZ", "…QRST")
     assert entry.message == "agent token replaced"
@@ -104,14 +96,16 @@ def test_a_new_token_is_recorded_as_replaced_without_the_token(carol, node):
 def test_saving_a_node_unchanged_records_nothing(carol, node):
     form = {"name": "gpu-01", "agent_url": "http://10.0.0.1:9400", "token": "",
             "labels": "rack=r1", "state": "offline"}  # fmt: skip
-    _page(carol).post(reverse("agents:node_edit", args=[node.pk]), form)
+    clients.page(carol, REMOTE_ADDR=ADDRESS).post(reverse("agents:node_edit", args=[node.pk]), form)
     assert _entries("node.updated") == []
 
 
 def test_a_refused_change_records_nothing(carol, node):
     form = {"name": "gpu-01", "agent_url": "ftp://nowhere", "token": "", "labels": "",
             "state": "offline"}  # fmt: skip
-    response = _page(carol).post(reverse("agents:node_edit", args=[node.pk]), form)
+    response = clients.page(carol, REMOTE_ADDR=ADDRESS).post(
+        reverse("agents:node_edit", args=[node.pk]), form
+    )
     assert response.status_code == 200
     assert _entries("node.updated") == []
 
@@ -123,7 +117,7 @@ def test_a_page_import_records_each_node_it_adds_and_changes(carol, node):
         "gpu-a,http://10.0.1.1:9400,t-a-secret-long,rack=r1,\n"
     )
     url = reverse("agents:node_import")
-    client = _page(carol)
+    client = clients.page(carol, REMOTE_ADDR=ADDRESS)
     form = {"content": text, "format": "csv", "update": "on"}
     client.post(url, form | {"action": "check"})
     assert _entries() == []  # a dry run writes nothing, to the log neither
@@ -147,7 +141,9 @@ def test_a_page_import_records_each_node_it_adds_and_changes(carol, node):
 def test_an_import_with_a_bad_row_records_nothing(carol, node):
     text = "name,agent_url\ngpu-b,http://10.0.3.1:9400\ngpu-01,http://10.0.3.2:9400\n"
     url = reverse("agents:node_import")
-    response = _page(carol).post(url, {"content": text, "format": "csv", "action": "import"})
+    response = clients.page(carol, REMOTE_ADDR=ADDRESS).post(
+        url, {"content": text, "format": "csv", "action": "import"}
+    )
     assert response.status_code == 200 and not response.context["report"].ok
     assert _entries() == []
 
@@ -156,7 +152,7 @@ def test_an_import_with_a_bad_row_records_nothing(carol, node):
 
 
 def test_the_api_records_create_update_and_delete(carol):
-    client = _api(carol)
+    client = clients.api(carol, REMOTE_ADDR=ADDRESS)
     body = {"name": "gpu-api", "agent_url": "http://10.0.4.1:9400", "token": TOKEN}
     created = client.post("/api/v1/nodes/", body, format="json")
     assert created.status_code == 201
@@ -175,7 +171,7 @@ def test_the_api_records_create_update_and_delete(carol):
 
 
 def test_a_refused_api_write_records_nothing(bob, node):
-    client = _api(bob)
+    client = clients.api(bob, REMOTE_ADDR=ADDRESS)
     assert client.patch(f"/api/v1/nodes/{node.pk}/", {"state": "draining"}).status_code == 403
     assert client.delete(f"/api/v1/nodes/{node.pk}/").status_code == 403
     assert _entries() == []
@@ -186,7 +182,7 @@ def test_a_yaml_import_through_the_api_records_each_node(carol, node):
         "- name: gpu-y\n  agent_url: http://10.0.2.1:9400\n  token: t-y-secret-long\n"
         "- name: gpu-01\n  state: draining\n"
     )
-    response = _api(carol).post(
+    response = clients.api(carol, REMOTE_ADDR=ADDRESS).post(
         "/api/v1/nodes/import/?update=true", yaml, content_type="application/yaml"
     )
     assert response.status_code == 201, response.content
@@ -199,7 +195,9 @@ def test_a_yaml_import_through_the_api_records_each_node(carol, node):
 
 def test_an_api_dry_run_records_nothing(carol):
     csv = "name,agent_url\ngpu-d,http://10.0.5.1:9400\n"
-    response = _api(carol).post("/api/v1/nodes/import/?dry_run=1", csv, content_type="text/csv")
+    response = clients.api(carol, REMOTE_ADDR=ADDRESS).post(
+        "/api/v1/nodes/import/?dry_run=1", csv, content_type="text/csv"
+    )
     assert response.status_code == 200 and response.json()["created"] == ["gpu-d"]
     assert _entries() == []
 
@@ -215,7 +213,7 @@ def _admin_form(**values) -> dict:
 
 
 def test_the_admin_records_add_change_and_delete(alice):
-    client = _page(alice)
+    client = clients.page(alice, REMOTE_ADDR=ADDRESS)
     response = client.post("/admin/agents/node/add/", _admin_form(agent_token=TOKEN))
     assert response.status_code == 302, response.content
     node = Node.objects.get(name="gpu-adm")
@@ -236,7 +234,7 @@ def test_the_admin_records_add_change_and_delete(alice):
 
 def test_the_admin_bulk_delete_records_each_node(alice, node):
     other = Node.objects.create(name="gpu-02", agent_url="http://10.0.0.2:9400")
-    response = _page(alice).post(
+    response = clients.page(alice, REMOTE_ADDR=ADDRESS).post(
         "/admin/agents/node/",
         {"action": "delete_selected", "_selected_action": [node.pk, other.pk], "post": "yes"},
     )

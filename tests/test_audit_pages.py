@@ -8,12 +8,11 @@ import io
 from datetime import timedelta
 
 import pytest
-from django.test import Client
 from django.utils import timezone
-from rest_framework.test import APIClient
 
 from audit.diff import DiffRow, diff_rows
 from audit.interface import AuditEntry, record
+from tests import clients
 from tests.api import error_fields
 from tests.factories import UserFactory
 
@@ -25,9 +24,9 @@ API = "/api/v1/audit/"
 
 
 @pytest.fixture
-def erin(db):
+def ivy(db):
     """An auditor: not staff, not a superuser, granted only the right to read the log."""
-    return UserFactory(username="erin", permissions=["audit.view_auditentry"])
+    return UserFactory(username="ivy", permissions=["audit.view_auditentry"])
 
 
 @pytest.fixture
@@ -52,13 +51,6 @@ def entries(alice, carol) -> dict[str, AuditEntry]:
     }
 
 
-def _client(user=None) -> Client:
-    client = Client()
-    if user is not None:
-        client.force_login(user)
-    return client
-
-
 def _shown(response, among: dict[str, AuditEntry] | None = None) -> list[int]:
     """The entries the page shows; ``among``: only those (signing the client in records a
     login of its own)."""
@@ -74,32 +66,31 @@ def _shown(response, among: dict[str, AuditEntry] | None = None) -> list[int]:
 
 @pytest.mark.parametrize(
     ("name", "status"),
-    [("alice", 200), ("erin", 200), ("bob", 403), ("carol", 403), ("dave", 403)],
+    [("alice", 200), ("ivy", 200), ("bob", 403), ("carol", 403), ("dave", 403)],
 )
 def test_the_page_is_for_those_who_may_read_the_log(request, entries, name, status):
     user = request.getfixturevalue(name)
-    assert _client(user).get(PAGE).status_code == status
-    assert _client(user).get(EXPORT).status_code == status
+    assert clients.page(user).get(PAGE).status_code == status
+    assert clients.page(user).get(EXPORT).status_code == status
 
 
 def test_an_anonymous_visitor_is_sent_to_the_login_page(entries):
     for url in (PAGE, EXPORT):
-        response = _client().get(url)
+        response = clients.page().get(url)
         assert response.status_code == 302 and response["Location"].startswith("/accounts/login/")
 
 
-def test_the_sidebar_links_the_log_only_for_its_readers(alice, erin, bob, dave):
-    assert f'href="{PAGE}"' in _client(alice).get("/").content.decode()
-    assert f'href="{PAGE}"' in _client(erin).get("/").content.decode()
+def test_the_sidebar_links_the_log_only_for_its_readers(alice, ivy, bob, dave):
+    assert f'href="{PAGE}"' in clients.page(alice).get("/").content.decode()
+    assert f'href="{PAGE}"' in clients.page(ivy).get("/").content.decode()
     for user in (bob, dave):
-        assert f'href="{PAGE}"' not in _client(user).get("/").content.decode()
+        assert f'href="{PAGE}"' not in clients.page(user).get("/").content.decode()
 
 
-@pytest.mark.parametrize(("name", "allowed"), [("alice", True), ("erin", True), ("bob", False),
+@pytest.mark.parametrize(("name", "allowed"), [("alice", True), ("ivy", True), ("bob", False),
                                               ("carol", False), ("dave", False)])  # fmt: skip
 def test_the_api_is_for_those_who_may_read_the_log(request, entries, name, allowed):
-    client = APIClient()
-    client.force_authenticate(request.getfixturevalue(name))
+    client = clients.api(request.getfixturevalue(name))
     listing = client.get(API)
     detail = client.get(f"{API}{entries['node'].pk}/")
     if allowed:
@@ -115,7 +106,7 @@ def test_the_api_is_for_those_who_may_read_the_log(request, entries, name, allow
 
 
 def test_the_page_lists_the_newest_first_with_the_changes_as_a_diff(alice, entries):
-    response = _client(alice).get(PAGE)
+    response = clients.page(alice).get(PAGE)
     assert _shown(response, entries) == [e.pk for e in reversed(entries.values())]
     body = response.content.decode()
     assert "gpu-42" in body and "mallory" in body and "198.51.100.4" in body
@@ -139,23 +130,26 @@ def test_the_page_lists_the_newest_first_with_the_changes_as_a_diff(alice, entri
     ],
 )
 def test_the_page_filters(alice, entries, query, expected):
-    response = _client(alice).get(PAGE, query)
+    response = clients.page(alice).get(PAGE, query)
     assert _shown(response, entries) == [entries[name].pk for name in expected]
 
 
 def test_the_page_filters_by_day(alice, entries):
     today = timezone.localdate()
     tomorrow = today + timedelta(days=1)
-    response = _client(alice).get(PAGE, {"since": today.isoformat(), "until": today.isoformat()})
+    response = clients.page(alice).get(
+        PAGE, {"since": today.isoformat(), "until": today.isoformat()}
+    )
     assert len(_shown(response, entries)) == 4
-    assert _shown(_client(alice).get(PAGE, {"since": tomorrow.isoformat()})) == []
+    assert _shown(clients.page(alice).get(PAGE, {"since": tomorrow.isoformat()})) == []
     assert (
-        _shown(_client(alice).get(PAGE, {"until": (today - timedelta(days=1)).isoformat()})) == []
+        _shown(clients.page(alice).get(PAGE, {"until": (today - timedelta(days=1)).isoformat()}))
+        == []
     )
 
 
 def test_a_bad_filter_is_shown_beside_its_field_and_lists_nothing(alice, entries):
-    response = _client(alice).get(PAGE, {"since": "yesterday", "tenant": "x"})
+    response = clients.page(alice).get(PAGE, {"since": "yesterday", "tenant": "x"})
     assert response.status_code == 200
     assert _shown(response) == []
     assert set(response.context["form"].errors) == {"since", "tenant"}
@@ -170,7 +164,7 @@ def test_what_the_log_holds_is_escaped_on_the_page(alice):
         after={"name": "</td><b>bold</b>"},
         message="<i>hi</i>",
     )
-    body = _client(alice).get(PAGE).content.decode()
+    body = clients.page(alice).get(PAGE).content.decode()
     assert "<script>alert" not in body and "<img src=x" not in body and "<b>bold" not in body
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in body and "&lt;i&gt;hi&lt;/i&gt;" in body
 
@@ -179,17 +173,17 @@ def test_the_page_is_paginated_and_keeps_its_filters(alice):
     for n in range(60):
         record("node.updated", target_type="agents.node", target_id=str(n))
     record("login.failed", target_type="auth.user")
-    first = _client(alice).get(PAGE, {"action": "node"})
+    first = clients.page(alice).get(PAGE, {"action": "node"})
     assert len(_shown(first)) == 50 and first.context["page"].paginator.count == 60
     assert "?action=node&amp;page=2" in first.content.decode()
-    second = _client(alice).get(PAGE, {"action": "node", "page": "2"})
+    second = clients.page(alice).get(PAGE, {"action": "node", "page": "2"})
     assert len(_shown(second)) == 10
     # A page past the end shows the last one, not an error.
-    assert _client(alice).get(PAGE, {"page": "999"}).status_code == 200
+    assert clients.page(alice).get(PAGE, {"page": "999"}).status_code == 200
 
 
 def test_a_filter_that_matches_nothing_says_so(alice):
-    response = _client(alice).get(PAGE, {"action": "nothing"})
+    response = clients.page(alice).get(PAGE, {"action": "nothing"})
     assert "No entry matches these filters." in response.content.decode()
 
 
@@ -202,7 +196,7 @@ def _csv(response) -> list[dict[str, str]]:
 
 
 def test_the_export_holds_what_the_filters_chose(alice, entries):
-    response = _client(alice).get(EXPORT, {"action": "node"})
+    response = clients.page(alice).get(EXPORT, {"action": "node"})
     assert response["Content-Type"].startswith("text/csv")
     assert "attachment" in response["Content-Disposition"]
     [row] = _csv(response)
@@ -213,28 +207,22 @@ def test_the_export_holds_what_the_filters_chose(alice, entries):
 def test_the_export_writes_formulas_as_text(alice):
     for name in ('=HYPERLINK("http://evil")', "+1", "-1", "@SUM(A1)"):
         record("login.failed", target_type="auth.user", target_repr=name)
-    rows = _csv(_client(alice).get(EXPORT, {"action": "login.failed"}))
+    rows = _csv(clients.page(alice).get(EXPORT, {"action": "login.failed"}))
     assert sorted(row["target_repr"] for row in rows) == sorted(
         ['\'=HYPERLINK("http://evil")', "'+1", "'-1", "'@SUM(A1)"]
     )
 
 
 def test_an_export_with_a_bad_filter_is_400(alice, entries):
-    response = _client(alice).get(EXPORT, {"tenant": "x"})
+    response = clients.page(alice).get(EXPORT, {"tenant": "x"})
     assert response.status_code == 400 and "tenant" in response.json()
 
 
 # --- the API's filters --------------------------------------------------------------------
 
 
-def _api(user) -> APIClient:
-    client = APIClient()
-    client.force_authenticate(user)
-    return client
-
-
 def test_the_api_filters_and_orders(alice, entries):
-    client = _api(alice)
+    client = clients.api(alice)
     ids = lambda response: [item["id"] for item in response.json()["results"]]  # noqa: E731
     assert ids(client.get(API, {"action": "login"})) == [entries["failed"].pk, entries["login"].pk]
     assert ids(client.get(API, {"tenant": 7})) == [entries["quota"].pk]
@@ -251,13 +239,13 @@ def test_the_api_filters_and_orders(alice, entries):
               {"ordering": "actor_name"}],
 )  # fmt: skip
 def test_a_bad_api_filter_is_400_naming_it(alice, entries, query):
-    response = _api(alice).get(API, query)
+    response = clients.api(alice).get(API, query)
     assert response.status_code == 400
     assert set(error_fields(response)) == set(query)
 
 
 def test_the_api_entry_carries_every_field(alice, entries):
-    data = _api(alice).get(f"{API}{entries['login'].pk}/").json()
+    data = clients.api(alice).get(f"{API}{entries['login'].pk}/").json()
     assert data | {"at": None} == {
         "id": entries["login"].pk, "at": None, "actor": entries["login"].actor_id,
         "actor_name": "carol", "address": "203.0.113.9", "action": "login.succeeded",
@@ -291,7 +279,7 @@ def test_an_entry_reads_the_same_after_its_user_is_deleted(alice, carol, entries
     carol.delete()
     entry = AuditEntry.objects.get(pk=entries["login"].pk)
     assert (entry.actor_id, entry.actor_name) == (carol_id, "carol")
-    assert "carol" in _client(alice).get(PAGE, {"actor": "carol"}).content.decode()
-    data = _api(alice).get(f"{API}{entry.pk}/").json()
+    assert "carol" in clients.page(alice).get(PAGE, {"actor": "carol"}).content.decode()
+    data = clients.api(alice).get(f"{API}{entry.pk}/").json()
     assert (data["actor"], data["actor_name"]) == (carol_id, "carol")
-    assert _client(alice).get(f"/admin/audit/auditentry/{entry.pk}/change/").status_code == 200
+    assert clients.page(alice).get(f"/admin/audit/auditentry/{entry.pk}/change/").status_code == 200

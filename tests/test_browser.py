@@ -23,7 +23,7 @@ from playwright.sync_api import Browser, Page, expect
 
 from agents.models import GPU, Node
 from telemetry import rollups, sample_buffer
-from tests import procs
+from tests import clients, procs
 from tests.factories import UserFactory
 
 pytestmark = [pytest.mark.browser, pytest.mark.stack]
@@ -38,9 +38,7 @@ def log_in_and_watch_a_card_change(
     try:
         page.goto(url)
         expect(page).to_have_url(re.compile(r"/accounts/login/"))
-        page.fill("#id_username", user)
-        page.fill("#id_password", password)
-        page.click("button[type=submit]")
+        clients.sign_in(page, user, password)
         tiles = page.locator(".tile")
         expect(tiles.first).to_be_visible(timeout=20_000)
         expect(page.locator("#live-status")).to_have_attribute("data-state", "live")
@@ -170,10 +168,7 @@ def gpu_with_history(full_stack):
 def test_gpu_page_draws_history_charts_and_owners(gpu_with_history, full_stack, browser):
     page = browser.new_page()
     try:
-        page.goto(full_stack)
-        page.fill("#id_username", "dana")
-        page.fill("#id_password", "dana-pw-1")
-        page.click("button[type=submit]")
+        clients.sign_in(page, "dana", at=full_stack)
         expect(page.locator(".tile").first).to_be_visible(timeout=20_000)
         page.goto(gpu_with_history)
         expect(page.locator(".chart canvas")).to_have_count(4, timeout=10_000)
@@ -286,10 +281,7 @@ def test_history_charts_span_the_chosen_range_and_grow_without_reload(history_si
     try:
         # The page's timers run on Playwright's clock, so a minute passes at once below.
         page.clock.install()
-        page.goto(site)
-        page.fill("#id_username", "erin")
-        page.fill("#id_password", "erin-pw-1")
-        page.click("button[type=submit]")
+        clients.sign_in(page, "erin", at=site)
         expect(page).not_to_have_url(re.compile(r"/accounts/login/"))
         page.goto(f"{site}gpus/{gpu.pk}/")
         history = page.locator(".history")
@@ -345,14 +337,6 @@ def test_history_charts_span_the_chosen_range_and_grow_without_reload(history_si
         page.close()
 
 
-def log_in(page: Page, url: str, user: str, password: str) -> None:
-    page.goto(url)
-    page.fill("#id_username", user)
-    page.fill("#id_password", password)
-    page.click("button[type=submit]")
-    expect(page.locator(".tile").first).to_be_visible(timeout=20_000)
-
-
 def test_layout_fits_a_laptop_a_phone_and_a_wide_screen(full_stack, browser):
     """The shared page layout (Tabler on Bootstrap 5): its CSS is loaded, the sections
     can be reached at every width, a phone never scrolls sideways, a wide screen is used."""
@@ -360,7 +344,8 @@ def test_layout_fits_a_laptop_a_phone_and_a_wide_screen(full_stack, browser):
     context = browser.new_context(viewport={"width": 1366, "height": 768})
     page = context.new_page()
     try:
-        log_in(page, full_stack, "dana", "dana-pw-1")
+        clients.sign_in(page, "dana", at=full_stack)
+        expect(page.locator(".tile").first).to_be_visible(timeout=20_000)
         # The kit's stylesheet is applied: its custom properties and the card's border.
         assert page.evaluate(
             "getComputedStyle(document.documentElement).getPropertyValue('--tblr-primary')"

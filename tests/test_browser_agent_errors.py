@@ -11,7 +11,7 @@ from playwright.sync_api import Browser, Page, expect
 
 from agents.models import Node
 from telemetry import live
-from tests import procs, test_browser
+from tests import clients, procs, test_browser
 from tests.factories import NodeFactory, UserFactory
 
 pytestmark = [pytest.mark.browser, pytest.mark.stack]
@@ -31,10 +31,7 @@ def site(transactional_db, child_env_for_test_db) -> Iterator[tuple[str, Node]]:
 
 def _log_in(browser: Browser, site: str, user: str, path: str = "") -> Page:
     page = browser.new_page()
-    page.goto(site + path)
-    page.fill("#id_username", user)
-    page.fill("#id_password", f"{user}-pw-1")
-    page.click("button[type=submit]")
+    clients.sign_in(page, user, at=site + path)
     expect(page.locator("#live-status")).to_have_attribute("data-state", "live", timeout=20_000)
     return page
 

@@ -16,7 +16,7 @@ from playwright.sync_api import Browser, expect
 from alerts import events
 from alerts.evaluate import RuleSpec
 from alerts.models import Rule
-from tests import procs
+from tests import clients, procs
 from tests.factories import default_alert_rules, gpu_team
 
 pytestmark = [pytest.mark.browser]
@@ -57,11 +57,7 @@ def test_a_firing_event_appears_on_the_dashboard_live_and_is_acknowledged(site, 
     context = browser.new_context()
     page = context.new_page()
     try:
-        page.goto(f"{url}/accounts/login/?next=/")
-        page.fill("#id_username", names["approver"])
-        page.fill("#id_password", f"{names['approver']}-pw-1")
-        page.click("button[type=submit]")
-        expect(page).to_have_url(re.compile(r"/$"))
+        clients.sign_in(page, names["approver"], at=f"{url}/accounts/login/?next=/", lands_on=r"/$")
         strip = page.locator("#firing-events")
         expect(strip.locator("#firing-none")).to_be_visible()
         expect(strip).to_have_attribute("data-live", "true", timeout=10_000)

@@ -14,6 +14,7 @@ from django.contrib.auth.models import Permission
 from playwright.sync_api import Page, expect
 
 from agents.models import GPU, Node
+from tests import clients
 
 pytestmark = [pytest.mark.browser]
 
@@ -69,10 +70,7 @@ def test_an_agents_right_to_left_override_does_not_reorder_the_text_around_it(
     node_pk, gpu_pk = spoofed_node
     page = browser.new_page()
     try:
-        page.goto(f"{live_server.url}/accounts/login/")
-        page.fill("#id_username", "fay")
-        page.fill("#id_password", "fay-pw-1")
-        page.click("button[type=submit]")
+        clients.sign_in(page, "fay", at=f"{live_server.url}/accounts/login/")
         page.goto(f"{live_server.url}/nodes/{node_pk}/")
         expect(page.locator(".gpu-card")).to_have_count(1)
         # The words after the host name and the driver version read left to right, in the

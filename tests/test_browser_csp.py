@@ -7,7 +7,6 @@ opens, from the login page to the API docs, with the live websocket connected.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterator
 
 import pytest
@@ -15,7 +14,7 @@ from django.contrib.auth import get_user_model
 from playwright.sync_api import Page, expect
 
 from agents.models import GPU
-from tests import procs
+from tests import clients, procs
 from tests.factories import NodeFactory, PoolFactory, online_cards, placed_lease
 from tests.test_browser import ARTIFACTS
 
@@ -62,10 +61,7 @@ def test_every_page_works_under_the_policy(site, browser):
 
     try:
         visit("/accounts/login/", "#id_username")
-        page.fill("#id_username", "frank")
-        page.fill("#id_password", "frank-pw-1")
-        page.click("button[type=submit]")
-        expect(page).to_have_url(re.compile(r"/$"))
+        clients.sign_in(page, "frank", lands_on=r"/$")
         # The live pages: their websocket is allowed and connects.
         visit("/", ".tile")
         expect(page.locator("#live-status")).to_have_attribute("data-state", "live")

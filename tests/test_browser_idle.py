@@ -19,7 +19,7 @@ from quotas.demo import SLICES
 from quotas.models import GpuRequest
 from reports import scan
 from telemetry.models import GpuMinute, OwnerMinute
-from tests import procs
+from tests import clients, procs
 from tests.factories import PoolFactory, TenantFactory, online_cards
 from tests.test_browser import ARTIFACTS
 from tests.test_browser_csp import RECORD_VIOLATIONS, _violations
@@ -75,11 +75,7 @@ def test_the_idle_page_shows_idle_and_busy_allocations_apart(site, browser):
     page.on("pageerror", lambda error: errors.append(str(error)))
     page.add_init_script(RECORD_VIOLATIONS)
     try:
-        page.goto(site + "/accounts/login/")
-        page.fill("#id_username", "frank")
-        page.fill("#id_password", "frank-pw-1")
-        page.click("button[type=submit]")
-        expect(page).to_have_url(re.compile(r"/$"))
+        clients.sign_in(page, "frank", at=site + "/accounts/login/", lands_on=r"/$")
         page.click("text=Idle GPUs")  # the sidebar's link
         expect(page).to_have_url(re.compile(r"/idle/$"))
         idle = page.locator("#idle-allocations tr.idle-row")

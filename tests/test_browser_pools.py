@@ -11,7 +11,7 @@ from playwright.sync_api import expect
 
 from pools.choices import AllocationState
 from pools.models import Allocation, Pool
-from tests import procs, test_browser
+from tests import clients, procs, test_browser
 from tests.factories import PoolFactory, UserFactory, online_cards, placed_lease
 
 pytestmark = [pytest.mark.browser, pytest.mark.stack]
@@ -29,10 +29,7 @@ def test_the_card_map_shows_a_slice_placed_after_the_page_loaded(site, browser):
     url, pool = site
     page = browser.new_page()
     try:
-        page.goto(f"{url}/pools/{pool.slug}/")
-        page.fill("#id_username", "erin")
-        page.fill("#id_password", "erin-pw-1")
-        page.click("button[type=submit]")
+        clients.sign_in(page, "erin", at=f"{url}/pools/{pool.slug}/")
         expect(page.locator("#live-status")).to_have_attribute("data-state", "live", timeout=20_000)
         expect(page.locator(".pool-card")).to_have_count(2)
         assert page.locator(".slice").count() == 0
@@ -77,10 +74,7 @@ def test_an_admin_clicks_drain_and_the_node_drains_and_its_vgpu_moves(busy_site,
     node_id, node_name, _ = test_browser.off_this_thread(where)
     page = browser.new_page()
     try:
-        page.goto(f"{url}/pools/{pool.slug}/")
-        page.fill("#id_username", "erin")
-        page.fill("#id_password", "erin-pw-1")
-        page.click("button[type=submit]")
+        clients.sign_in(page, "erin", at=f"{url}/pools/{pool.slug}/")
         row = page.locator(f'#manage-nodes tr[data-node-id="{node_id}"]')
         asked = []
         page.once("dialog", lambda dialog: (asked.append(dialog.message), dialog.accept()))

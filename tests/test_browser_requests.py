@@ -13,7 +13,7 @@ import pytest
 from playwright.sync_api import Browser, BrowserContext, Page, expect
 
 from quotas.requests.services import create_request
-from tests import procs
+from tests import clients, procs
 from tests.factories import gpu_team
 
 pytestmark = [pytest.mark.browser]
@@ -36,11 +36,9 @@ def site(transactional_db, child_env_for_test_db) -> Iterator[tuple[str, dict]]:
 def logged_in(browser: Browser, url: str, user: str, path: str) -> tuple[BrowserContext, Page]:
     context = browser.new_context()
     page = context.new_page()
-    page.goto(f"{url}/accounts/login/?next={path}")
-    page.fill("#id_username", user)
-    page.fill("#id_password", f"{user}-pw-1")
-    page.click("button[type=submit]")
-    expect(page).to_have_url(re.compile(re.escape(path) + "$"))
+    clients.sign_in(
+        page, user, at=f"{url}/accounts/login/?next={path}", lands_on=re.escape(path) + "$"
+    )
     return context, page
 
 

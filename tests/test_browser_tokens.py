@@ -10,7 +10,7 @@ from collections.abc import Iterator
 import pytest
 from playwright.sync_api import Browser, BrowserContext, Page, expect
 
-from tests import procs
+from tests import clients, procs
 from tests.factories import UserFactory
 from tests.live_api import call
 
@@ -29,11 +29,9 @@ def site(transactional_db, child_env_for_test_db) -> Iterator[str]:
 
 def signed_in(context: BrowserContext, url: str) -> Page:
     page = context.new_page()
-    page.goto(f"{url}/accounts/login/?next=/account/")
-    page.fill("#id_username", "tara")
-    page.fill("#id_password", "tara-pw-1")
-    page.click("button[type=submit]")
-    expect(page).to_have_url(re.compile(r"/account/$"))
+    clients.sign_in(
+        page, "tara", at=f"{url}/accounts/login/?next=/account/", lands_on=r"/account/$"
+    )
     return page
 
 

@@ -4,14 +4,13 @@ signs in with it: in Chromium against daphne, under the site's content-security 
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterator
 
 import pytest
 from django.contrib.auth import get_user_model
-from playwright.sync_api import Browser, Page, expect
+from playwright.sync_api import Browser, expect
 
-from tests import procs
+from tests import clients, procs
 from tests.factories import TenantFactory
 from tests.test_browser_csp import RECORD_VIOLATIONS, _violations
 
@@ -27,14 +26,6 @@ def site(transactional_db, child_env_for_test_db) -> Iterator[str]:
         yield url
 
 
-def log_in(page: Page, url: str, username: str, password: str) -> None:
-    page.goto(f"{url}/accounts/login/")
-    page.fill("#id_username", username)
-    page.fill("#id_password", password)
-    page.click("button[type=submit]")
-    expect(page).to_have_url(re.compile(r"/$"))
-
-
 def test_a_new_user_made_and_invited_by_an_admin_signs_in_with_the_link_shown(
     site, browser: Browser
 ):
@@ -42,7 +33,7 @@ def test_a_new_user_made_and_invited_by_an_admin_signs_in_with_the_link_shown(
     page = admin.new_page()
     page.add_init_script(RECORD_VIOLATIONS)
     try:
-        log_in(page, site, "frank", "frank-pw-1")
+        clients.sign_in(page, "frank", at=f"{site}/accounts/login/", lands_on=r"/$")
         page.get_by_role("link", name="Users").click()
         page.get_by_role("link", name="Add user").click()
         page.fill("#id_username", "nina")
@@ -79,10 +70,7 @@ def test_a_new_user_made_and_invited_by_an_admin_signs_in_with_the_link_shown(
         page.get_by_role("button", name="Set password").click()
         expect(page.get_by_role("heading", name="Password set")).to_be_visible()
         page.get_by_role("link", name="Log in").click()
-        page.fill("#id_username", "nina")
-        page.fill("#id_password", PASSWORD)
-        page.click("button[type=submit]")
-        expect(page).to_have_url(re.compile(r"/$"))
+        clients.sign_in(page, "nina", PASSWORD, lands_on=r"/$")
         page.goto(f"{site}/tenants/")
         expect(page.locator('[data-tenant="acme"]')).to_be_visible()
         # Used once: the link no longer opens the form.

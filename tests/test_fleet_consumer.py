@@ -6,28 +6,21 @@ import pytest
 from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 from channels.testing import WebsocketCommunicator
-from django.conf import settings
-from django.test import Client
 
 from portal.asgi import application
 from telemetry import live
 from telemetry.live import FLEET_GROUP, node_group
+from tests import clients
 from tests.factories import NodeFactory
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
-def _headers(cookie: str = "") -> list[tuple[bytes, bytes]]:
+def _headers(cookie: tuple[bytes, bytes] | None = None) -> list[tuple[bytes, bytes]]:
     headers = [(b"origin", b"http://localhost"), (b"host", b"localhost")]
     if cookie:
-        headers.append((b"cookie", cookie.encode()))
+        headers.append(cookie)
     return headers
-
-
-def _session_cookie(user) -> str:
-    client = Client()
-    client.force_login(user)
-    return f"{settings.SESSION_COOKIE_NAME}={client.cookies[settings.SESSION_COOKIE_NAME].value}"
 
 
 async def _connect(headers, path="/ws/fleet/"):
@@ -49,7 +42,7 @@ def test_foreign_origin_is_refused(bob):
     headers = [
         (b"origin", b"http://evil.example"),
         (b"host", b"localhost"),
-        (b"cookie", _session_cookie(bob).encode()),
+        clients.cookie_header(bob),
     ]
 
     async def run():
@@ -62,7 +55,7 @@ def test_foreign_origin_is_refused(bob):
 
 def test_logged_in_socket_gets_the_fleet_then_pushed_updates(bob):
     NodeFactory(name="gpu-a")
-    cookie = _session_cookie(bob)
+    cookie = clients.cookie_header(bob)
 
     async def run():
         communicator, connected, _ = await _connect(_headers(cookie))
@@ -87,7 +80,7 @@ def test_logged_in_socket_gets_the_fleet_then_pushed_updates(bob):
 
 def test_node_socket_sends_the_cards_and_marks_the_node_watched(bob, store):
     node = NodeFactory(name="gpu-a")
-    cookie = _session_cookie(bob)
+    cookie = clients.cookie_header(bob)
 
     async def run():
         communicator, connected, _ = await _connect(_headers(cookie), f"/ws/nodes/{node.pk}/")
@@ -107,7 +100,7 @@ def test_node_socket_sends_the_cards_and_marks_the_node_watched(bob, store):
 
 
 def test_socket_for_a_missing_node_is_closed_with_not_found(bob):
-    cookie = _session_cookie(bob)
+    cookie = clients.cookie_header(bob)
 
     async def run():
         communicator, connected, code = await _connect(_headers(cookie), "/ws/nodes/999999/")

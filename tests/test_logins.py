@@ -14,8 +14,8 @@ from asgiref.sync import async_to_sync
 from axes.models import AccessAttempt
 from django.test import AsyncClient, Client
 from django.utils import timezone
-from rest_framework.test import APIClient
 
+from tests import clients
 from tokens.interface import issue
 
 pytestmark = pytest.mark.django_db
@@ -132,12 +132,6 @@ def test_behind_a_trusted_proxy_the_address_it_saw_counts(bob, settings, caplog)
 # --- the API's tokens ----------------------------------------------------------------------
 
 
-def _api(token_header: str, address: str = "203.0.113.9") -> APIClient:
-    client = APIClient(REMOTE_ADDR=address)
-    client.credentials(HTTP_AUTHORIZATION=token_header)
-    return client
-
-
 @pytest.mark.parametrize(
     "header",
     ["Bearer", "Bearer a b", "Bearer n\u00e9e", "Bearer gpp_01234567_unknown",
@@ -148,7 +142,9 @@ def test_every_bad_token_gets_the_same_answer(bob, header):
     _token, key = issue(bob, name="ci")
     bob.is_active = False
     bob.save()
-    response = _api(header.replace("{inactive}", key)).get("/api/v1/nodes/")
+    response = clients.authorization(
+        header.replace("{inactive}", key), REMOTE_ADDR="203.0.113.9"
+    ).get("/api/v1/nodes/")
     assert response.status_code == 401
     assert response.json() == {
         "error": {
@@ -163,15 +159,27 @@ def test_an_address_guessing_tokens_is_stopped_and_logged(bob, caplog):
     caplog.set_level(logging.WARNING, logger="portal.security")
     _token, good = issue(bob, name="ci")
     for n in range(3):
-        assert _api(f"Bearer guess{n}").get("/api/v1/nodes/").status_code == 401
+        assert (
+            clients.authorization(f"Bearer guess{n}", REMOTE_ADDR="203.0.113.9")
+            .get("/api/v1/nodes/")
+            .status_code
+            == 401
+        )
     # Now even a good token from that address waits, so guesses cannot hide among good calls.
-    blocked = _api(f"Bearer {good}").get("/api/v1/nodes/")
+    blocked = clients.authorization(f"Bearer {good}", REMOTE_ADDR="203.0.113.9").get(
+        "/api/v1/nodes/"
+    )
     assert blocked.status_code == 429
     assert blocked.json()["error"]["code"] == "throttled"
     assert "Too many invalid API tokens" in blocked.json()["error"]["message"]
     assert int(blocked["Retry-After"]) > 0
     # Another address is not affected.
-    assert _api(f"Bearer {good}", "198.51.100.4").get("/api/v1/nodes/").status_code == 200
+    assert (
+        clients.authorization(f"Bearer {good}", REMOTE_ADDR="198.51.100.4")
+        .get("/api/v1/nodes/")
+        .status_code
+        == 200
+    )
     refused = [r.getMessage() for r in caplog.records if "api token refused" in r.getMessage()]
     assert len(refused) == 3 and all("address=203.0.113.9" in m for m in refused)
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 import pytest
 from playwright.sync_api import Browser, BrowserContext, Page, Response, expect
 
-from tests import procs
+from tests import clients, procs
 
 pytestmark = [pytest.mark.browser, pytest.mark.stack]
 PASSWORDS = {"dana": "Walnut-harbour-4417", "avery": "Copper-meadow-2983"}
@@ -79,10 +79,7 @@ def demo(tmp_path_factory) -> Iterator[tuple[str, dict[str, str], procs.Proc]]:
 def _log_in(watch: Watch, context: BrowserContext, user: str, password: str) -> Page:
     page = watch.attach(context.new_page())
     watch.open(page, "/accounts/login/")
-    page.fill("#id_username", user)
-    page.fill("#id_password", password)
-    page.click("button[type=submit]")
-    expect(page).to_have_url(re.compile(r"/$"))
+    clients.sign_in(page, user, password, lands_on=r"/$")
     return page
 
 

@@ -10,22 +10,16 @@ import json
 import pytest
 from django.core.exceptions import ValidationError
 from django.urls import reverse
-from rest_framework.test import APIClient
 
 from agents import node_files, registration
 from agents.models import Node
+from tests import clients
 from tests.api import error_fields
 
 pytestmark = pytest.mark.django_db
 
 IMPORT = "/api/v1/nodes/import/"
 HEADER = "name,agent_url,token,labels\n"
-
-
-def _api(user) -> APIClient:
-    client = APIClient()
-    client.force_authenticate(user)
-    return client
 
 
 def _alias_bomb(levels: int, cell: str = "token") -> str:
@@ -38,7 +32,7 @@ def _alias_bomb(levels: int, cell: str = "token") -> str:
 
 
 def _post_yaml(user, text: str):
-    return _api(user).post(IMPORT, text.encode(), content_type="application/yaml")
+    return clients.api(user).post(IMPORT, text.encode(), content_type="application/yaml")
 
 
 # --- YAML ---------------------------------------------------------------------------------
@@ -77,7 +71,7 @@ def test_a_yaml_cell_holding_a_list_is_refused_before_it_is_turned_into_text(ali
 def test_an_update_import_refuses_a_list_for_a_name_without_turning_it_into_text(alice):
     registration.register_node(name="gpu-01", agent_url="http://10.0.0.1:9400")
     text = _alias_bomb(6, "name")
-    response = _api(alice).post(
+    response = clients.api(alice).post(
         IMPORT + "?update=1", text.encode(), content_type="application/yaml"
     )
     assert response.status_code == 400
@@ -143,7 +137,7 @@ def test_yaml_values_are_read_as_written_not_as_numbers_or_dates():
 def test_a_csv_cell_over_the_csv_modules_limit_is_a_400_naming_row_and_column(alice, client):
     huge = "x" * (csv.field_size_limit() + 1)
     text = HEADER + "gpu-a,http://10.0.1.1:9400,t-a,\n" + f'gpu-b,http://10.0.1.2:9400,"{huge}",\n'
-    response = _api(alice).post(IMPORT, text.encode(), content_type="text/csv")
+    response = clients.api(alice).post(IMPORT, text.encode(), content_type="text/csv")
     assert response.status_code == 400
     [error] = error_fields(response)["rows"]
     assert (error["row"], error["field"]) == (2, "token")
@@ -160,7 +154,7 @@ def test_a_csv_cell_over_the_csv_modules_limit_is_a_400_naming_row_and_column(al
 def test_csv_with_carriage_returns_for_line_breaks_imports(alice):
     text = HEADER.replace("\n", "\r") + "gpu-a,http://10.0.1.1:9400,t-a,rack=r1\r"
     text += "gpu-b,http://10.0.1.2:9400,t-b,\r\n"
-    response = _api(alice).post(IMPORT, text.encode(), content_type="text/csv")
+    response = clients.api(alice).post(IMPORT, text.encode(), content_type="text/csv")
     assert response.status_code == 201, response.json()
     assert sorted(Node.objects.values_list("name", flat=True)) == ["gpu-a", "gpu-b"]
     assert Node.objects.get(name="gpu-a").labels == {"rack": "r1"}
@@ -168,7 +162,7 @@ def test_csv_with_carriage_returns_for_line_breaks_imports(alice):
 
 def test_a_stray_carriage_return_in_a_csv_row_is_a_row_error_not_a_500(alice, client):
     text = HEADER + "gpu-a\r,http://10.0.1.1:9400,t-a,\n"
-    response = _api(alice).post(IMPORT, text.encode(), content_type="text/csv")
+    response = clients.api(alice).post(IMPORT, text.encode(), content_type="text/csv")
     assert response.status_code == 400
     assert {(e["row"], e["field"]) for e in error_fields(response)["rows"]} == {
         (1, "agent_url"),
@@ -208,7 +202,7 @@ def _entry_errors(client, user, *, token: str = "", labels: dict[str, str] | Non
     node = {"name": "n-1", "agent_url": "http://10.0.9.1:9400", "token": token}
     page = client.post(reverse("agents:node_add"), node | {"state": "offline", "labels": text})
     found["page"] = sorted(page.context["form"].errors) if page.status_code == 200 else []
-    api = _api(user).post("/api/v1/nodes/", node | {"labels": labels}, format="json")
+    api = clients.api(user).post("/api/v1/nodes/", node | {"labels": labels}, format="json")
     found["api"] = sorted(error_fields(api)) if api.status_code == 400 else []
     cells = f"n-1,http://10.0.9.1:9400,{token},{';'.join(text.splitlines())}\n"
     report = registration.import_nodes(node_files.parse(HEADER + cells, "csv"))

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import pytest
 from django.urls import reverse
-from rest_framework.test import APIClient
 
 from agents.models import Node
+from tests import clients
 from tests.factories import NodeFactory, UserFactory
 
 pytestmark = pytest.mark.django_db
@@ -29,7 +29,7 @@ def node() -> Node:
 @pytest.fixture
 def adder(db):
     """An operator who may add nodes but not change or delete them."""
-    return UserFactory(username="erin", permissions=["agents.add_node"])
+    return UserFactory(username="ada", permissions=["agents.add_node"])
 
 
 def _pages(node: Node) -> list[str]:
@@ -103,19 +103,13 @@ def test_the_fleet_page_links_to_node_management_by_permission_not_staff(client,
 # --- the API's extra actions --------------------------------------------------------------
 
 
-def _api(user) -> APIClient:
-    client = APIClient()
-    client.force_authenticate(user)
-    return client
-
-
 @pytest.mark.parametrize(
     ("actor", "allowed"),
     [("alice", True), ("carol", True), ("bob", False), ("dave", False)],
     indirect=["actor"],
 )
 def test_the_api_import_and_connection_test_take_the_node_permissions(actor, allowed):
-    client = _api(actor)
+    client = clients.api(actor)
     response = client.post("/api/v1/nodes/import/", CSV, content_type="text/csv")
     assert response.status_code == (201 if allowed else 403), response.content
     assert Node.objects.filter(name="gpu-csv").exists() is allowed
@@ -125,7 +119,7 @@ def test_the_api_import_and_connection_test_take_the_node_permissions(actor, all
 
 
 def test_an_api_import_that_updates_needs_the_change_permission(adder, node):
-    client = _api(adder)
+    client = clients.api(adder)
     moved = "name,state\ngpu-01,draining\n"
     response = client.post("/api/v1/nodes/import/?update=1", moved, content_type="text/csv")
     assert response.status_code == 403

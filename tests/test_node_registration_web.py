@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 from django.urls import reverse
-from rest_framework.test import APIClient
 
 from agents import registration
 from agents.models import Node
+from tests import clients
 from tests.api import error_fields
 
 pytestmark = pytest.mark.django_db
@@ -22,13 +22,6 @@ def node() -> Node:
     return registration.register_node(
         name="gpu-01", agent_url="http://10.0.0.1:9400", token=TOKEN, labels={"rack": "r1"}
     )
-
-
-def _api(user=None) -> APIClient:
-    client = APIClient()
-    if user is not None:
-        client.force_authenticate(user)
-    return client
 
 
 # --- pages ------------------------------------------------------------------------------
@@ -177,7 +170,7 @@ def test_the_fleet_page_links_admins_to_node_management(client, alice, bob):
 
 
 def test_staff_create_a_node_by_api_and_get_only_the_token_hint(alice):
-    response = _api(alice).post(
+    response = clients.api(alice).post(
         "/api/v1/nodes/",
         {"name": "gpu-api", "agent_url": "http://gpu-api:9400", "token": TOKEN,
          "labels": {"rack": "r1"}},
@@ -188,12 +181,12 @@ def test_staff_create_a_node_by_api_and_get_only_the_token_hint(alice):
     assert data["token_hint"] == "…WXYZ" and "token" not in data and TOKEN not in str(data)
     assert data["gpu_count"] == 0 and data["state"] == "offline"
     assert Node.objects.get(name="gpu-api").agent_token == TOKEN
-    listed = _api(alice).get("/api/v1/nodes/").json()
+    listed = clients.api(alice).get("/api/v1/nodes/").json()
     assert TOKEN not in str(listed)
 
 
 def test_an_invalid_api_write_is_a_400_that_changes_nothing(alice, node):
-    client = _api(alice)
+    client = clients.api(alice)
     response = client.post("/api/v1/nodes/", {"name": "gpu-01", "agent_url": "nope"}, format="json")
     assert response.status_code == 400
     assert set(error_fields(response)) == {"name", "agent_url"}
@@ -204,7 +197,7 @@ def test_an_invalid_api_write_is_a_400_that_changes_nothing(alice, node):
 
 
 def test_staff_patch_and_delete_nodes_by_api(alice, node):
-    client = _api(alice)
+    client = clients.api(alice)
     response = client.patch(f"/api/v1/nodes/{node.pk}/", {"state": "draining"}, format="json")
     assert response.status_code == 200 and response.json()["state"] == "draining"
     node.refresh_from_db()
@@ -214,7 +207,7 @@ def test_staff_patch_and_delete_nodes_by_api(alice, node):
 
 
 def test_members_read_nodes_but_every_write_is_refused(bob, node):
-    client = _api(bob)
+    client = clients.api(bob)
     assert client.get(f"/api/v1/nodes/{node.pk}/").status_code == 200
     body = {"name": "x", "agent_url": "http://x:1"}
     assert client.post("/api/v1/nodes/", body, format="json").status_code == 403
@@ -236,11 +229,11 @@ def test_members_read_nodes_but_every_write_is_refused(bob, node):
     ],
 )
 def test_anonymous_callers_are_refused_every_write(method, path):
-    assert getattr(_api(), method)(path, {}, format="json").status_code == 401
+    assert getattr(clients.api(), method)(path, {}, format="json").status_code == 401
 
 
 def test_staff_import_csv_and_yaml_bodies_by_content_type(alice):
-    client = _api(alice)
+    client = clients.api(alice)
     response = client.post("/api/v1/nodes/import/", CSV, content_type="text/csv")
     assert response.status_code == 201 and response.json()["created"] == ["gpu-a"]
     response = client.post("/api/v1/nodes/import/", YAML, content_type="application/yaml")
@@ -249,7 +242,7 @@ def test_staff_import_csv_and_yaml_bodies_by_content_type(alice):
 
 
 def test_an_api_import_with_a_bad_row_is_a_400_that_writes_nothing(alice):
-    client = _api(alice)
+    client = clients.api(alice)
     content = CSV + "gpu-b,http://10.0.1.1:9400,t-b,\n"
     response = client.post(
         "/api/v1/nodes/import/", {"format": "csv", "content": content}, format="json"
@@ -265,7 +258,7 @@ def test_an_api_import_with_a_bad_row_is_a_400_that_writes_nothing(alice):
 
 
 def test_an_api_import_with_update_changes_registered_nodes_and_a_bad_one_is_a_400(alice, node):
-    client = _api(alice)
+    client = clients.api(alice)
     moved = "name,token,state\ngpu-01,rotated-token-7777,draining\n"
     response = client.post("/api/v1/nodes/import/", moved, content_type="text/csv")
     assert response.status_code == 400  # without update, the agent_url column is required
@@ -298,7 +291,7 @@ def test_an_api_import_with_update_changes_registered_nodes_and_a_bad_one_is_a_4
 
 def test_staff_test_a_connection_by_api_without_saving(alice, sim_agents):
     agents = sim_agents(1, 3)
-    client = _api(alice)
+    client = clients.api(alice)
     body = {"agent_url": agents.urls[0], "token": agents.token}
     data = client.post("/api/v1/nodes/test-connection/", body, format="json").json()
     assert data["ok"] is True and data["gpu_count"] == 3

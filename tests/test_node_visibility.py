@@ -9,14 +9,13 @@ from __future__ import annotations
 
 import pytest
 from asgiref.sync import async_to_sync
-from django.test import Client
 from django.urls import reverse
-from rest_framework.test import APIClient
 
 from agents.models import Node
 from telemetry import live
+from tests import clients
 from tests.factories import NodeFactory, UserFactory
-from tests.test_fleet_consumer import _connect, _headers, _session_cookie
+from tests.test_fleet_consumer import _connect, _headers
 
 pytestmark = pytest.mark.django_db
 
@@ -42,8 +41,7 @@ def _secret_bits(node: Node) -> list[str]:
 
 
 def _page(user, url: str) -> str:
-    client = Client()
-    client.force_login(user)
+    client = clients.page(user)
     response = client.get(url)
     assert response.status_code == 200
     return response.content.decode()
@@ -77,8 +75,7 @@ def test_a_viewer_reads_the_node_list_without_write_actions(viewer, node):
 
 
 def test_the_api_shows_agent_details_to_a_viewer(viewer, node):
-    client = APIClient()
-    client.force_authenticate(viewer)
+    client = clients.api(viewer)
     data = client.get(f"/api/v1/nodes/{node.pk}/").json()
     assert (data["agent_url"], data["token_hint"], data["last_error"]) == (
         "http://10.77.0.1:9400", "…ABCD", SECRET_ERROR
@@ -90,7 +87,7 @@ def test_the_api_shows_agent_details_to_a_viewer(viewer, node):
 
 def _socket_messages(user, path: str, push=None, count: int = 1) -> list[dict]:
     """What a socket of ``user`` receives: the messages on connect, then after ``push()``."""
-    cookie = _session_cookie(user)
+    cookie = clients.cookie_header(user)
 
     async def run() -> list[dict]:
         communicator, connected, _ = await _connect(_headers(cookie), path)

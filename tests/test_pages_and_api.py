@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 from django.urls import reverse
-from rest_framework.test import APIClient
 
 from agents.models import GPU, Node
 from telemetry import services
 from telemetry.poller import PollResult
+from tests import clients
 from tests.api import error_fields
 from tests.factories import NodeFactory
 from tokens.interface import issue
@@ -107,12 +107,11 @@ def test_healthz_answers_without_login(client):
 
 @pytest.mark.parametrize("url", ["/api/v1/nodes/", "/api/v1/gpus/"])
 def test_api_refuses_anonymous_callers(url, fleet):
-    assert APIClient().get(url).status_code == 401
+    assert clients.api().get(url).status_code == 401
 
 
 def test_api_lists_nodes_without_their_tokens(bob, fleet):
-    client = APIClient()
-    client.force_authenticate(bob)
+    client = clients.api(bob)
     data = client.get("/api/v1/nodes/").json()
     [node] = data["results"]
     assert node["name"] == "gpu-a" and node["gpu_count"] == 2 and node["state"] == "online"
@@ -122,8 +121,7 @@ def test_api_lists_nodes_without_their_tokens(bob, fleet):
 
 def test_api_gpus_carry_their_latest_readings_and_filter(bob, fleet):
     _token, key = issue(bob, name="ci")
-    client = APIClient()
-    client.credentials(HTTP_AUTHORIZATION=f"Bearer {key}")
+    client = clients.bearer(key)
     data = client.get("/api/v1/gpus/", {"health": "ok"}).json()
     [gpu] = data["results"]
     assert gpu["uuid"] == "GPU-1" and gpu["node"] == "gpu-a"
@@ -155,8 +153,7 @@ def test_history_api_returns_rollups_for_a_gpu_and_a_node(carol, fleet):
     }
     sample_buffer.buffer_samples({fleet.pk: snap}, {"GPU-1": gpu.pk}, now - timedelta(minutes=2))
     rollups.flush(now)
-    client = APIClient()
-    client.force_authenticate(carol)
+    client = clients.api(carol)
     data = client.get(f"/api/v1/gpus/{gpu.pk}/history/", {"range": "1h"}).json()
     assert data["resolution"] == "1m"
     [point] = data["points"]
@@ -167,8 +164,7 @@ def test_history_api_returns_rollups_for_a_gpu_and_a_node(carol, fleet):
 
 
 def test_history_api_refuses_an_unknown_range(bob, fleet):
-    client = APIClient()
-    client.force_authenticate(bob)
+    client = clients.api(bob)
     gpu = GPU.objects.get(uuid="GPU-1")
     response = client.get(f"/api/v1/gpus/{gpu.pk}/history/", {"range": "1y"})
     assert response.status_code == 400
@@ -176,8 +172,7 @@ def test_history_api_refuses_an_unknown_range(bob, fleet):
 
 
 def test_api_schema_is_served(bob):
-    client = APIClient()
-    client.force_authenticate(bob)
+    client = clients.api(bob)
     response = client.get("/api/schema/")
     assert response.status_code == 200
     assert b"/api/v1/gpus/" in response.content
@@ -264,8 +259,7 @@ def test_a_cards_last_seen_is_exact_while_the_database_keeps_it_coarse(client, b
     # The database moves last_seen every few minutes only; the latest readings are exact.
     long_ago = timezone.now() - timedelta(minutes=4)
     GPU.objects.update(last_seen=long_ago)
-    api = APIClient()
-    api.force_authenticate(bob)
+    api = clients.api(bob)
     reported = api.get(f"/api/v1/gpus/{GPU.objects.get(uuid='GPU-1').pk}/").json()["last_seen"]
     seen = datetime.fromisoformat(reported.replace("Z", "+00:00"))
     assert timezone.now() - seen < timedelta(seconds=30)

@@ -15,9 +15,7 @@ import pytest
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
 from django.db.models import Q
-from django.test import Client
 from django.utils import timezone
-from rest_framework.test import APIClient
 
 from alerts import live
 from alerts.models import Delivery, Rule
@@ -32,6 +30,7 @@ from quotas.requests.consumers import RequestConsumer
 from quotas.requests.permissions import owners_visible_to
 from quotas.requests.services import create_request
 from reports.digest import recipients
+from tests import clients
 from tests.factories import (
     EventFactory,
     GPUFactory,
@@ -49,12 +48,6 @@ pytestmark = pytest.mark.django_db
 
 
 @pytest.fixture
-def oscar(db):
-    """A platform admin by a permission of his own, not a superuser, not staff."""
-    return UserFactory(username="oscar", password=None, permissions=[CHANGE_TENANT])
-
-
-@pytest.fixture
 def grace(db):
     """A platform admin through a group holding the permission."""
     group = Group.objects.create(name="platform admins")
@@ -67,18 +60,6 @@ def grace(db):
 @pytest.fixture
 def admins(alice, oscar, grace) -> dict:
     return {"alice": alice, "oscar": oscar, "grace": grace}
-
-
-def _page(user) -> Client:
-    client = Client()
-    client.force_login(user)
-    return client
-
-
-def _api(user) -> APIClient:
-    client = APIClient()
-    client.force_authenticate(user)
-    return client
 
 
 def test_the_filter_over_users_picks_exactly_whom_is_platform_admin_accepts(admins, dave, carol):
@@ -106,11 +87,13 @@ def test_a_platform_admin_sees_decides_and_releases_any_tenants_request(
     team = gpu_team("vision")
     pending = [create_request(team.dev, **team.ask()) for _ in admins]
     for (name, user), req in zip(admins.items(), pending, strict=True):
-        page = _page(user)
+        page = clients.page(user)
         assert page.get(f"/requests/{req.pk}/").status_code == 200, name
         queue = page.get("/approvals/").content.decode()
         assert 'href="/approvals/"' in queue and f'data-request-id="{req.pk}"' in queue, name
-        listed = {row["id"] for row in _api(user).get("/api/v1/gpu-requests/").json()["results"]}
+        listed = {
+            row["id"] for row in clients.api(user).get("/api/v1/gpu-requests/").json()["results"]
+        }
         assert {r.pk for r in pending} <= listed, name
         with django_capture_on_commit_callbacks(execute=True):
             answer = page.post(f"/requests/{req.pk}/decide/", {"decision": "approve"})
@@ -121,18 +104,21 @@ def test_a_platform_admin_sees_decides_and_releases_any_tenants_request(
     req = pending[0]
     req.refresh_from_db()
     assert req.state == RequestState.ALLOCATED
-    assert _api(admins["grace"]).post(f"/api/v1/gpu-requests/{req.pk}/release/").status_code == 200
+    assert (
+        clients.api(admins["grace"]).post(f"/api/v1/gpu-requests/{req.pk}/release/").status_code
+        == 200
+    )
 
 
 def test_staff_without_the_permission_sees_and_decides_nothing_of_a_tenant(dave):
     team = gpu_team("vision")
     req = create_request(team.dev, **team.ask())
-    page = _page(dave)
+    page = clients.page(dave)
     assert page.get(f"/requests/{req.pk}/").status_code == 404
     assert page.get("/approvals/").status_code == 403
     assert 'href="/approvals/"' not in page.get("/requests/").content.decode()
     assert page.post(f"/requests/{req.pk}/decide/", {"decision": "approve"}).status_code == 404
-    assert _api(dave).get("/api/v1/gpu-requests/").json()["results"] == []
+    assert clients.api(dave).get("/api/v1/gpu-requests/").json()["results"] == []
     req.refresh_from_db()
     assert req.state == RequestState.PENDING
 
@@ -188,10 +174,10 @@ def test_a_platform_admin_sees_every_tenants_leases_and_who_ran_during_them(osca
     OwnerMinuteFactory(gpu=gpu, owner="during", bucket=now - timedelta(minutes=20))
     OwnerMinuteFactory(gpu=gpu, owner="before", bucket=now - timedelta(minutes=40))
     assert list(visible_leases(oscar)) == [allocation.lease]
-    assert _page(oscar).get(f"/allocations/{allocation.pk}/").status_code == 200
-    history = _api(oscar).get(f"/api/v1/gpus/{gpu.pk}/history/", {"range": "1h"}).json()
+    assert clients.page(oscar).get(f"/allocations/{allocation.pk}/").status_code == 200
+    history = clients.api(oscar).get(f"/api/v1/gpus/{gpu.pk}/history/", {"range": "1h"}).json()
     # What each tenant's own people see, for every tenant: not the card's whole history.
     assert [row["owner"] for row in history["owners"]] == ["during"]
     assert owners_visible_to(dave, [gpu.pk]) is None
     assert not visible_leases(dave).exists()
-    assert _page(dave).get(f"/allocations/{allocation.pk}/").status_code == 404
+    assert clients.page(dave).get(f"/allocations/{allocation.pk}/").status_code == 404

@@ -11,8 +11,9 @@ from django.utils import timezone
 
 from portal.asgi import application
 from telemetry.interface import PollCycle, poll_cycle_recorded
+from tests import clients
 from tests.factories import PoolFactory, online_cards, placed_lease
-from tests.test_fleet_consumer import _headers, _session_cookie
+from tests.test_fleet_consumer import _headers
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -35,7 +36,7 @@ def test_anonymous_and_unknown_pools_are_closed():
 
 
 def test_unknown_pool_is_closed_with_not_found(bob):
-    headers = _headers(_session_cookie(bob))
+    headers = _headers(clients.cookie_header(bob))
 
     async def run():
         communicator, connected, code = await _open(headers, "/ws/pools/999999/")
@@ -48,7 +49,7 @@ def test_unknown_pool_is_closed_with_not_found(bob):
 def test_a_slice_placed_after_connecting_arrives_with_owners_as_the_viewer_sees_them(bob, carol):
     cards = online_cards(2)
     pool = PoolFactory(cards=cards)
-    bobs, carols = _headers(_session_cookie(bob)), _headers(_session_cookie(carol))
+    bobs, carols = _headers(clients.cookie_header(bob)), _headers(clients.cookie_header(carol))
 
     async def run():
         mine, connected, _ = await _open(bobs, f"/ws/pools/{pool.pk}/")

@@ -5,7 +5,6 @@ nothing."""
 from __future__ import annotations
 
 import pytest
-from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
 
@@ -14,15 +13,10 @@ from agents.models import Node
 from audit.models import AuditEntry
 from pools.choices import AllocationState
 from pools.models import PoolCard
+from tests import clients
 from tests.factories import PoolFactory, UserFactory, online_cards, placed_lease
 
 pytestmark = pytest.mark.django_db
-
-
-def browser_for(user, **kwargs) -> Client:
-    client = Client(**kwargs)
-    client.force_login(user)
-    return client
 
 
 @pytest.fixture
@@ -51,9 +45,9 @@ def _urls(pool, node, gpu) -> dict[str, str]:
 def test_an_admin_drains_a_node_from_the_page_and_its_vgpus_move(alice, pool, lease):
     allocation = lease.allocations.get()
     node = allocation.gpu.node
-    page = browser_for(alice).get(pool.get_absolute_url()).content.decode()
+    page = clients.page(alice).get(pool.get_absolute_url()).content.decode()
     assert reverse("pools:node_drain", args=[pool.slug, node.pk]) in page
-    response = browser_for(alice).post(_urls(pool, node, allocation.gpu)["drain"], follow=True)
+    response = clients.page(alice).post(_urls(pool, node, allocation.gpu)["drain"], follow=True)
     assert response.status_code == 200
     node.refresh_from_db()
     allocation.refresh_from_db()
@@ -63,7 +57,7 @@ def test_an_admin_drains_a_node_from_the_page_and_its_vgpus_move(alice, pool, le
     assert "1 vGPU(s) moved" in response.content.decode()
     # The page now offers to undrain it; undraining lets it take slices again.
     assert _urls(pool, node, allocation.gpu)["undrain"] in response.content.decode()
-    browser_for(alice).post(_urls(pool, node, allocation.gpu)["undrain"])
+    clients.page(alice).post(_urls(pool, node, allocation.gpu)["undrain"])
     node.refresh_from_db()
     assert node.state == NodeState.ONLINE
     assert AuditEntry.objects.filter(action="node.undrained", actor=alice).count() == 1
@@ -72,13 +66,13 @@ def test_an_admin_drains_a_node_from_the_page_and_its_vgpus_move(alice, pool, le
 def test_an_admin_clears_a_cordon_from_the_page(alice, pool, cards):
     (gpu,), _ = cards
     PoolCard.objects.filter(gpu=gpu).update(cordoned_at=timezone.now(), cordon_reason="XID 79")
-    page = browser_for(alice).get(pool.get_absolute_url()).content.decode()
+    page = clients.page(alice).get(pool.get_absolute_url()).content.decode()
     url = _urls(pool, gpu.node, gpu)["clear"]
     assert url in page
-    assert browser_for(alice).post(url).status_code == 302
+    assert clients.page(alice).post(url).status_code == 302
     assert PoolCard.objects.get(gpu=gpu).cordoned_at is None
     assert AuditEntry.objects.filter(action="pool_card.cordon_cleared", actor=alice).exists()
-    assert url not in browser_for(alice).get(pool.get_absolute_url()).content.decode()
+    assert url not in clients.page(alice).get(pool.get_absolute_url()).content.decode()
 
 
 @pytest.mark.parametrize("name", ["bob", "carol", "dave"])
@@ -89,7 +83,7 @@ def test_without_the_pool_permission_the_buttons_are_absent_and_posts_refused(
     (gpu,), _ = cards
     PoolCard.objects.filter(gpu=gpu).update(cordoned_at=timezone.now(), cordon_reason="XID 79")
     urls = _urls(pool, gpu.node, gpu)
-    client = browser_for(user)  # signing in is audited: count after it
+    client = clients.page(user)  # signing in is audited: count after it
     page = client.get(pool.get_absolute_url()).content.decode()
     assert not any(url in page for url in urls.values())
     before = list(AuditEntry.objects.values_list("pk", flat=True))
@@ -105,9 +99,9 @@ def test_without_the_pool_permission_the_buttons_are_absent_and_posts_refused(
 def test_the_forms_need_the_csrf_token_and_a_post(alice, pool, cards):
     (gpu,), _ = cards
     urls = _urls(pool, gpu.node, gpu)
-    guarded = browser_for(alice, enforce_csrf_checks=True)
+    guarded = clients.page(alice, enforce_csrf_checks=True)
     assert guarded.post(urls["drain"]).status_code == 403
-    assert browser_for(alice).get(urls["drain"]).status_code == 405
+    assert clients.page(alice).get(urls["drain"]).status_code == 405
     gpu.node.refresh_from_db()
     assert gpu.node.state == NodeState.ONLINE
 
@@ -116,7 +110,7 @@ def test_a_node_or_card_outside_the_pool_is_not_found_and_nothing_changes(alice,
     (other,) = online_cards(1)
     urls = _urls(pool, other.node, other)
     for url in urls.values():
-        assert browser_for(alice).post(url).status_code == 404
+        assert clients.page(alice).post(url).status_code == 404
     other.node.refresh_from_db()
     assert other.node.state == NodeState.ONLINE
     assert not AuditEntry.objects.filter(action__startswith="node.").exists()
@@ -124,7 +118,7 @@ def test_a_node_or_card_outside_the_pool_is_not_found_and_nothing_changes(alice,
 
 def test_undraining_a_node_that_is_not_draining_says_so_and_changes_nothing(alice, pool, cards):
     (gpu,), _ = cards
-    response = browser_for(alice).post(_urls(pool, gpu.node, gpu)["undrain"], follow=True)
+    response = clients.page(alice).post(_urls(pool, gpu.node, gpu)["undrain"], follow=True)
     assert "is not draining" in response.content.decode()
     assert not AuditEntry.objects.filter(action="node.undrained").exists()
 
@@ -153,7 +147,7 @@ def test_nodes_with_several_cards_in_the_pool_drain_and_undrain_from_its_page(
     lease = placed_lease(pool, bob, compute_pct=30, memory_mib=8192, label="bert")
     allocation = lease.allocations.get()
     on = allocation.gpu.node
-    client = browser_for(operator)
+    client = clients.page(operator)
     for node in (first, second):
         assert (
             reverse("pools:node_drain", args=[pool.slug, node.pk])
@@ -184,7 +178,7 @@ def test_nodes_with_several_cards_in_the_pool_drain_and_undrain_from_its_page(
 
 def test_a_node_of_another_pool_is_not_found_from_this_pools_page(operator, wide_pool):
     pool, _, elsewhere = wide_pool
-    client = browser_for(operator)
+    client = clients.page(operator)
     before = list(AuditEntry.objects.values_list("pk", flat=True))
     for name in ("pools:node_drain", "pools:node_undrain"):
         assert client.post(reverse(name, args=[pool.slug, elsewhere.pk])).status_code == 404
@@ -196,7 +190,7 @@ def test_a_node_of_another_pool_is_not_found_from_this_pools_page(operator, wide
 def test_a_member_without_the_permission_cannot_drain_or_undrain_a_many_card_node(bob, wide_pool):
     pool, (first, second), _ = wide_pool
     Node.objects.filter(pk=second.pk).update(state=NodeState.DRAINING)
-    client = browser_for(bob)
+    client = clients.page(bob)
     before = list(AuditEntry.objects.values_list("pk", flat=True))
     assert client.post(reverse("pools:node_drain", args=[pool.slug, first.pk])).status_code == 403
     undrain = reverse("pools:node_undrain", args=[pool.slug, second.pk])

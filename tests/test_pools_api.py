@@ -5,12 +5,11 @@ from __future__ import annotations
 from decimal import Decimal
 
 import pytest
-from rest_framework.test import APIClient
 
 from audit.models import AuditEntry
 from pools.models import Allocation, Pool, PoolCard
 from quotas.requests.services import create_request
-from tests import api
+from tests import api, clients
 from tests.api import error_fields
 from tests.factories import (
     GPUFactory,
@@ -24,13 +23,6 @@ from tests.factories import (
 pytestmark = pytest.mark.django_db
 
 POOL_ADMIN = ("pools.add_pool", "pools.change_pool", "pools.delete_pool")
-
-
-def client(user) -> APIClient:
-    c = APIClient()
-    if user is not None:
-        c.force_authenticate(user)
-    return c
 
 
 class TestPoolAPI(api.ReadTests, api.WriteTests):
@@ -83,25 +75,25 @@ def test_allocations_are_read_by_their_holder_and_by_those_who_see_all(
     request, bobs_slice, name, sees
 ):
     user = request.getfixturevalue(name)
-    listed = client(user).get("/api/v1/allocations/")
+    listed = clients.api(user).get("/api/v1/allocations/")
     assert listed.status_code == 200
     assert [a["id"] for a in listed.json()["results"]] == ([bobs_slice.pk] if sees else [])
-    one = client(user).get(f"/api/v1/allocations/{bobs_slice.pk}/")
+    one = clients.api(user).get(f"/api/v1/allocations/{bobs_slice.pk}/")
     assert one.status_code == (200 if sees else 404)
 
 
 def test_view_allocation_permission_sees_every_allocation(bobs_slice):
     auditor = UserFactory(permissions=["pools.view_allocation"])
-    assert client(auditor).get(f"/api/v1/allocations/{bobs_slice.pk}/").status_code == 200
+    assert clients.api(auditor).get(f"/api/v1/allocations/{bobs_slice.pk}/").status_code == 200
 
 
 def test_anonymous_callers_read_no_allocations(bobs_slice):
-    assert client(None).get("/api/v1/allocations/").status_code == 401
+    assert clients.api(None).get("/api/v1/allocations/").status_code == 401
 
 
 def test_allocations_cannot_be_written_through_the_api(bob, bobs_slice):
     before = Allocation.objects.filter(pk=bobs_slice.pk).values().get()
-    c = client(bob)
+    c = clients.api(bob)
     url = f"/api/v1/allocations/{bobs_slice.pk}/"
     assert c.post("/api/v1/allocations/", {}, format="json").status_code == 405
     assert c.patch(url, {"compute_pct": 100}, format="json").status_code == 405
@@ -110,7 +102,7 @@ def test_allocations_cannot_be_written_through_the_api(bob, bobs_slice):
 
 
 def test_an_allocation_tells_how_to_launch_into_it_as_the_agent_expects(bob, bobs_slice):
-    data = client(bob).get(f"/api/v1/allocations/{bobs_slice.pk}/").json()
+    data = clients.api(bob).get(f"/api/v1/allocations/{bobs_slice.pk}/").json()
     uuid = bobs_slice.gpu.uuid
     assert data["agent_id"] == f"alloc-{bobs_slice.pk}"
     assert data["launch_env"] == {
@@ -138,13 +130,13 @@ def test_an_allocation_tells_how_to_launch_into_it_as_the_agent_expects(bob, bob
 def test_a_whole_card_carries_no_compute_or_memory_limit(bob):
     pool = PoolFactory(cards=online_cards(1))
     allocation = placed_lease(pool, bob, whole_card=True).allocations.get()
-    data = client(bob).get(f"/api/v1/allocations/{allocation.pk}/").json()
+    data = clients.api(bob).get(f"/api/v1/allocations/{allocation.pk}/").json()
     assert set(data["launch_env"]) == {"CUDA_VISIBLE_DEVICES", "GPU_PORTAL_ALLOCATION"}
     assert data["kubernetes_limits"] == {"nvidia.com/gpu": 1}
 
 
 def test_allocations_filter_by_pool_and_reject_a_bad_state(alice, bobs_slice):
-    c = client(alice)
+    c = clients.api(alice)
     other = PoolFactory()
     assert c.get(f"/api/v1/allocations/?pool={other.pk}").json()["results"] == []
     assert len(c.get(f"/api/v1/allocations/?pool={bobs_slice.pool_id}").json()["results"]) == 1
@@ -168,7 +160,7 @@ def busy_pool(bob) -> Pool:
 def test_lowering_a_ratio_below_what_is_allocated_is_refused_and_changes_nothing(alice, busy_pool):
     card_before = list(busy_pool.cards.values())
     audits = AuditEntry.objects.count()
-    response = client(alice).patch(
+    response = clients.api(alice).patch(
         f"/api/v1/pools/{busy_pool.pk}/", {"compute_ratio": "1.00"}, format="json"
     )
     assert response.status_code == 400
@@ -181,7 +173,7 @@ def test_lowering_a_ratio_below_what_is_allocated_is_refused_and_changes_nothing
 
 
 def test_lowering_a_ratio_to_what_is_still_allocated_is_allowed(alice, busy_pool):
-    response = client(alice).patch(
+    response = clients.api(alice).patch(
         f"/api/v1/pools/{busy_pool.pk}/", {"compute_ratio": "1.20"}, format="json"
     )
     assert response.status_code == 200, response.content
@@ -191,7 +183,9 @@ def test_lowering_a_ratio_to_what_is_still_allocated_is_allowed(alice, busy_pool
 def test_a_pool_admin_who_is_not_superuser_may_change_pools():
     admin = UserFactory(permissions=POOL_ADMIN)
     pool = PoolFactory()
-    response = client(admin).patch(f"/api/v1/pools/{pool.pk}/", {"policy": "spread"}, format="json")
+    response = clients.api(admin).patch(
+        f"/api/v1/pools/{pool.pk}/", {"policy": "spread"}, format="json"
+    )
     assert response.status_code == 200
     entry = AuditEntry.objects.get(action="pool.update", target_id=str(pool.pk))
     assert entry.actor_name == admin.get_username()
@@ -201,7 +195,7 @@ def test_a_pool_admin_who_is_not_superuser_may_change_pools():
 def test_cards_are_added_and_removed_by_hand_with_an_audit_entry(alice):
     pool = PoolFactory()
     gpus = online_cards(2)
-    c = client(alice)
+    c = clients.api(alice)
     url = f"/api/v1/pools/{pool.pk}/cards/"
     added = c.post(f"{url}add/", {"gpus": [g.pk for g in gpus]}, format="json")
     assert added.status_code == 200 and added.json() == {"changed": 2}
@@ -216,7 +210,7 @@ def test_cards_are_added_and_removed_by_hand_with_an_audit_entry(alice):
 
 def test_a_card_holding_slices_cannot_be_removed(alice, busy_pool):
     gpu_id = busy_pool.cards.get().gpu_id
-    response = client(alice).post(
+    response = clients.api(alice).post(
         f"/api/v1/pools/{busy_pool.pk}/cards/remove/", {"gpus": [gpu_id]}, format="json"
     )
     assert response.status_code == 400
@@ -229,7 +223,7 @@ def test_a_card_of_another_pool_is_refused_and_nothing_joins(alice):
     PoolFactory(cards=taken)
     pool = PoolFactory()
     free = GPUFactory()
-    response = client(alice).post(
+    response = clients.api(alice).post(
         f"/api/v1/pools/{pool.pk}/cards/add/", {"gpus": [free.pk, taken[0].pk]}, format="json"
     )
     assert response.status_code == 400 and "another pool" in error_fields(response)["gpus"][0]
@@ -239,7 +233,7 @@ def test_a_card_of_another_pool_is_refused_and_nothing_joins(alice):
 @pytest.mark.parametrize("body", [{}, {"gpus": []}, {"gpus": ["x"]}, {"gpus": "1"}])
 def test_bad_card_lists_are_400(alice, body):
     pool = PoolFactory()
-    response = client(alice).post(f"/api/v1/pools/{pool.pk}/cards/add/", body, format="json")
+    response = clients.api(alice).post(f"/api/v1/pools/{pool.pk}/cards/add/", body, format="json")
     assert response.status_code == 400 and "gpus" in error_fields(response)
 
 
@@ -248,7 +242,7 @@ def test_members_cannot_change_a_pools_cards(request, name):
     pool = PoolFactory()
     gpu = GPUFactory()
     user = request.getfixturevalue(name)
-    response = client(user).post(
+    response = clients.api(user).post(
         f"/api/v1/pools/{pool.pk}/cards/add/", {"gpus": [gpu.pk]}, format="json"
     )
     assert response.status_code == 403
@@ -256,7 +250,7 @@ def test_members_cannot_change_a_pools_cards(request, name):
 
 
 def test_a_pool_that_held_vgpus_cannot_be_deleted(alice, busy_pool):
-    response = client(alice).delete(f"/api/v1/pools/{busy_pool.pk}/")
+    response = clients.api(alice).delete(f"/api/v1/pools/{busy_pool.pk}/")
     assert response.status_code == 409
     error = response.json()["error"]
     assert error["code"] == "conflict" and "held vGPUs" in error["message"]
@@ -268,7 +262,7 @@ def test_a_pool_asked_for_cannot_be_deleted_either(alice, bob):
     team = gpu_team("vision")
     create_request(team.dev, **team.ask())
     assert not team.pool.leases.exists()  # waiting for approval: only the request refers to it
-    response = client(alice).delete(f"/api/v1/pools/{team.pool.pk}/")
+    response = clients.api(alice).delete(f"/api/v1/pools/{team.pool.pk}/")
     assert response.status_code == 409, response.content
     assert Pool.objects.filter(pk=team.pool.pk).exists()
 
@@ -276,7 +270,7 @@ def test_a_pool_asked_for_cannot_be_deleted_either(alice, bob):
 def test_rule_pools_take_matching_free_cards_when_created(alice):
     h100 = online_cards(2, model="NVIDIA H100 80GB HBM3")
     online_cards(1, model="Tesla T4")
-    response = client(alice).post(
+    response = clients.api(alice).post(
         "/api/v1/pools/",
         {"name": "h100", "slug": "h100", "match_models": ["NVIDIA H100 80GB HBM3"]},
         format="json",
@@ -292,8 +286,8 @@ def test_the_capacity_endpoint_hides_owners_of_leases_the_caller_may_not_see(
     bob, carol, bobs_slice
 ):
     url = f"/api/v1/pools/{bobs_slice.pool_id}/capacity/"
-    mine = client(bob).get(url).json()
-    theirs = client(carol).get(url).json()
+    mine = clients.api(bob).get(url).json()
+    theirs = clients.api(carol).get(url).json()
     [own] = [s for c in mine["cards"] for s in c["slices"]]
     [other] = [s for c in theirs["cards"] for s in c["slices"]]
     assert own["owner"] == "bob · notebook" and own["url"]

@@ -8,7 +8,6 @@ from decimal import Decimal
 
 import pytest
 from django.db.models import Q
-from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
 
@@ -16,18 +15,12 @@ from audit.models import AuditEntry
 from pools import permissions
 from pools.models import Lease, Pool
 from telemetry.interface import PollCycle, poll_cycle_recorded
+from tests import clients
 from tests.factories import PoolFactory, UserFactory, online_cards, placed_lease
 
 pytestmark = pytest.mark.django_db
 
 POOL_ADMIN = ("pools.add_pool", "pools.change_pool", "pools.delete_pool")
-
-
-def browser_for(user) -> Client:
-    client = Client()
-    if user is not None:
-        client.force_login(user)
-    return client
 
 
 @pytest.fixture
@@ -42,7 +35,7 @@ def busy(pool, bob) -> Lease:
 
 @pytest.mark.parametrize("name", ["alice", "bob", "carol", "dave"])
 def test_every_member_reads_the_pool_list_and_its_capacity(request, pool, name):
-    client = browser_for(request.getfixturevalue(name))
+    client = clients.page(request.getfixturevalue(name))
     assert client.get(reverse("pools:pool_list")).status_code == 200
     page = client.get(pool.get_absolute_url())
     assert page.status_code == 200
@@ -51,12 +44,12 @@ def test_every_member_reads_the_pool_list_and_its_capacity(request, pool, name):
 
 def test_anonymous_visitors_are_sent_to_log_in(pool):
     for url in (reverse("pools:pool_list"), pool.get_absolute_url(), reverse("pools:pool_add")):
-        response = browser_for(None).get(url)
+        response = clients.page(None).get(url)
         assert response.status_code == 302 and "/accounts/login/" in response["Location"]
 
 
 def test_the_sidebar_links_to_pools(bob):
-    page = browser_for(bob).get(reverse("telemetry:dashboard")).content.decode()
+    page = clients.page(bob).get(reverse("telemetry:dashboard")).content.decode()
     assert f'href="{reverse("pools:pool_list")}"' in page
 
 
@@ -64,14 +57,14 @@ def test_the_sidebar_links_to_pools(bob):
     ("name", "status"), [("alice", 200), ("bob", 403), ("carol", 403), ("dave", 403)]
 )
 def test_pool_forms_take_the_pool_permissions(request, pool, name, status):
-    client = browser_for(request.getfixturevalue(name))
+    client = clients.page(request.getfixturevalue(name))
     assert client.get(reverse("pools:pool_add")).status_code == status
     assert client.get(reverse("pools:pool_edit", args=[pool.slug])).status_code == status
     assert client.get(reverse("pools:pool_delete", args=[pool.slug])).status_code == status
 
 
 def test_a_member_cannot_post_a_pool_or_delete_one(bob, pool):
-    client = browser_for(bob)
+    client = clients.page(bob)
     assert client.post(reverse("pools:pool_add"), {"name": "x", "slug": "x"}).status_code == 403
     assert client.post(reverse("pools:pool_delete", args=[pool.slug])).status_code == 403
     assert list(Pool.objects.values_list("slug", flat=True)) == ["train"]
@@ -87,7 +80,7 @@ def _form(**over) -> dict:
 
 def test_a_pool_admin_creates_a_pool_and_the_change_is_audited():
     admin = UserFactory(permissions=POOL_ADMIN)
-    response = browser_for(admin).post(reverse("pools:pool_add"), _form())
+    response = clients.page(admin).post(reverse("pools:pool_add"), _form())
     assert response.status_code == 302
     pool = Pool.objects.get(slug="infer")
     assert (pool.match_models, pool.match_labels) == (["Tesla T4"], {"rack": "r1"})
@@ -102,7 +95,7 @@ def test_a_pool_admin_creates_a_pool_and_the_change_is_audited():
      {"match_labels": "no-equals-sign"}, {"name": "x" * 101}, {"policy": "random"}],
 )  # fmt: skip
 def test_bad_pool_input_is_400_and_creates_nothing(alice, bad):
-    response = browser_for(alice).post(reverse("pools:pool_add"), _form(**bad))
+    response = clients.page(alice).post(reverse("pools:pool_add"), _form(**bad))
     assert response.status_code == 400
     assert not Pool.objects.exists()
     assert not AuditEntry.objects.filter(target_type="pools.pool").exists()
@@ -115,7 +108,7 @@ def test_lowering_a_ratio_below_the_allocation_on_the_page_is_refused(alice, poo
     placed_lease(pool, bob, compute_pct=10, memory_mib=81920, same_node=True, label="b")
     placed_lease(pool, bob, compute_pct=10, memory_mib=81920, label="c")
     url = reverse("pools:pool_edit", args=[pool.slug])
-    response = browser_for(alice).post(url, _form(name="train", slug="train", memory_ratio="1"))
+    response = clients.page(alice).post(url, _form(name="train", slug="train", memory_ratio="1"))
     assert response.status_code == 400
     assert "more memory allocated than this ratio allows" in response.content.decode()
     pool.refresh_from_db()
@@ -124,7 +117,7 @@ def test_lowering_a_ratio_below_the_allocation_on_the_page_is_refused(alice, poo
 
 
 def test_a_pool_that_held_vgpus_is_kept_with_a_clear_error(alice, pool, busy):
-    response = browser_for(alice).post(reverse("pools:pool_delete", args=[pool.slug]))
+    response = clients.page(alice).post(reverse("pools:pool_delete", args=[pool.slug]))
     assert response.status_code == 409
     assert "cannot be deleted" in response.content.decode()
     assert Pool.objects.filter(pk=pool.pk).exists()
@@ -132,7 +125,7 @@ def test_a_pool_that_held_vgpus_is_kept_with_a_clear_error(alice, pool, busy):
 
 def test_an_empty_pool_is_deleted_and_audited(alice):
     pool = PoolFactory()
-    response = browser_for(alice).post(reverse("pools:pool_delete", args=[pool.slug]))
+    response = clients.page(alice).post(reverse("pools:pool_delete", args=[pool.slug]))
     assert response.status_code == 302
     assert not Pool.objects.filter(pk=pool.pk).exists()
     assert AuditEntry.objects.filter(action="pool.delete", target_id=str(pool.pk)).exists()
@@ -141,7 +134,7 @@ def test_an_empty_pool_is_deleted_and_audited(alice):
 def test_a_card_holding_a_slice_is_not_removed_and_the_page_says_why(alice, pool, busy):
     gpu_id = busy.allocations.get().gpu_id
     url = reverse("pools:pool_card_remove", args=[pool.slug, gpu_id])
-    response = browser_for(alice).post(url, follow=True)
+    response = clients.page(alice).post(url, follow=True)
     assert "cannot leave the pool" in response.content.decode()
     assert pool.cards.filter(gpu_id=gpu_id).exists()
 
@@ -149,14 +142,14 @@ def test_a_card_holding_a_slice_is_not_removed_and_the_page_says_why(alice, pool
 def test_cards_in_no_pool_are_added_by_hand_from_the_page(alice, pool):
     free = online_cards(1)[0]
     url = reverse("pools:pool_cards_add", args=[pool.slug])
-    assert browser_for(alice).post(url, {"gpus": [free.pk]}).status_code == 302
+    assert clients.page(alice).post(url, {"gpus": [free.pk]}).status_code == 302
     assert pool.cards.filter(gpu=free, added_by_hand=True).exists()
-    assert browser_for(alice).post(url, {"gpus": ["nope"]}).status_code == 400
+    assert clients.page(alice).post(url, {"gpus": ["nope"]}).status_code == 400
 
 
 def test_members_cannot_add_or_remove_cards(bob, pool):
     free = online_cards(1)[0]
-    client = browser_for(bob)
+    client = clients.page(bob)
     assert (
         client.post(
             reverse("pools:pool_cards_add", args=[pool.slug]), {"gpus": [free.pk]}
@@ -176,17 +169,17 @@ def _initial(page) -> dict:
 
 
 def test_the_map_names_only_the_owners_the_viewer_may_see(pool, busy, bob, carol):
-    mine = _initial(browser_for(bob).get(pool.get_absolute_url()))
-    theirs = _initial(browser_for(carol).get(pool.get_absolute_url()))
+    mine = _initial(clients.page(bob).get(pool.get_absolute_url()))
+    theirs = _initial(clients.page(carol).get(pool.get_absolute_url()))
     [own] = [s for c in mine["cards"] for s in c["slices"]]
     [other] = [s for c in theirs["cards"] for s in c["slices"]]
     assert own["owner"] == "bob · bert"
     assert other["owner"] is None and other["url"] is None
-    assert "bert" not in browser_for(carol).get(pool.get_absolute_url()).content.decode()
+    assert "bert" not in clients.page(carol).get(pool.get_absolute_url()).content.decode()
 
 
 def test_fragmentation_counts_the_largest_free_slice_and_the_free_cards(pool, busy):
-    picture = _initial(browser_for(busy.holder).get(pool.get_absolute_url()))
+    picture = _initial(clients.page(busy.holder).get(pool.get_absolute_url()))
     assert picture["fragmentation"] == {
         "max_free_compute_pct": 100, "max_free_memory_mib": 81920,
         "free_cards": 1, "schedulable_cards": 2,
@@ -196,11 +189,11 @@ def test_fragmentation_counts_the_largest_free_slice_and_the_free_cards(pool, bu
 
 def test_a_pools_compute_reads_in_cards_and_its_free_cards_say_of_what(pool, busy):
     # "40 / 200 %" read as percent of what? A pool's compute is counted in cards.
-    body = browser_for(busy.holder).get(pool.get_absolute_url()).content.decode()
+    body = clients.page(busy.holder).get(pool.get_absolute_url()).content.decode()
     assert re.search(r'data-total="compute_allocated_pct" data-cards>0.4</span> GPUs', body)
     assert re.search(r'data-total="compute_physical_pct" data-cards>2</span> GPUs', body)
     assert "Free cards, of schedulable" in body
-    listing = browser_for(busy.holder).get("/pools/").content.decode()
+    listing = clients.page(busy.holder).get("/pools/").content.decode()
     assert "0.4 / 2 GPUs" in listing
 
 
@@ -217,7 +210,7 @@ def test_compute_percent_reads_as_cards(pct, shown):
 
 def test_the_holder_reads_how_to_use_the_vgpu(bob, busy):
     allocation = busy.allocations.get()
-    page = browser_for(bob).get(reverse("pools:allocation_detail", args=[allocation.pk]))
+    page = clients.page(bob).get(reverse("pools:allocation_detail", args=[allocation.pk]))
     text = page.content.decode()
     assert page.status_code == 200
     assert f"export CUDA_VISIBLE_DEVICES={allocation.gpu.uuid}" in text
@@ -229,7 +222,7 @@ def test_the_holder_reads_how_to_use_the_vgpu(bob, busy):
 @pytest.mark.parametrize(("name", "status"), [("alice", 200), ("carol", 404), ("dave", 404)])
 def test_others_see_an_allocation_only_with_the_permission(request, busy, name, status):
     url = reverse("pools:allocation_detail", args=[busy.allocations.get().pk])
-    assert browser_for(request.getfixturevalue(name)).get(url).status_code == status
+    assert clients.page(request.getfixturevalue(name)).get(url).status_code == status
 
 
 def test_a_granted_rule_widens_the_visible_leases(busy, carol, monkeypatch):
@@ -238,7 +231,7 @@ def test_a_granted_rule_widens_the_visible_leases(busy, carol, monkeypatch):
     permissions.grant_leases(lambda user: Q(label="bert") if user == carol else None)
     assert list(permissions.visible_leases(carol)) == [busy]
     url = reverse("pools:allocation_detail", args=[busy.allocations.get().pk])
-    assert browser_for(carol).get(url).status_code == 200
+    assert clients.page(carol).get(url).status_code == 200
 
 
 # --- cards discovered later --------------------------------------------------------------------
@@ -259,7 +252,7 @@ def test_a_new_card_joins_the_rule_pool_that_matches_it_after_a_poll_cycle():
 
 
 def test_the_admin_changes_a_pool_through_the_rules_and_the_audit(alice, pool, busy):
-    client = browser_for(alice)
+    client = clients.page(alice)
     url = reverse("admin:pools_pool_change", args=[pool.pk])
     assert client.get(url).status_code == 200
     data = _form(name="train", slug="train", compute_ratio="1", match_by_rules="", match_models="",
@@ -279,7 +272,7 @@ def test_the_admin_changes_a_pool_through_the_rules_and_the_audit(alice, pool, b
 
 
 def test_leases_and_allocations_are_read_only_in_the_admin(alice, busy):
-    client = browser_for(alice)
+    client = clients.page(alice)
     allocation = busy.allocations.get()
     assert client.get(reverse("admin:pools_lease_change", args=[busy.pk])).status_code == 200
     assert client.get(reverse("admin:pools_allocation_changelist")).status_code == 200

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import pytest
 from django.db.models import Q
-from rest_framework.test import APIClient
 
 from agents.models import GPU
 from telemetry import permissions
+from tests import clients
 from tests.api import ANONYMOUS_REFUSED
 from tests.factories import GPUFactory, GpuMinuteFactory, OwnerMinuteFactory
 
@@ -33,10 +33,7 @@ def _urls(card: GPU) -> list[str]:
 
 
 def _get(user, url: str):
-    client = APIClient()
-    if user is not None:
-        client.force_authenticate(user)
-    return client.get(url, {"range": "1h"})
+    return clients.api(user).get(url, {"range": "1h"})
 
 
 @pytest.mark.parametrize("actor", ["alice", "carol"], indirect=True)

@@ -10,6 +10,7 @@ from django.core.exceptions import ImproperlyConfigured
 from rest_framework.test import APIClient
 
 from portal.env import env_rate
+from tests import clients
 from tokens import interface
 from tokens.throttling import parse_rate
 
@@ -27,24 +28,23 @@ def _small_rates(settings):
     cache.clear()  # the suite's Redis is flushed per test too; this names the dependency
 
 
-def _bearer(key: str, address: str = "203.0.113.5") -> APIClient:
-    client = APIClient(REMOTE_ADDR=address)
-    client.credentials(HTTP_AUTHORIZATION=f"Bearer {key}")
-    return client
-
-
 def test_each_token_has_its_own_budget_and_the_excess_is_a_429_with_retry_after(bob):
     _first, first = interface.issue(bob, name="a")
     _second, second = interface.issue(bob, name="b")
     for _ in range(3):
-        assert _bearer(first).get(URL).status_code == 200
-    refused = _bearer(first).get(URL)
+        assert clients.bearer(first, REMOTE_ADDR="203.0.113.5").get(URL).status_code == 200
+    refused = clients.bearer(first, REMOTE_ADDR="203.0.113.5").get(URL)
     assert refused.status_code == 429
     assert 1 <= int(refused["Retry-After"]) <= 86400
     # Another token of the same user, from another address, still has its budget.
-    assert _bearer(second, "198.51.100.9").get(URL).status_code == 200
+    assert clients.bearer(second, REMOTE_ADDR="198.51.100.9").get(URL).status_code == 200
     # Writes count too: a refused call changes nothing.
-    assert _bearer(first).post("/api/v1/tokens/", {"name": "x"}).status_code == 429
+    assert (
+        clients.bearer(first, REMOTE_ADDR="203.0.113.5")
+        .post("/api/v1/tokens/", {"name": "x"})
+        .status_code
+        == 429
+    )
     assert bob.api_tokens.count() == 2
 
 
@@ -68,7 +68,9 @@ def test_anonymous_calls_count_per_address(client):
 def test_an_empty_rate_means_no_limit(bob, settings):
     settings.API_RATE_TOKEN = ""
     _token, key = interface.issue(bob, name="a")
-    assert all(_bearer(key).get(URL).status_code == 200 for _ in range(5))
+    assert all(
+        clients.bearer(key, REMOTE_ADDR="203.0.113.5").get(URL).status_code == 200 for _ in range(5)
+    )
 
 
 def test_rates_are_checked_when_the_settings_are_read(monkeypatch):

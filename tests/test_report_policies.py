@@ -7,11 +7,11 @@ from __future__ import annotations
 from decimal import Decimal
 
 import pytest
-from django.test import Client
 
 from audit.interface import AuditEntry
 from reports import policies
 from reports.models import ReclaimPolicy, UnitPrice
+from tests import clients
 from tests.factories import PoolFactory
 from tests.tenants import ACTORS, PLATFORM_ADMINS, teams_fixture  # noqa: F401 (teams)
 
@@ -20,12 +20,6 @@ POLICY = {"idle_util_pct": 7, "idle_memory_pct": 12, "idle_window_minutes": 90,
           "reclaim": "on", "grace_hours": 12}  # fmt: skip
 PRICE = {"currency": "CNY", "per_gpu_hour": "12.5", "per_compute_pct_hour": "0.125",
          "per_memory_gib_hour": "0.01"}  # fmt: skip
-
-
-def _client(teams, name: str) -> Client:
-    client = Client()
-    client.force_login(teams.user(name))
-    return client
 
 
 def _rows() -> tuple:
@@ -41,7 +35,7 @@ def test_only_platform_admins_see_and_change_policies_and_prices(teams, name):
     pool = teams.pool
     policy = ReclaimPolicy.objects.create(pool=PoolFactory(name="other-pool"))
     price = UnitPrice.objects.create(pool=None, per_gpu_hour=Decimal(3))
-    client = _client(teams, name)
+    client = clients.page(teams.user(name))
     before = _rows()
     pages = ["/idle/policies/", "/idle/policies/add/", f"/idle/policies/{policy.pk}/edit/",
              "/accounting/prices/", "/accounting/prices/add/",
@@ -64,14 +58,14 @@ def test_only_platform_admins_see_and_change_policies_and_prices(teams, name):
 
 
 def test_the_idle_report_and_accounting_link_the_pages_for_platform_admins(teams):
-    admin, member = _client(teams, "oscar"), _client(teams, "bob")
+    admin, member = clients.page(teams.user("oscar")), clients.page(teams.user("bob"))
     for page, link in (("/idle/", "/idle/policies/"), ("/accounting/", "/accounting/prices/")):
         assert f'href="{link}"' in admin.get(page).content.decode()
         assert f'href="{link}"' not in member.get(page).content.decode()
 
 
 def test_a_policy_is_added_edited_and_removed_with_its_audit(teams):
-    client, pool = _client(teams, "oscar"), teams.pool
+    client, pool = clients.page(teams.user("oscar")), teams.pool
     listed = client.get("/idle/policies/").content.decode()
     assert f'href="/idle/policies/add/?pool={pool.pk}"' in listed  # the defaults, to set
     assert client.get(f"/idle/policies/add/?pool={pool.pk}").context["form"].initial == {
@@ -104,7 +98,7 @@ def test_a_policy_is_added_edited_and_removed_with_its_audit(teams):
      ({"grace_hours": "many"}, "grace_hours"), ({"pool": ""}, "pool"), ({"pool": 999999}, "pool")],
 )  # fmt: skip
 def test_a_bad_policy_is_a_field_error_and_changes_nothing(teams, bad, field):
-    client = _client(teams, "oscar")
+    client = clients.page(teams.user("oscar"))
     before = _rows()
     response = client.post("/idle/policies/add/", {**POLICY, "pool": teams.pool.pk, **bad})
     assert response.status_code == 200
@@ -114,7 +108,7 @@ def test_a_bad_policy_is_a_field_error_and_changes_nothing(teams, bad, field):
 
 def test_a_bad_edit_of_a_policy_changes_nothing(teams):
     policy = ReclaimPolicy.objects.create(pool=teams.pool)
-    client = _client(teams, "oscar")
+    client = clients.page(teams.user("oscar"))
     before = _rows()
     response = client.post(f"/idle/policies/{policy.pk}/edit/", {**POLICY, "idle_util_pct": 0})
     assert response.status_code == 200 and "idle_util_pct" in response.context["form"].errors
@@ -132,12 +126,12 @@ def test_a_pool_has_one_policy_and_one_price(teams):
         assert "pool" in refused.value.message_dict
     assert _rows() == before
     # On the page, a pool that has a policy is not offered.
-    form = _client(teams, "oscar").get("/idle/policies/add/").context["form"]
+    form = clients.page(teams.user("oscar")).get("/idle/policies/add/").context["form"]
     assert teams.pool not in form.fields["pool"].queryset
 
 
 def test_prices_are_added_edited_and_removed_with_their_audit(teams):
-    client, pool = _client(teams, "oscar"), teams.pool
+    client, pool = clients.page(teams.user("oscar")), teams.pool
     assert client.post("/accounting/prices/add/", {**PRICE, "pool": ""}).status_code == 302
     default = UnitPrice.objects.get(pool=None)
     assert default.per_gpu_hour == Decimal("12.5")
@@ -173,7 +167,7 @@ def test_prices_are_added_edited_and_removed_with_their_audit(teams):
 def test_a_bad_price_is_a_field_error_and_changes_nothing(teams, bad, field):
     # A default exists (in CNY): another default, or a price in another currency, is refused.
     UnitPrice.objects.create(pool=None, currency="CNY")
-    client = _client(teams, "oscar")
+    client = clients.page(teams.user("oscar"))
     before = _rows()
     response = client.post("/accounting/prices/add/", {**PRICE, "pool": teams.pool.pk, **bad})
     assert response.status_code == 200
@@ -182,7 +176,7 @@ def test_a_bad_price_is_a_field_error_and_changes_nothing(teams, bad, field):
 
 
 def test_the_accounting_charges_the_price_set_on_the_page(teams):
-    client = _client(teams, "oscar")
+    client = clients.page(teams.user("oscar"))
     client.post("/accounting/prices/add/", {**PRICE, "pool": "", "per_compute_pct_hour": 0,
                                            "per_memory_gib_hour": 0})  # fmt: skip
     data = client.get("/accounting/").context["data"]
@@ -201,6 +195,6 @@ def test_the_accounting_charges_the_price_set_on_the_page(teams):
      ("/accounting/prices/", "accounting")],
 )  # fmt: skip
 def test_the_sidebar_marks_the_report_the_page_belongs_to(teams, path, item):
-    html = _client(teams, PLATFORM_ADMINS[0]).get(path).content.decode()
+    html = clients.page(teams.user(PLATFORM_ADMINS[0])).get(path).content.decode()
     href = {"idle": "/idle/", "accounting": "/accounting/"}[item]
     assert f'href="{href}" aria-current="page"' in html

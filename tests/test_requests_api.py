@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import pytest
 from django.urls import reverse
-from rest_framework.test import APIClient
 
 from quotas.choices import RequestState
 from quotas.models import GpuRequest
 from quotas.requests.services import create_request
+from tests import clients
 from tests.api import error_fields
 from tests.factories import gpu_team
 
@@ -22,12 +22,6 @@ def team():
     return gpu_team("vision")
 
 
-def api(user) -> APIClient:
-    client = APIClient()
-    client.force_authenticate(user)
-    return client
-
-
 def body(team, **changes) -> dict:
     data = {"tenant": team.tenant.pk, "pool": team.pool.pk, "count": 1, "compute_pct": 25,
             "memory_mib": 8192, "duration_hours": 4, "reason": "ci job"}  # fmt: skip
@@ -38,21 +32,21 @@ def test_a_ci_job_asks_is_approved_and_sees_its_allocation(
     team, django_capture_on_commit_callbacks
 ):
     with django_capture_on_commit_callbacks(execute=True):
-        created = api(team.dev).post(URL, body(team), format="json")
+        created = clients.api(team.dev).post(URL, body(team), format="json")
     assert created.status_code == 201, created.data
     assert created.data["state"] == "pending"
     with django_capture_on_commit_callbacks(execute=True):
-        approved = api(team.approver).post(
+        approved = clients.api(team.approver).post(
             f"{URL}{created.data['id']}/approve/", {"comment": "ok"}, format="json"
         )
     assert approved.status_code == 200
-    got = api(team.dev).get(f"{URL}{created.data['id']}/").data
+    got = clients.api(team.dev).get(f"{URL}{created.data['id']}/").data
     assert got["state"] == "allocated" and len(got["allocations"]) == 1
     assert got["allocations"][0]["url"].endswith(
         reverse("pools:allocation_detail", args=[got["allocations"][0]["id"]])
     )
     with django_capture_on_commit_callbacks(execute=True):
-        released = api(team.dev).post(f"{URL}{created.data['id']}/release/")
+        released = clients.api(team.dev).post(f"{URL}{created.data['id']}/release/")
     assert released.data["state"] == "released"
 
 
@@ -76,7 +70,7 @@ def test_a_ci_job_asks_is_approved_and_sees_its_allocation(
     ],
 )
 def test_bad_input_is_a_400_on_the_field_and_changes_nothing(team, changes, field):
-    response = api(team.dev).post(URL, body(team, **changes), format="json")
+    response = clients.api(team.dev).post(URL, body(team, **changes), format="json")
     assert response.status_code == 400
     assert field in error_fields(response), response.data
     assert GpuRequest.objects.count() == 0
@@ -92,7 +86,7 @@ def test_over_quota_not_a_member_and_pool_not_open_are_400s(team):
     for data, field, user, quota in cases:
         if quota:
             type(team.quota).objects.filter(pk=team.quota.pk).update(guaranteed_vgpus=1, **quota)
-        response = api(user).post(URL, data, format="json")
+        response = clients.api(user).post(URL, data, format="json")
         assert response.status_code == 400 and field in error_fields(response), response.data
     assert GpuRequest.objects.count() == 0
 
@@ -101,16 +95,19 @@ def test_the_list_holds_only_the_callers_tenants_requests(team, alice):
     mine = create_request(team.dev, **team.ask())
     other = gpu_team("speech")
     theirs = create_request(other.dev, **other.ask())
-    ids = {row["id"] for row in api(other.admin).get(URL).data["results"]}
+    ids = {row["id"] for row in clients.api(other.admin).get(URL).data["results"]}
     assert ids == {theirs.pk}
-    assert api(other.admin).get(f"{URL}{mine.pk}/").status_code == 404
-    assert {row["id"] for row in api(alice).get(URL).data["results"]} == {mine.pk, theirs.pk}
+    assert clients.api(other.admin).get(f"{URL}{mine.pk}/").status_code == 404
+    assert {row["id"] for row in clients.api(alice).get(URL).data["results"]} == {
+        mine.pk,
+        theirs.pk,
+    }
 
 
 @pytest.mark.parametrize("action", ["approve", "reject", "release", "extend", "resize"])
 def test_another_tenants_admin_gets_404_and_nothing_changes(team, action):
     req = create_request(team.dev, **team.ask())
-    response = api(gpu_team("speech").admin).post(
+    response = clients.api(gpu_team("speech").admin).post(
         f"{URL}{req.pk}/{action}/", {"hours": 1, "compute_pct": 10, "memory_mib": 10}
     )
     assert response.status_code == 404
@@ -120,28 +117,28 @@ def test_another_tenants_admin_gets_404_and_nothing_changes(team, action):
 
 def test_a_member_may_not_approve_and_nobody_their_own(team):
     req = create_request(team.dev, **team.ask())
-    assert api(team.admin).post(f"{URL}{req.pk}/approve/").status_code == 200
+    assert clients.api(team.admin).post(f"{URL}{req.pk}/approve/").status_code == 200
     own = create_request(team.approver, **team.ask())
-    assert api(team.approver).post(f"{URL}{own.pk}/approve/").status_code == 403
+    assert clients.api(team.approver).post(f"{URL}{own.pk}/approve/").status_code == 403
     other = create_request(team.admin, **team.ask())
-    assert api(team.dev).post(f"{URL}{other.pk}/approve/").status_code == 403
+    assert clients.api(team.dev).post(f"{URL}{other.pk}/approve/").status_code == 403
     assert GpuRequest.objects.get(pk=own.pk).state == RequestState.PENDING
 
 
 def test_anonymous_callers_are_refused(team):
-    assert APIClient().get(URL).status_code in (401, 403)
-    assert APIClient().post(URL, body(team), format="json").status_code in (401, 403)
+    assert clients.api().get(URL).status_code in (401, 403)
+    assert clients.api().post(URL, body(team), format="json").status_code in (401, 403)
 
 
 def test_waiting_for_me_lists_what_i_may_decide(team):
     req = create_request(team.dev, **team.ask())
     create_request(team.approver, **team.ask())
-    rows = api(team.approver).get(URL, {"waiting_for_me": "true"}).data["results"]
+    rows = clients.api(team.approver).get(URL, {"waiting_for_me": "true"}).data["results"]
     assert [row["id"] for row in rows] == [req.pk]
 
 
 def test_a_decision_on_a_decided_request_is_a_400(team):
     req = create_request(team.dev, **team.ask())
-    api(team.approver).post(f"{URL}{req.pk}/reject/", {"comment": "no"}, format="json")
-    response = api(team.approver).post(f"{URL}{req.pk}/approve/")
+    clients.api(team.approver).post(f"{URL}{req.pk}/reject/", {"comment": "no"}, format="json")
+    response = clients.api(team.approver).post(f"{URL}{req.pk}/approve/")
     assert response.status_code == 400 and "state" in error_fields(response)

@@ -13,6 +13,7 @@ from pools.models import PoolCard
 from quotas.choices import RequestState
 from quotas.models import GpuRequest, Notice
 from quotas.requests.services import create_request, decide
+from tests import clients
 from tests.factories import MembershipFactory, PoolFactory, gpu_team, online_cards
 
 pytestmark = pytest.mark.django_db
@@ -24,8 +25,7 @@ def team():
 
 
 def client_for(user) -> Client:
-    client = Client()
-    client.force_login(user)
+    client = clients.page(user)
     return client
 
 
@@ -139,7 +139,7 @@ def test_my_page_lists_my_requests_with_state_queue_and_allocations(
 
 def test_pages_answer_anonymous_visitors_with_the_login_page(team):
     for path in ("/requests/", "/requests/new/", "/approvals/", "/requests/1/"):
-        response = Client().get(path)
+        response = clients.page().get(path)
         assert response.status_code == 302 and "/accounts/login/" in response["Location"]
 
 

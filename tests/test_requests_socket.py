@@ -8,11 +8,10 @@ import json
 import pytest
 from asgiref.sync import async_to_sync
 from channels.testing import WebsocketCommunicator
-from django.conf import settings
-from django.test import Client
 
 from portal.asgi import application
 from quotas.requests.services import create_request, decide
+from tests import clients
 from tests.factories import gpu_team
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -21,10 +20,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 def _headers(user=None, origin: bytes = b"http://localhost") -> list[tuple[bytes, bytes]]:
     headers = [(b"origin", origin), (b"host", b"localhost")]
     if user is not None:
-        client = Client()
-        client.force_login(user)
-        name = settings.SESSION_COOKIE_NAME
-        headers.append((b"cookie", f"{name}={client.cookies[name].value}".encode()))
+        headers.append(clients.cookie_header(user))
     return headers
 
 

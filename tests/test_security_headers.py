@@ -12,7 +12,7 @@ from cryptography.fernet import Fernet
 from django.test import Client
 
 from agents.models import GPU
-from tests import procs
+from tests import clients, procs
 from tests.factories import NodeFactory
 
 pytestmark = pytest.mark.django_db
@@ -30,8 +30,7 @@ def _policy(response) -> dict[str, list[str]]:
 def pages(alice) -> tuple[Client, list[str]]:
     node = NodeFactory(name="csp-01")
     gpu = GPU.objects.create(node=node, index=0, uuid="GPU-csp-0", model="NVIDIA A100")
-    client = Client()
-    client.force_login(alice)
+    client = clients.page(alice)
     urls = ["/", f"/nodes/{node.pk}/", f"/gpus/{gpu.pk}/", "/nodes/", "/nodes/add/",
             f"/nodes/{node.pk}/edit/", "/nodes/import/", "/account/", "/api/docs/"]  # fmt: skip
     return client, urls
@@ -61,7 +60,7 @@ INLINE_STYLE = re.compile(r"<style|<[^>]+\sstyle\s*=|javascript:", re.IGNORECASE
 
 def test_no_page_needs_an_inline_script_or_style(pages):
     client, urls = pages
-    anonymous = Client()
+    anonymous = clients.page()
     bodies = [(url, client.get(url).content.decode()) for url in urls]
     bodies.append(("/accounts/login/", anonymous.get("/accounts/login/").content.decode()))
     for url, body in bodies:

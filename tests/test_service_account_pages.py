@@ -5,10 +5,10 @@ people get 404."""
 from __future__ import annotations
 
 import pytest
-from django.test import Client
 from django.urls import reverse
 
-from tests.tenants import ACTORS, MANAGE_ACME_MEMBERS, SEE_ACME, build_teams
+from tests import clients
+from tests.tenants import ACTORS, MANAGE_ACME_MEMBERS, SEE_ACME, teams_fixture  # noqa: F401 (teams)
 from tokens import services
 from tokens.models import ApiToken, ServiceAccount
 
@@ -18,19 +18,8 @@ TOKEN_FORM = {"name": "t", "scope": "read", "expires_in_days": 1}
 
 
 @pytest.fixture
-def teams(alice, bob, dave):
-    return build_teams({"alice": alice, "bob": bob, "dave": dave})
-
-
-@pytest.fixture
 def robot(teams) -> ServiceAccount:
     return services.create_service_account(teams.user("erin"), tenant=teams.acme, name="acme-ci")
-
-
-def _as(teams, name: str) -> Client:
-    client = Client()
-    client.force_login(teams.user(name))
-    return client
 
 
 def _urls(teams, robot) -> dict[str, str]:
@@ -45,12 +34,12 @@ def _urls(teams, robot) -> dict[str, str]:
 
 
 def test_the_tenant_page_links_to_its_service_accounts(teams):
-    body = _as(teams, "bob").get(teams.acme.get_absolute_url()).content.decode()
+    body = clients.page(teams.user("bob")).get(teams.acme.get_absolute_url()).content.decode()
     assert reverse("tokens:service_account_list", args=[teams.acme.slug]) in body
 
 
 def test_an_admin_makes_an_account_issues_a_key_shown_once_and_revokes_it(teams):
-    client = _as(teams, "erin")
+    client = clients.page(teams.user("erin"))
     url = reverse("tokens:service_account_list", args=[teams.acme.slug])
     response = client.post(url, {"name": "nightly", "description": "GitLab"})
     account = ServiceAccount.objects.get(name="nightly")
@@ -78,7 +67,7 @@ def test_an_admin_makes_an_account_issues_a_key_shown_once_and_revokes_it(teams)
 @pytest.mark.parametrize("name", ACTORS)
 def test_each_user_gets_what_their_role_allows(teams, robot, name):
     services.issue_service_token(teams.user("erin"), robot, name="pipeline")
-    urls, client = _urls(teams, robot), _as(teams, name)
+    urls, client = _urls(teams, robot), clients.page(teams.user(name))
     answers = {
         "list": client.get(urls["list"]).status_code,
         "create": client.post(urls["list"], {"name": "sneaky"}).status_code,

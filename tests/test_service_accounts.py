@@ -6,14 +6,14 @@ from __future__ import annotations
 import pytest
 from django.contrib.auth import get_user_model
 from django.test import Client
-from rest_framework.test import APIClient
 
 from audit.interface import AuditEntry
 from quotas.choices import Role
 from quotas.models import Membership
+from tests import clients
 from tests.api import error_fields
 from tests.factories import gpu_team
-from tests.tenants import ACTORS, PLATFORM_ADMINS, SEE_ACME, build_teams
+from tests.tenants import ACTORS, PLATFORM_ADMINS, SEE_ACME, teams_fixture  # noqa: F401 (teams)
 from tokens import interface, services
 from tokens.models import ApiToken, ServiceAccount
 
@@ -21,11 +21,6 @@ pytestmark = pytest.mark.django_db
 
 URL = "/api/v1/service-accounts/"
 MANAGE_ACME = (*PLATFORM_ADMINS, "erin")
-
-
-@pytest.fixture
-def teams(alice, bob, dave):
-    return build_teams({"alice": alice, "bob": bob, "dave": dave})
 
 
 @pytest.fixture
@@ -38,21 +33,8 @@ def robots(teams):
     return {"acme": acme, "bravo": bravo}
 
 
-def _api(user) -> APIClient:
-    client = APIClient()
-    if user is not None:
-        client.force_authenticate(user)
-    return client
-
-
-def _bearer(key: str) -> APIClient:
-    client = APIClient()
-    client.credentials(HTTP_AUTHORIZATION=f"Bearer {key}")
-    return client
-
-
 def test_a_tenant_admin_makes_a_service_account_that_is_a_member_and_cannot_sign_in(teams):
-    response = _api(teams.user("erin")).post(
+    response = clients.api(teams.user("erin")).post(
         URL, {"tenant": teams.acme.pk, "name": "nightly", "description": "GitLab"}, format="json"
     )
     assert response.status_code == 201, response.content
@@ -82,7 +64,7 @@ def test_a_service_account_never_signs_in_to_pages_even_with_a_password(robots):
 
 @pytest.mark.parametrize("name", ACTORS)
 def test_each_user_lists_the_service_accounts_of_the_tenants_they_see(teams, robots, name):
-    response = _api(teams.user(name)).get(URL)
+    response = clients.api(teams.user(name)).get(URL)
     assert response.status_code == 200
     listed = {item["name"] for item in response.json()["results"]}
     expected = set()
@@ -96,7 +78,7 @@ def test_each_user_lists_the_service_accounts_of_the_tenants_they_see(teams, rob
 @pytest.mark.parametrize("name", ACTORS)
 def test_each_user_manages_only_the_service_accounts_of_tenants_they_admin(teams, robots, name):
     account = robots["acme"]
-    client = _api(teams.user(name))
+    client = clients.api(teams.user(name))
     detail, tokens = f"{URL}{account.pk}/", f"{URL}{account.pk}/tokens/"
     token = ApiToken.objects.get(user=account.user)
     answers = {
@@ -124,7 +106,7 @@ def test_each_user_manages_only_the_service_accounts_of_tenants_they_admin(teams
 @pytest.mark.parametrize("name", [n for n in ACTORS if n not in MANAGE_ACME])
 def test_only_acmes_admins_make_service_accounts_in_acme(teams, name):
     before = get_user_model().objects.count()
-    response = _api(teams.user(name)).post(URL, {"tenant": teams.acme.pk, "name": "x"})
+    response = clients.api(teams.user(name)).post(URL, {"tenant": teams.acme.pk, "name": "x"})
     if name in SEE_ACME:
         assert response.status_code == 403
     else:  # the tenant is not one they can name
@@ -144,14 +126,14 @@ def test_only_acmes_admins_make_service_accounts_in_acme(teams, name):
 )
 def test_bad_input_is_a_400_that_makes_nothing(teams, robots, data, field):
     users = get_user_model().objects.count()
-    response = _api(teams.user("erin")).post(URL, {"tenant": teams.acme.pk, **data},
+    response = clients.api(teams.user("erin")).post(URL, {"tenant": teams.acme.pk, **data},
                                              format="json")  # fmt: skip
     assert response.status_code == 400 and field in error_fields(response)
     assert ServiceAccount.objects.count() == 2 and get_user_model().objects.count() == users
 
 
 def test_the_key_is_shown_once_and_bad_token_input_makes_nothing(teams, robots):
-    account, client = robots["acme"], _api(teams.user("erin"))
+    account, client = robots["acme"], clients.api(teams.user("erin"))
     url = f"{URL}{account.pk}/tokens/"
     for bad in ({"name": ""}, {"name": "x", "scope": "all"},
                 {"name": "x", "expires_at": "2000-01-01T00:00:00Z"}):  # fmt: skip
@@ -168,7 +150,7 @@ def test_the_key_is_shown_once_and_bad_token_input_makes_nothing(teams, robots):
 def test_a_service_account_token_manages_no_tokens_and_no_accounts(teams, robots):
     account = robots["acme"]
     _token, key = services.issue_service_token(teams.user("erin"), account, name="ci")
-    client = _bearer(key)
+    client = clients.bearer(key)
     assert client.get("/api/v1/tenants/").status_code == 200
     assert client.post("/api/v1/tokens/", {"name": "mine"}, format="json").status_code == 403
     mine = f"{URL}{account.pk}/tokens/"
@@ -184,19 +166,19 @@ def test_a_service_account_token_manages_no_tokens_and_no_accounts(teams, robots
 def test_disabling_revokes_every_token_and_keeps_the_account_listed(teams, robots):
     account = robots["acme"]
     _token, key = services.issue_service_token(teams.user("erin"), account, name="ci")
-    assert _bearer(key).get("/api/v1/nodes/").status_code == 200
-    assert _api(teams.user("erin")).delete(f"{URL}{account.pk}/").status_code == 204
-    assert _bearer(key).get("/api/v1/nodes/").status_code == 401
+    assert clients.bearer(key).get("/api/v1/nodes/").status_code == 200
+    assert clients.api(teams.user("erin")).delete(f"{URL}{account.pk}/").status_code == 204
+    assert clients.bearer(key).get("/api/v1/nodes/").status_code == 401
     account.refresh_from_db()
     assert account.disabled_at and not account.user.is_active
     assert not ApiToken.objects.filter(user=account.user, revoked_at__isnull=True).exists()
-    listed = _api(teams.user("erin")).get(URL, {"active": "false"}).json()["results"]
+    listed = clients.api(teams.user("erin")).get(URL, {"active": "false"}).json()["results"]
     assert [item["id"] for item in listed] == [account.pk]
-    response = _api(teams.user("erin")).post(f"{URL}{account.pk}/tokens/", {"name": "again"})
+    response = clients.api(teams.user("erin")).post(f"{URL}{account.pk}/tokens/", {"name": "again"})
     assert response.status_code == 400
     assert AuditEntry.objects.filter(action="service_account.disabled").count() == 1
     # Disabling again changes nothing.
-    assert _api(teams.user("erin")).delete(f"{URL}{account.pk}/").status_code == 204
+    assert clients.api(teams.user("erin")).delete(f"{URL}{account.pk}/").status_code == 204
     assert AuditEntry.objects.filter(action="service_account.disabled").count() == 1
 
 
@@ -206,7 +188,7 @@ def test_a_service_account_token_drives_a_gpu_request_through_the_api(
     team = gpu_team("ci")
     account = services.create_service_account(team.admin, tenant=team.tenant, name="runner")
     _token, key = services.issue_service_token(team.admin, account, name="gitlab")
-    robot = _bearer(key)
+    robot = clients.bearer(key)
     ask = {"tenant": team.tenant.pk, "pool": team.pool.pk, "count": 1, "compute_pct": 25,
            "memory_mib": 8192, "duration_hours": 1, "reason": "ci job"}  # fmt: skip
     with django_capture_on_commit_callbacks(execute=True):
@@ -214,7 +196,9 @@ def test_a_service_account_token_drives_a_gpu_request_through_the_api(
     assert created.status_code == 201, created.content
     url = f"/api/v1/gpu-requests/{created.json()['id']}/"
     with django_capture_on_commit_callbacks(execute=True):
-        approved = _api(team.approver).post(f"{url}approve/", {"comment": "ok"}, format="json")
+        approved = clients.api(team.approver).post(
+            f"{url}approve/", {"comment": "ok"}, format="json"
+        )
     assert approved.status_code == 200
     got = robot.get(url).json()
     assert got["state"] == "allocated" and len(got["allocations"]) == 1
@@ -229,8 +213,8 @@ def test_a_read_token_of_a_service_account_asks_for_nothing():
     _token, key = services.issue_service_token(team.admin, account, name="dash", scope="read")
     ask = {"tenant": team.tenant.pk, "pool": team.pool.pk, "count": 1, "compute_pct": 25,
            "memory_mib": 8192, "duration_hours": 1, "reason": "x"}  # fmt: skip
-    assert _bearer(key).post("/api/v1/gpu-requests/", ask, format="json").status_code == 403
-    assert _bearer(key).get("/api/v1/gpu-requests/").status_code == 200
+    assert clients.bearer(key).post("/api/v1/gpu-requests/", ask, format="json").status_code == 403
+    assert clients.bearer(key).get("/api/v1/gpu-requests/").status_code == 200
 
 
 def test_revoking_one_service_token_leaves_the_others(teams, robots):
@@ -238,12 +222,14 @@ def test_revoking_one_service_token_leaves_the_others(teams, robots):
     token, key = services.issue_service_token(teams.user("erin"), account, name="a")
     _other, other_key = services.issue_service_token(teams.user("erin"), account, name="b")
     url = f"{URL}{account.pk}/tokens/{token.pk}/"
-    assert _api(teams.user("erin")).delete(url).status_code == 204
-    assert _bearer(key).get("/api/v1/nodes/").status_code == 401
-    assert _bearer(other_key).get("/api/v1/nodes/").status_code == 200
+    assert clients.api(teams.user("erin")).delete(url).status_code == 204
+    assert clients.bearer(key).get("/api/v1/nodes/").status_code == 401
+    assert clients.bearer(other_key).get("/api/v1/nodes/").status_code == 200
     # A personal token's id under a service account is not one of its tokens.
     personal, _ = interface.issue(teams.user("erin"), name="mine")
     assert (
-        _api(teams.user("erin")).delete(f"{URL}{account.pk}/tokens/{personal.pk}/").status_code
+        clients.api(teams.user("erin"))
+        .delete(f"{URL}{account.pk}/tokens/{personal.pk}/")
+        .status_code
         == 404
     )

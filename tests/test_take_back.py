@@ -7,7 +7,6 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
-from django.test import Client
 from django.utils import timezone
 
 from audit.interface import AuditEntry
@@ -18,6 +17,7 @@ from reports import takeback
 from reports.choices import WarningCause, WarningState
 from reports.interface import reclaim_warned, reclaimed
 from reports.models import ReclaimPolicy, ReclaimWarning
+from tests import clients
 from tests.factories import MembershipFactory, QuotaFactory, TenantFactory, gpu_team
 
 pytestmark = pytest.mark.django_db
@@ -184,8 +184,7 @@ def test_each_side_is_told_only_of_its_own_requests_and_never_the_other_tenants_
     assert not Notice.objects.filter(
         recipient__memberships__tenant=lender.tenant, gpu_request__tenant=needy
     ).exists()
-    client = Client()
-    client.force_login(lender.dev)
+    client = clients.page(lender.dev)
     for url in ("/requests/", f"/requests/{leases[-1].pk}/", "/idle/"):
         body = client.get(url).content.decode()
         assert "Needy" not in body

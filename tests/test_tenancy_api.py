@@ -7,13 +7,12 @@ from datetime import timedelta
 from decimal import Decimal
 
 import pytest
-from django.test import Client
 from django.utils import timezone
-from rest_framework.test import APIClient
 
 from audit.interface import AuditEntry
 from quotas.choices import Role
 from quotas.models import Membership, Quota, Tenant
+from tests import clients
 from tests.api import ANONYMOUS_REFUSED, error_fields
 from tests.factories import PoolFactory, held_allocation
 from tests.tenants import (
@@ -29,13 +28,6 @@ from tests.tenants import (
 pytestmark = pytest.mark.django_db
 
 
-def _api(teams, name: str | None) -> APIClient:
-    client = APIClient()
-    if name is not None:
-        client.force_authenticate(teams.user(name))
-    return client
-
-
 def _ids(response) -> set[int]:
     return {item["id"] for item in response.json()["results"]}
 
@@ -49,13 +41,13 @@ URLS = ["/api/v1/tenants/", "/api/v1/memberships/", "/api/v1/quotas/"]
 
 @pytest.mark.parametrize("url", URLS)
 def test_anonymous_callers_are_refused_everywhere(teams, url):
-    assert _api(teams, None).get(url).status_code in ANONYMOUS_REFUSED
-    assert _api(teams, None).post(url, {}).status_code in ANONYMOUS_REFUSED
+    assert clients.api(teams.user(None)).get(url).status_code in ANONYMOUS_REFUSED
+    assert clients.api(teams.user(None)).post(url, {}).status_code in ANONYMOUS_REFUSED
 
 
 @pytest.mark.parametrize("name", ACTORS)
 def test_each_user_lists_only_the_tenants_they_may_see(teams, name):
-    response = _api(teams, name).get("/api/v1/tenants/")
+    response = clients.api(teams.user(name)).get("/api/v1/tenants/")
     assert response.status_code == 200
     expected = set()
     if name in SEE_ACME:
@@ -67,7 +59,7 @@ def test_each_user_lists_only_the_tenants_they_may_see(teams, name):
 
 @pytest.mark.parametrize("name", ACTORS)
 def test_each_user_lists_only_the_members_and_quotas_of_their_tenants(teams, name):
-    client = _api(teams, name)
+    client = clients.api(teams.user(name))
     members, quotas = client.get("/api/v1/memberships/"), client.get("/api/v1/quotas/")
     tenants = {m["tenant"] for m in members.json()["results"]}
     tenants |= {q["tenant"] for q in quotas.json()["results"]}
@@ -83,7 +75,7 @@ def test_each_user_lists_only_the_members_and_quotas_of_their_tenants(teams, nam
 
 
 def test_filtering_on_another_tenant_gives_nothing_rather_than_an_error(teams):
-    client = _api(teams, "bob")
+    client = clients.api(teams.user("bob"))
     for url in ("/api/v1/memberships/", "/api/v1/quotas/"):
         response = client.get(url, {"tenant": teams.bravo.pk})
         assert response.status_code == 200 and response.json()["results"] == []
@@ -92,7 +84,7 @@ def test_filtering_on_another_tenant_gives_nothing_rather_than_an_error(teams):
 
 @pytest.mark.parametrize("name", ACTORS)
 def test_another_tenant_its_members_quotas_and_usage_are_404(teams, name):
-    client = _api(teams, name)
+    client = clients.api(teams.user(name))
     urls = [
         f"/api/v1/tenants/{teams.acme.pk}/",
         f"/api/v1/tenants/{teams.acme.pk}/usage/",
@@ -107,9 +99,12 @@ def test_another_tenant_its_members_quotas_and_usage_are_404(teams, name):
 
 
 def test_a_tenant_tells_the_caller_their_role(teams):
-    data = _api(teams, "andy").get(f"/api/v1/tenants/{teams.acme.pk}/").json()
+    data = clients.api(teams.user("andy")).get(f"/api/v1/tenants/{teams.acme.pk}/").json()
     assert data["role"] == Role.APPROVER
-    assert _api(teams, "alice").get(f"/api/v1/tenants/{teams.acme.pk}/").json()["role"] is None
+    assert (
+        clients.api(teams.user("alice")).get(f"/api/v1/tenants/{teams.acme.pk}/").json()["role"]
+        is None
+    )
 
 
 # --- tenants ---------------------------------------------------------------------------------
@@ -117,7 +112,7 @@ def test_a_tenant_tells_the_caller_their_role(teams):
 
 @pytest.mark.parametrize("name", ACTORS)
 def test_only_platform_admins_create_change_and_delete_tenants(teams, name):
-    client = _api(teams, name)
+    client = clients.api(teams.user(name))
     created = client.post(
         "/api/v1/tenants/", {"name": "Zeta", "slug": "zeta", "admin": "dave"}, format="json"
     )
@@ -154,7 +149,7 @@ def test_a_bad_tenant_is_400_on_its_field_and_changes_nothing(teams, bad):
     body = {"admin": "dave", **bad}
     if body["admin"] is None:
         del body["admin"]
-    response = _api(teams, "alice").post("/api/v1/tenants/", body, format="json")
+    response = clients.api(teams.user("alice")).post("/api/v1/tenants/", body, format="json")
     assert response.status_code == 400
     # Each mistake on its own field: the first admin, else the name or slug.
     fields = set(error_fields(response))
@@ -168,13 +163,16 @@ def test_changing_a_tenant_or_its_quota_is_refused_as_on_the_pages(teams, name):
     """Seen but not one's to change: 403 on the pages and the API alike; another tenant's
     (or none's): 404 on both, not a 403 that the API alone would give."""
     expected = 403 if name in SEE_ACME else 404
-    page = Client()
-    page.force_login(teams.user(name))
+    page = clients.page(teams.user(name))
     quota = teams.acme_quota
     assert page.get("/tenants/acme/edit/").status_code == expected
     assert page.get(f"/tenants/acme/quotas/{quota.pk}/edit/").status_code == expected
     assert page.post(f"/tenants/acme/quotas/{quota.pk}/delete/").status_code == expected
-    api, before, entries = _api(teams, name), _quota_row(quota), AuditEntry.objects.count()
+    api, before, entries = (
+        clients.api(teams.user(name)),
+        _quota_row(quota),
+        AuditEntry.objects.count(),
+    )
     tenant_url, quota_url = f"/api/v1/tenants/{teams.acme.pk}/", f"/api/v1/quotas/{quota.pk}/"
     answers = [
         api.patch(tenant_url, {"name": "A2"}, format="json"),
@@ -196,7 +194,7 @@ def test_changing_a_tenant_or_its_quota_is_refused_as_on_the_pages(teams, name):
 def test_only_the_tenants_admins_add_members(teams, name):
     before = memberships_of(teams.acme)
     body = {"tenant": teams.acme.pk, "username": "dave", "role": "approver"}
-    response = _api(teams, name).post("/api/v1/memberships/", body, format="json")
+    response = clients.api(teams.user(name)).post("/api/v1/memberships/", body, format="json")
     if name in MANAGE_ACME_MEMBERS:
         assert response.status_code == 201, response.content
         assert response.json()["username"] == "dave" and response.json()["role"] == "approver"
@@ -213,7 +211,7 @@ def test_only_the_tenants_admins_add_members(teams, name):
 @pytest.mark.parametrize("name", ACTORS)
 def test_only_the_tenants_admins_change_roles_and_remove_members(teams, name):
     bob = teams.memberships["bob"]
-    client = _api(teams, name)
+    client = clients.api(teams.user(name))
     changed = client.patch(f"/api/v1/memberships/{bob.pk}/", {"role": "approver"}, format="json")
     if name in MANAGE_ACME_MEMBERS:
         assert changed.status_code == 200 and changed.json()["role"] == "approver"
@@ -234,7 +232,7 @@ def test_only_the_tenants_admins_change_roles_and_remove_members(teams, name):
 def test_a_bad_membership_is_400_on_its_field_and_changes_nothing(teams, bad):
     before, entries = Membership.objects.count(), AuditEntry.objects.count()
     body = {"tenant": teams.acme.pk, "username": "dave", "role": "member", **bad}
-    response = _api(teams, "erin").post("/api/v1/memberships/", body, format="json")
+    response = clients.api(teams.user("erin")).post("/api/v1/memberships/", body, format="json")
     assert response.status_code == 400, response.content
     assert set(error_fields(response)) == set(bad)
     assert Membership.objects.count() == before and AuditEntry.objects.count() == entries
@@ -242,7 +240,7 @@ def test_a_bad_membership_is_400_on_its_field_and_changes_nothing(teams, bad):
 
 def test_a_membership_changes_only_its_role(teams):
     bob = teams.memberships["bob"]
-    response = _api(teams, "alice").patch(
+    response = clients.api(teams.user("alice")).patch(
         f"/api/v1/memberships/{bob.pk}/", {"tenant": teams.bravo.pk}, format="json"
     )
     assert response.status_code == 400 and "tenant" in error_fields(response)
@@ -251,14 +249,17 @@ def test_a_membership_changes_only_its_role(teams):
 
 def test_the_last_admin_can_be_neither_removed_nor_demoted_over_the_api(teams):
     erin = teams.memberships["erin"]
-    client, entries = _api(teams, "erin"), AuditEntry.objects.count()
+    client, entries = clients.api(teams.user("erin")), AuditEntry.objects.count()
     demoted = client.patch(f"/api/v1/memberships/{erin.pk}/", {"role": "member"}, format="json")
     assert demoted.status_code == 400 and "role" in error_fields(demoted)
     assert client.delete(f"/api/v1/memberships/{erin.pk}/").status_code == 400
     erin.refresh_from_db()
     assert erin.role == Role.ADMIN and AuditEntry.objects.count() == entries
     # Not even a platform admin leaves a tenant without an admin.
-    assert _api(teams, "alice").delete(f"/api/v1/memberships/{erin.pk}/").status_code == 400
+    assert (
+        clients.api(teams.user("alice")).delete(f"/api/v1/memberships/{erin.pk}/").status_code
+        == 400
+    )
 
 
 # --- quotas ----------------------------------------------------------------------------------
@@ -269,7 +270,7 @@ QUOTA = {"guaranteed_vgpus": 1, "limit_vgpus": 2, "limit_gpu_hours": 5}
 
 @pytest.mark.parametrize("name", ACTORS)
 def test_only_platform_admins_set_quotas_over_the_api(teams, name):
-    client, other = _api(teams, name), PoolFactory()
+    client, other = clients.api(teams.user(name)), PoolFactory()
     created = client.post(
         "/api/v1/quotas/", {"tenant": teams.acme.pk, "pool": other.pk, **QUOTA}, format="json"
     )
@@ -305,7 +306,7 @@ def test_only_platform_admins_set_quotas_over_the_api(teams, name):
 )
 def test_a_bad_quota_is_400_on_its_field_and_changes_nothing(teams, bad):
     before, entries = _quota_row(teams.acme_quota), AuditEntry.objects.count()
-    response = _api(teams, "alice").patch(
+    response = clients.api(teams.user("alice")).patch(
         f"/api/v1/quotas/{teams.acme_quota.pk}/", bad, format="json"
     )
     assert response.status_code == 400, response.content
@@ -315,7 +316,7 @@ def test_a_bad_quota_is_400_on_its_field_and_changes_nothing(teams, bad):
 
 def test_a_second_quota_in_the_same_pool_is_400_on_the_pool(teams):
     count = Quota.objects.count()
-    response = _api(teams, "alice").post(
+    response = clients.api(teams.user("alice")).post(
         "/api/v1/quotas/", {"tenant": teams.acme.pk, "pool": teams.pool.pk, **QUOTA}, format="json"
     )
     assert response.status_code == 400 and set(error_fields(response)) == {"pool"}
@@ -332,7 +333,7 @@ def test_a_tenants_usage_is_held_now_and_gpu_hours_against_its_quota(teams):
     end = timezone.now() - timedelta(hours=1)
     held_allocation(teams.acme, teams.pool, teams.user("bob"), end - timedelta(minutes=90), end,
                     whole_card=True)  # fmt: skip
-    response = _api(teams, "bob").get(f"/api/v1/tenants/{teams.acme.pk}/usage/")
+    response = clients.api(teams.user("bob")).get(f"/api/v1/tenants/{teams.acme.pk}/usage/")
     assert response.status_code == 200
     [pool] = response.json()
     assert pool["pool"]["slug"] == "shared-pool"

@@ -12,7 +12,7 @@ from django.contrib.auth import get_user_model
 from django.utils import timezone
 from playwright.sync_api import expect
 
-from tests import procs
+from tests import clients, procs
 from tests.factories import PoolFactory, QuotaFactory, TenantFactory, held_allocation
 from tests.test_browser_csp import RECORD_VIOLATIONS, _violations
 
@@ -36,11 +36,7 @@ def test_the_usage_bars_are_drawn_under_the_policy(site, browser):
     page.on("pageerror", lambda error: errors.append(str(error)))
     page.add_init_script(RECORD_VIOLATIONS)
     try:
-        page.goto(site + "/accounts/login/")
-        page.fill("#id_username", "frank")
-        page.fill("#id_password", "frank-pw-1")
-        page.click("button[type=submit]")
-        expect(page).to_have_url(re.compile(r"/$"))
+        clients.sign_in(page, "frank", at=site + "/accounts/login/", lands_on=r"/$")
         for path in ("/tenants/", "/tenants/acme/", "/tenants/acme/members/"):
             page.goto(site + path)
             expect(page.locator("#content").first).to_be_visible(timeout=20_000)

@@ -7,14 +7,13 @@ from __future__ import annotations
 
 import pytest
 from django.contrib.auth import get_user_model
-from django.test import Client
-from rest_framework.test import APIClient
 
 from audit.interface import AuditEntry
 from quotas.choices import Role
 from quotas.models import Membership, Tenant
 from quotas.tenancy import accounts
 from quotas.tenancy import services as tenancy
+from tests import clients
 from tests.api import error_fields
 from tests.factories import TenantFactory, UserFactory
 from tests.tenants import (
@@ -34,18 +33,6 @@ NINA = {"username": "nina", "new_user": "on", "first_name": "Nina", "last_name":
         "email": "nina@example.com", "role": "member"}  # fmt: skip
 
 
-def _client(teams, name: str) -> Client:
-    client = Client()
-    client.force_login(teams.user(name))
-    return client
-
-
-def _api(teams, name: str) -> APIClient:
-    client = APIClient()
-    client.force_authenticate(teams.user(name))
-    return client
-
-
 def _counts() -> tuple[int, int, int, int]:
     return (User.objects.count(), Membership.objects.count(), Tenant.objects.count(),
             AuditEntry.objects.count())  # fmt: skip
@@ -55,7 +42,7 @@ def _counts() -> tuple[int, int, int, int]:
 
 
 def test_a_tenant_admin_invites_a_new_user_who_signs_in_with_the_link_shown(teams):
-    client = _client(teams, "erin")
+    client = clients.page(teams.user("erin"))
     response = client.post("/tenants/acme/members/", NINA)
     assert response.status_code == 302 and response["Location"] == "/tenants/acme/members/"
     nina = User.objects.get(username="nina")
@@ -75,7 +62,7 @@ def test_a_tenant_admin_invites_a_new_user_who_signs_in_with_the_link_shown(team
 
 
 def test_a_platform_admin_invites_an_existing_user_with_a_role(teams):
-    response = _client(teams, "oscar").post(
+    response = clients.page(teams.user("oscar")).post(
         "/tenants/acme/members/", {"username": "dave", "role": "approver"}
     )
     assert response.status_code == 302
@@ -86,7 +73,7 @@ def test_a_platform_admin_invites_an_existing_user_with_a_role(teams):
 
 @pytest.mark.parametrize("name", ACTORS)
 def test_only_the_tenants_admins_and_platform_admins_invite_new_users(teams, name):
-    client = _client(teams, name)
+    client = clients.page(teams.user(name))
     before = _counts()
     response = client.post("/tenants/acme/members/", NINA)
     if name in MANAGE_ACME_MEMBERS:
@@ -98,7 +85,7 @@ def test_only_the_tenants_admins_and_platform_admins_invite_new_users(teams, nam
 
 
 def test_another_tenants_admin_cannot_invite_into_acme(teams):
-    client = _client(teams, "tom")
+    client = clients.page(teams.user("tom"))
     before = _counts()
     assert client.post("/tenants/acme/members/", NINA).status_code == 404
     assert _counts() == before
@@ -112,7 +99,7 @@ def test_another_tenants_admin_cannot_invite_into_acme(teams):
      ({"new_user": "", "username": "nobody-here"}, "username")],
 )  # fmt: skip
 def test_a_bad_invitation_is_a_field_error_and_changes_nothing(teams, bad, field):
-    client = _client(teams, "erin")
+    client = clients.page(teams.user("erin"))
     before = _counts()
     response = client.post("/tenants/acme/members/", {**NINA, **bad})
     assert response.status_code == 200
@@ -121,7 +108,7 @@ def test_a_bad_invitation_is_a_field_error_and_changes_nothing(teams, bad, field
 
 
 def test_the_new_user_fields_count_only_when_the_box_is_ticked(teams):
-    client = _client(teams, "erin")
+    client = clients.page(teams.user("erin"))
     response = client.post(
         "/tenants/acme/members/",
         {"username": "dave", "first_name": "Ignored", "email": "bad-but-ignored", "role": "member"},
@@ -139,7 +126,7 @@ def test_the_new_user_fields_count_only_when_the_box_is_ticked(teams):
 
 
 def test_a_tenant_is_created_with_a_new_first_admin_whose_link_is_shown_once(teams):
-    client = _client(teams, "oscar")
+    client = clients.page(teams.user("oscar"))
     data = {"name": "Zeta", "slug": "zeta", "admin": "zack", "new_user": "on",
             "email": "zack@example.com"}  # fmt: skip
     response = client.post("/tenants/add/", data)
@@ -159,13 +146,15 @@ def test_a_tenant_is_created_with_a_new_first_admin_whose_link_is_shown_once(tea
 
 
 def test_a_tenant_is_created_with_an_existing_first_admin(teams):
-    response = _client(teams, "alice").post(
+    response = clients.page(teams.user("alice")).post(
         "/tenants/add/", {"name": "Zeta", "slug": "zeta", "admin": "bob"}
     )
     assert response.status_code == 302
     zeta = Tenant.objects.get(slug="zeta")
     assert memberships_of(zeta) == [(teams.user("bob").pk, Role.ADMIN)]
-    assert shown_link(_client(teams, "alice").get("/tenants/zeta/").content.decode()) is None
+    assert (
+        shown_link(clients.page(teams.user("alice")).get("/tenants/zeta/").content.decode()) is None
+    )
 
 
 @pytest.mark.parametrize(
@@ -178,7 +167,7 @@ def test_a_tenant_is_created_with_an_existing_first_admin(teams):
 )  # fmt: skip
 def test_a_tenant_without_a_usable_first_admin_is_refused_and_nothing_changes(teams, admin, field):
     UserFactory(username="gone", password=None, is_active=False)
-    client = _client(teams, "oscar")
+    client = clients.page(teams.user("oscar"))
     before = _counts()
     response = client.post("/tenants/add/", {"name": "Zeta", "slug": "zeta", **admin})
     assert response.status_code == 200
@@ -188,7 +177,7 @@ def test_a_tenant_without_a_usable_first_admin_is_refused_and_nothing_changes(te
 
 def test_a_service_account_cannot_be_a_tenants_first_admin(teams):
     robot = create_service_account(teams.user("erin"), tenant=teams.acme, name="ci").user
-    client = _client(teams, "oscar")
+    client = clients.page(teams.user("oscar"))
     before = _counts()
     response = client.post("/tenants/add/", {"name": "Zeta", "slug": "zeta",
                                              "admin": robot.get_username()})  # fmt: skip
@@ -197,7 +186,7 @@ def test_a_service_account_cannot_be_a_tenants_first_admin(teams):
 
 
 def test_the_api_creates_a_tenant_with_its_first_admin_only(teams):
-    client = _api(teams, "oscar")
+    client = clients.api(teams.user("oscar"))
     created = client.post("/api/v1/tenants/", {"name": "Zeta", "slug": "zeta", "admin": "bob"},
                           format="json")  # fmt: skip
     assert created.status_code == 201, created.content
@@ -218,7 +207,7 @@ def test_a_deactivated_admin_does_not_count_as_the_tenants_admin(teams):
     tenancy.change_role(teams.memberships["andy"].pk, oscar, role=Role.ADMIN)
     andy = teams.memberships["andy"]
     accounts.deactivate_user(andy.user_id, oscar)
-    api, page = _api(teams, "erin"), _client(teams, "oscar")
+    api, page = clients.api(teams.user("erin")), clients.page(teams.user("oscar"))
     entries = AuditEntry.objects.count()
     demoted = api.patch(f"/api/v1/memberships/{erin.pk}/", {"role": "member"}, format="json")
     assert demoted.status_code == 400 and "role" in error_fields(demoted)
@@ -232,7 +221,7 @@ def test_a_deactivated_admin_does_not_count_as_the_tenants_admin(teams):
 def test_a_tenant_from_before_with_no_admin_is_told_and_a_platform_admin_adds_one(teams):
     # Tenants made before the rule may have no admin: nothing breaks, the page says so.
     old = TenantFactory(name="Old", slug="old")
-    client = _client(teams, "oscar")
+    client = clients.page(teams.user("oscar"))
     assert "has no admin" in client.get("/tenants/old/").content.decode()
     assert "has no admin" in client.get("/tenants/old/members/").content.decode()
     response = client.post("/tenants/old/members/", {"username": "bob", "role": "admin"})
@@ -243,7 +232,7 @@ def test_a_tenant_from_before_with_no_admin_is_told_and_a_platform_admin_adds_on
 
 @pytest.mark.parametrize("name", PLATFORM_ADMINS)
 def test_a_platform_admin_sees_the_new_admin_form_fields(teams, name):
-    body = _client(teams, name).get("/tenants/add/").content.decode()
+    body = clients.page(teams.user(name)).get("/tenants/add/").content.decode()
     for field in ("id_admin", "id_new_user", "id_first_name", "id_email"):
         assert f'id="{field}"' in body
     assert "new_user.js" in body

@@ -4,11 +4,11 @@ touches another's members, quotas or usage; bad quotas and the last admin are re
 from __future__ import annotations
 
 import pytest
-from django.test import Client
 
 from audit.interface import AuditEntry
 from quotas.choices import Role
 from quotas.models import Membership, Quota, Tenant
+from tests import clients
 from tests.tenants import (
     ACTORS,
     BRAVO_SECRET,
@@ -22,13 +22,6 @@ from tests.tenants import (
 pytestmark = pytest.mark.django_db
 
 
-def _client(teams, name: str | None) -> Client:
-    client = Client()
-    if name is not None:
-        client.force_login(teams.user(name))
-    return client
-
-
 def _quota_row(quota: Quota) -> dict:
     return Quota.objects.filter(pk=quota.pk).values().get()
 
@@ -38,7 +31,7 @@ def _quota_row(quota: Quota) -> dict:
 
 @pytest.mark.parametrize("name", ACTORS)
 def test_the_tenant_list_shows_each_user_only_the_tenants_they_may_see(teams, name):
-    response = _client(teams, name).get("/tenants/")
+    response = clients.page(teams.user(name)).get("/tenants/")
     assert response.status_code == 200
     body = response.content.decode()
     assert ("Acme" in body) == (name in SEE_ACME)
@@ -48,12 +41,12 @@ def test_the_tenant_list_shows_each_user_only_the_tenants_they_may_see(teams, na
 
 
 def test_the_tenant_list_sends_anonymous_visitors_to_log_in(teams):
-    response = _client(teams, None).get("/tenants/")
+    response = clients.page(teams.user(None)).get("/tenants/")
     assert response.status_code == 302 and "/accounts/login/" in response["Location"]
 
 
 def test_the_tenant_list_shows_usage_bars_per_pool(teams):
-    body = _client(teams, "alice").get("/tenants/").content.decode()
+    body = clients.page(teams.user("alice")).get("/tenants/").content.decode()
     # acme's 50 % slice and bravo's whole card, against guarantees of 400 and limits of 800.
     assert 'data-width="6.2"' in body and 'data-width="12.5"' in body
     assert "usage_bars.js" in body
@@ -61,7 +54,7 @@ def test_the_tenant_list_shows_usage_bars_per_pool(teams):
 
 @pytest.mark.parametrize("name", ACTORS)
 def test_a_tenants_page_is_404_to_anyone_outside_it(teams, name):
-    response = _client(teams, name).get("/tenants/acme/")
+    response = clients.page(teams.user(name)).get("/tenants/acme/")
     if name in SEE_ACME:
         assert response.status_code == 200
         body = response.content.decode()
@@ -73,14 +66,14 @@ def test_a_tenants_page_is_404_to_anyone_outside_it(teams, name):
 
 
 def test_a_member_never_reaches_another_tenants_page(teams):
-    response = _client(teams, "bob").get("/tenants/bravo/")
+    response = clients.page(teams.user("bob")).get("/tenants/bravo/")
     assert response.status_code == 404
     assert BRAVO_SECRET not in response.content.decode()
     assert "bella" not in response.content.decode()
 
 
 def test_a_tenants_page_shows_each_members_usage(teams):
-    body = _client(teams, "bob").get("/tenants/acme/").content.decode()
+    body = clients.page(teams.user("bob")).get("/tenants/acme/").content.decode()
     # bob's 50 % slice for two hours: 1 GPU-hour (to the second it ran).
     assert "member-usage" in body and ">bob<" in body
 
@@ -90,7 +83,7 @@ def test_a_tenants_page_shows_each_members_usage(teams):
 
 @pytest.mark.parametrize("name", ACTORS)
 def test_only_platform_admins_create_tenants(teams, name):
-    client = _client(teams, name)
+    client = clients.page(teams.user(name))
     get = client.get("/tenants/add/")
     response = client.post("/tenants/add/", {"name": "Zeta", "slug": "zeta", "admin": "dave"})
     if name in PLATFORM_ADMINS:
@@ -109,7 +102,9 @@ def test_only_platform_admins_create_tenants(teams, name):
 
 @pytest.mark.parametrize("name", ACTORS)
 def test_only_platform_admins_edit_a_tenant(teams, name):
-    response = _client(teams, name).post("/tenants/acme/edit/", {"name": "Acme 2", "slug": "acme"})
+    response = clients.page(teams.user(name)).post(
+        "/tenants/acme/edit/", {"name": "Acme 2", "slug": "acme"}
+    )
     teams.acme.refresh_from_db()
     if name in PLATFORM_ADMINS:
         assert response.status_code == 302 and teams.acme.name == "Acme 2"
@@ -134,7 +129,7 @@ def _quota_form(**overrides) -> dict:
 def test_only_platform_admins_set_quotas(teams, name):
     before = _quota_row(teams.acme_quota)
     url = f"/tenants/acme/quotas/{teams.acme_quota.pk}/edit/"
-    response = _client(teams, name).post(url, _quota_form(limit_vgpus=3))
+    response = clients.page(teams.user(name)).post(url, _quota_form(limit_vgpus=3))
     if name in PLATFORM_ADMINS:
         assert response.status_code == 302
         assert _quota_row(teams.acme_quota)["limit_vgpus"] == 3
@@ -147,7 +142,7 @@ def test_only_platform_admins_set_quotas(teams, name):
 
 def test_a_quota_of_another_tenant_is_404_under_this_tenants_address(teams):
     url = f"/tenants/acme/quotas/{teams.bravo_quota.pk}/edit/"
-    assert _client(teams, "alice").get(url).status_code == 404
+    assert clients.page(teams.user("alice")).get(url).status_code == 404
 
 
 @pytest.mark.parametrize(
@@ -161,7 +156,7 @@ def test_a_quota_of_another_tenant_is_404_under_this_tenants_address(teams):
     ],
 )
 def test_a_bad_quota_is_refused_on_its_field_and_changes_nothing(teams, bad):
-    client = _client(teams, "alice")  # signing in is audited: count what follows
+    client = clients.page(teams.user("alice"))  # signing in is audited: count what follows
     before, entries = _quota_row(teams.acme_quota), AuditEntry.objects.count()
     url = f"/tenants/acme/quotas/{teams.acme_quota.pk}/edit/"
     response = client.post(url, _quota_form(**bad))
@@ -175,12 +170,15 @@ def test_a_platform_admin_opens_a_pool_to_a_tenant_and_closes_it(teams):
     from tests.factories import PoolFactory
 
     other = PoolFactory(name="other-pool")
-    client = _client(teams, "oscar")
+    client = clients.page(teams.user("oscar"))
     response = client.post("/tenants/acme/quotas/add/", _quota_form(pool=other.pk))
     assert response.status_code == 302
     quota = Quota.objects.get(tenant=teams.acme, pool=other)
     assert (
-        _client(teams, "erin").post(f"/tenants/acme/quotas/{quota.pk}/delete/").status_code == 403
+        clients.page(teams.user("erin"))
+        .post(f"/tenants/acme/quotas/{quota.pk}/delete/")
+        .status_code
+        == 403
     )
     assert client.post(f"/tenants/acme/quotas/{quota.pk}/delete/").status_code == 302
     assert not Quota.objects.filter(pk=quota.pk).exists()
@@ -192,7 +190,7 @@ def test_a_platform_admin_opens_a_pool_to_a_tenant_and_closes_it(teams):
 
 @pytest.mark.parametrize("name", ACTORS)
 def test_only_the_tenants_admins_manage_its_members(teams, name):
-    client = _client(teams, name)
+    client = clients.page(teams.user(name))
     before = memberships_of(teams.acme)
     page = client.get("/tenants/acme/members/")
     added = client.post("/tenants/acme/members/", {"username": "dave", "role": "member"})
@@ -211,7 +209,7 @@ def test_only_the_tenants_admins_manage_its_members(teams, name):
 def test_only_the_tenants_admins_change_roles(teams, name):
     bob = teams.memberships["bob"]
     url = f"/tenants/acme/members/{bob.pk}/role/"
-    response = _client(teams, name).post(url, {f"m{bob.pk}-role": "approver"})
+    response = clients.page(teams.user(name)).post(url, {f"m{bob.pk}-role": "approver"})
     bob.refresh_from_db()
     if name in MANAGE_ACME_MEMBERS:
         assert response.status_code == 302 and bob.role == Role.APPROVER
@@ -223,7 +221,7 @@ def test_only_the_tenants_admins_change_roles(teams, name):
 @pytest.mark.parametrize("name", ACTORS)
 def test_only_the_tenants_admins_remove_members(teams, name):
     bob = teams.memberships["bob"]
-    response = _client(teams, name).post(f"/tenants/acme/members/{bob.pk}/remove/")
+    response = clients.page(teams.user(name)).post(f"/tenants/acme/members/{bob.pk}/remove/")
     gone = not Membership.objects.filter(pk=bob.pk).exists()
     if name in MANAGE_ACME_MEMBERS:
         assert response.status_code == 302 and gone
@@ -236,7 +234,7 @@ def test_only_the_tenants_admins_remove_members(teams, name):
 
 def test_an_admin_of_one_tenant_cannot_reach_anothers_members_through_their_own(teams):
     bella = teams.memberships["bella"]
-    client = _client(teams, "erin")
+    client = clients.page(teams.user("erin"))
     assert client.post(f"/tenants/acme/members/{bella.pk}/remove/").status_code == 404
     assert client.post(f"/tenants/bravo/members/{bella.pk}/remove/").status_code == 404
     assert Membership.objects.filter(pk=bella.pk).exists()
@@ -244,7 +242,7 @@ def test_an_admin_of_one_tenant_cannot_reach_anothers_members_through_their_own(
 
 def test_the_last_admin_can_be_neither_removed_nor_demoted(teams):
     erin = teams.memberships["erin"]
-    client, entries = _client(teams, "erin"), AuditEntry.objects.count()
+    client, entries = clients.page(teams.user("erin")), AuditEntry.objects.count()
     response = client.post(f"/tenants/acme/members/{erin.pk}/remove/", follow=True)
     assert "at least one admin" in response.content.decode()
     client.post(f"/tenants/acme/members/{erin.pk}/role/", {f"m{erin.pk}-role": "member"})
@@ -260,7 +258,7 @@ def test_the_last_admin_can_be_neither_removed_nor_demoted(teams):
 
 def test_adding_an_unknown_user_is_a_field_error_that_changes_nothing(teams):
     before = memberships_of(teams.acme)
-    response = _client(teams, "erin").post(
+    response = clients.page(teams.user("erin")).post(
         "/tenants/acme/members/", {"username": "nobody-here", "role": "member"}
     )
     assert response.status_code == 200 and "username" in response.context["form"].errors
@@ -268,7 +266,7 @@ def test_adding_an_unknown_user_is_a_field_error_that_changes_nothing(teams):
 
 
 def test_the_admin_lists_and_edits_tenants_with_their_members_and_quotas(teams):
-    client = _client(teams, "alice")
+    client = clients.page(teams.user("alice"))
     urls = [
         "/admin/quotas/tenant/",
         f"/admin/quotas/tenant/{teams.acme.pk}/change/",

@@ -7,16 +7,15 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
-from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
-from rest_framework.test import APIClient
 
 from pools.models import Lease
 from quotas import permissions
 from quotas.models import GpuRequest
 from quotas.requests import permissions as request_permissions
 from quotas.tenancy import services as tenancy
+from tests import clients
 from tests.factories import GPUFactory, OwnerMinuteFactory, held_allocation
 from tests.tenants import teams_fixture  # noqa: F401 (the teams fixture)
 
@@ -24,8 +23,7 @@ pytestmark = pytest.mark.django_db
 
 
 def _owners(user, gpu) -> list[str]:
-    client = APIClient()
-    client.force_authenticate(user)
+    client = clients.api(user)
     data = client.get(f"/api/v1/gpus/{gpu.pk}/history/", {"range": "1h"}).json()
     return sorted(row["owner"] for row in data["owners"])
 
@@ -114,12 +112,10 @@ def test_a_former_member_still_sees_the_requests_they_made_and_no_other(teams):
     assert _ids(request_permissions.visible_requests(bob)) == {own.pk}
     assert Lease.objects.filter(request_permissions.leases_visible_to(bob)).get() == own.lease
     assert not request_permissions.can_manage(bob, own)  # acting on it needs the membership
-    client = APIClient()
-    client.force_authenticate(bob)
+    client = clients.api(bob)
     assert [r["id"] for r in client.get("/api/v1/gpu-requests/").json()["results"]] == [own.pk]
     assert client.get(f"/api/v1/gpu-requests/{theirs.pk}/").status_code == 404
-    page = Client()
-    page.force_login(bob)
+    page = clients.page(bob)
     assert page.get(reverse("requests:request_detail", args=[own.pk])).status_code == 200
     assert page.get(reverse("requests:request_detail", args=[theirs.pk])).status_code == 404
     assert f"/requests/{own.pk}/" in page.get(reverse("requests:request_mine")).text

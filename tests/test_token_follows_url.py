@@ -9,10 +9,10 @@ from __future__ import annotations
 import pytest
 from django.core.exceptions import ValidationError
 from django.urls import reverse
-from rest_framework.test import APIClient
 
 from agents import node_files, registration
 from agents.models import Node
+from tests import clients
 from tests.api import error_fields
 from tests.recorder import recorder_fixture  # noqa: F401 (the recorder fixture)
 
@@ -108,8 +108,7 @@ def test_a_connection_test_with_a_typed_token_may_go_anywhere(client, carol, nod
 
 
 def test_an_api_patch_of_the_url_without_the_token_is_a_400(carol, node, recorder):
-    client = APIClient()
-    client.force_authenticate(carol)
+    client = clients.api(carol)
     url = f"/api/v1/nodes/{node.pk}/"
     response = client.patch(url, {"agent_url": recorder.url}, format="json")
     assert response.status_code == 400 and set(error_fields(response)) == {"token"}
@@ -128,8 +127,7 @@ def test_an_api_patch_of_the_url_without_the_token_is_a_400(carol, node, recorde
 
 
 def test_an_api_patch_that_keeps_the_url_needs_no_token(carol, node):
-    client = APIClient()
-    client.force_authenticate(carol)
+    client = clients.api(carol)
     response = client.patch(
         f"/api/v1/nodes/{node.pk}/", {"agent_url": URL + "/", "state": "draining"}, format="json"
     )

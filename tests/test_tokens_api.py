@@ -8,9 +8,9 @@ from datetime import timedelta
 
 import pytest
 from django.utils import timezone
-from rest_framework.test import APIClient
 
 from audit.interface import AuditEntry
+from tests import clients
 from tests.api import SIGNED_IN, error_fields
 from tokens import interface
 from tokens.models import ApiToken
@@ -22,21 +22,9 @@ FIELDS = {"id", "name", "hint", "scope", "created", "expires_at", "last_used_at"
           "last_used_from", "revoked_at"}  # fmt: skip
 
 
-def _session(user) -> APIClient:
-    client = APIClient()
-    client.force_authenticate(user)
-    return client
-
-
-def _bearer(key: str) -> APIClient:
-    client = APIClient()
-    client.credentials(HTTP_AUTHORIZATION=f"Bearer {key}")
-    return client
-
-
 def test_anonymous_callers_are_challenged(bob):
     token, _key = interface.issue(bob, name="ci")
-    client = APIClient()
+    client = clients.api()
     for response in (client.get(URL), client.post(URL, {"name": "x"}, format="json"),
                      client.delete(f"{URL}{token.pk}/")):  # fmt: skip
         assert response.status_code == 401 and response["WWW-Authenticate"].startswith("Bearer")
@@ -47,7 +35,7 @@ def test_anonymous_callers_are_challenged(bob):
 def test_each_user_lists_and_reads_only_their_own_tokens(actor, alice, bob, carol, dave):
     everyone = {"alice": alice, "bob": bob, "carol": carol, "dave": dave}
     tokens = {name: interface.issue(user, name=f"{name}-ci")[0] for name, user in everyone.items()}
-    client = _session(actor)
+    client = clients.api(actor)
     response = client.get(URL)
     assert response.status_code == 200
     [item] = response.json()["results"]
@@ -62,7 +50,7 @@ def test_each_user_lists_and_reads_only_their_own_tokens(actor, alice, bob, caro
 
 
 def test_create_answers_the_key_once_and_it_works(bob):
-    response = _session(bob).post(URL, {"name": "ci", "scope": "read"}, format="json")
+    response = clients.api(bob).post(URL, {"name": "ci", "scope": "read"}, format="json")
     assert response.status_code == 201, response.content
     body = response.json()
     key = body["key"]
@@ -70,30 +58,30 @@ def test_create_answers_the_key_once_and_it_works(bob):
     assert (token.name, token.scope, token.user, token.created_by) == ("ci", "read", bob, bob)
     # No expiry asked for: the longest allowed.
     assert abs(token.expires_at - timezone.now() - timedelta(days=365)) < timedelta(minutes=1)
-    assert _bearer(key).get("/api/v1/nodes/").status_code == 200
+    assert clients.bearer(key).get("/api/v1/nodes/").status_code == 200
     # Never again: not in the list, not in the detail, not in the audit log.
-    assert key not in _session(bob).get(URL).content.decode()
-    assert key not in _session(bob).get(f"{URL}{token.pk}/").content.decode()
+    assert key not in clients.api(bob).get(URL).content.decode()
+    assert key not in clients.api(bob).get(f"{URL}{token.pk}/").content.decode()
     assert key not in str(list(AuditEntry.objects.values()))
     assert AuditEntry.objects.filter(action="api_token.created", target_id=str(token.pk)).exists()
 
 
 def test_delete_revokes_keeps_the_row_and_stops_the_key(bob):
     token, key = interface.issue(bob, name="ci")
-    response = _session(bob).delete(f"{URL}{token.pk}/")
+    response = clients.api(bob).delete(f"{URL}{token.pk}/")
     assert response.status_code == 204
     token.refresh_from_db()
     assert token.revoked_at is not None
-    assert _bearer(key).get("/api/v1/nodes/").status_code == 401
-    listed = _session(bob).get(URL, {"active": "false"}).json()["results"]
+    assert clients.bearer(key).get("/api/v1/nodes/").status_code == 401
+    listed = clients.api(bob).get(URL, {"active": "false"}).json()["results"]
     assert [item["id"] for item in listed] == [token.pk] and listed[0]["revoked_at"]
-    assert _session(bob).get(URL, {"active": "true"}).json()["results"] == []
+    assert clients.api(bob).get(URL, {"active": "true"}).json()["results"] == []
     assert AuditEntry.objects.filter(action="api_token.revoked").count() == 1
 
 
 def test_tokens_cannot_be_changed_only_made_and_revoked(bob):
     token, _key = interface.issue(bob, name="ci", scope="read")
-    client = _session(bob)
+    client = clients.api(bob)
     assert client.patch(f"{URL}{token.pk}/", {"scope": "write"}, format="json").status_code == 405
     assert client.put(f"{URL}{token.pk}/", {"name": "x"}, format="json").status_code == 405
     token.refresh_from_db()
@@ -114,7 +102,7 @@ def test_tokens_cannot_be_changed_only_made_and_revoked(bob):
 )
 def test_bad_input_is_a_400_on_its_field_and_makes_nothing(bob, data, field):
     before = AuditEntry.objects.count()
-    response = _session(bob).post(URL, data, format="json")
+    response = clients.api(bob).post(URL, data, format="json")
     assert response.status_code == 400, response.content
     assert field in error_fields(response)
     assert not ApiToken.objects.exists() and AuditEntry.objects.count() == before
@@ -123,16 +111,16 @@ def test_bad_input_is_a_400_on_its_field_and_makes_nothing(bob, data, field):
 def test_token_max_days_is_a_setting(bob, settings):
     settings.TOKEN_MAX_DAYS = 10
     later = (timezone.now() + timedelta(days=11)).isoformat()
-    response = _session(bob).post(URL, {"name": "ci", "expires_at": later}, format="json")
+    response = clients.api(bob).post(URL, {"name": "ci", "expires_at": later}, format="json")
     assert response.status_code == 400 and "expires_at" in error_fields(response)
     sooner = (timezone.now() + timedelta(days=9)).isoformat()
-    assert _session(bob).post(URL, {"name": "ci", "expires_at": sooner}).status_code == 201
+    assert clients.api(bob).post(URL, {"name": "ci", "expires_at": sooner}).status_code == 201
 
 
 def test_a_write_token_makes_tokens_but_never_wider_or_longer_lived_than_itself(bob):
     ends = timezone.now() + timedelta(days=5)
     _parent, key = interface.issue(bob, name="parent", scope="write", expires_at=ends)
-    client = _bearer(key)
+    client = clients.bearer(key)
     later = (ends + timedelta(days=1)).isoformat()
     response = client.post(URL, {"name": "child", "expires_at": later}, format="json")
     assert response.status_code == 400 and "expires_at" in error_fields(response)
@@ -146,7 +134,7 @@ def test_a_write_token_makes_tokens_but_never_wider_or_longer_lived_than_itself(
 def test_a_read_token_makes_no_token_and_revokes_none(bob):
     other, _ = interface.issue(bob, name="other")
     _token, key = interface.issue(bob, name="reader", scope="read")
-    client = _bearer(key)
+    client = clients.bearer(key)
     assert client.get(URL).status_code == 200
     assert client.post(URL, {"name": "x", "scope": "read"}, format="json").status_code == 403
     assert client.delete(f"{URL}{other.pk}/").status_code == 403
@@ -155,14 +143,14 @@ def test_a_read_token_makes_no_token_and_revokes_none(bob):
 
 def test_a_token_can_revoke_itself(bob):
     token, key = interface.issue(bob, name="ci")
-    assert _bearer(key).delete(f"{URL}{token.pk}/").status_code == 204
-    assert _bearer(key).get(URL).status_code == 401
+    assert clients.bearer(key).delete(f"{URL}{token.pk}/").status_code == 204
+    assert clients.bearer(key).get(URL).status_code == 401
 
 
 def test_the_list_filters_orders_and_pages(bob):
     for name in ("b-ci", "a-laptop", "c-ci"):
         interface.issue(bob, name=name, scope="read" if name == "a-laptop" else "write")
-    client = _session(bob)
+    client = clients.api(bob)
     names = lambda r: [i["name"] for i in r.json()["results"]]  # noqa: E731
     assert names(client.get(URL, {"ordering": "name"})) == ["a-laptop", "b-ci", "c-ci"]
     assert names(client.get(URL, {"scope": "read"})) == ["a-laptop"]

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 from django.contrib.auth import get_user_model
-from rest_framework.test import APIClient
 
 from audit.interface import AuditEntry
+from tests import clients
 from tests.api import error_fields
 from tests.factories import UserFactory
 from tests.tenants import teams_fixture  # noqa: F401 (the teams fixture)
@@ -21,25 +21,13 @@ User = get_user_model()
 USERS = "/api/v1/users/"
 
 
-def _api(teams, name: str) -> APIClient:
-    client = APIClient()
-    client.force_authenticate(teams.user(name))
-    return client
-
-
-def _bearer(key: str) -> APIClient:
-    client = APIClient()
-    client.credentials(HTTP_AUTHORIZATION=f"Bearer {key}")
-    return client
-
-
 def _state() -> tuple[int, int, list]:
     return (User.objects.count(), AuditEntry.objects.count(),
             list(User.objects.order_by("pk").values_list("is_active", "password")))  # fmt: skip
 
 
 def test_a_new_user_comes_with_a_set_password_link_that_works_once(teams):
-    response = _api(teams, "oscar").post(
+    response = clients.api(teams.user("oscar")).post(
         USERS, {"username": "zoe", "email": "zoe@example.com", "first_name": "Zoe"}, format="json"
     )
     assert response.status_code == 201, response.content
@@ -51,7 +39,7 @@ def test_a_new_user_comes_with_a_set_password_link_that_works_once(teams):
     assert entry.actor_name == "oscar" and entry.after["email"] == "zoe@example.com"
     set_password(data["password_link"])
     log_in("zoe", NEW_PASSWORD)
-    read = _api(teams, "oscar").get(f"{USERS}{data['id']}/").json()
+    read = clients.api(teams.user("oscar")).get(f"{USERS}{data['id']}/").json()
     assert read["password_chosen"] is True and "password_link" not in read
 
 
@@ -63,7 +51,7 @@ def test_a_new_user_comes_with_a_set_password_link_that_works_once(teams):
      ({"last_name": "x" * 151}, "last_name"), ({"username": None}, "username")],
 )  # fmt: skip
 def test_a_bad_user_is_400_on_its_field_and_changes_nothing(teams, bad, field):
-    client = _api(teams, "oscar")
+    client = clients.api(teams.user("oscar"))
     before = _state()
     response = client.post(USERS, {"username": "zoe", **bad}, format="json")
     assert response.status_code == 400, response.content
@@ -72,7 +60,7 @@ def test_a_bad_user_is_400_on_its_field_and_changes_nothing(teams, bad, field):
 
 
 def test_is_active_is_not_set_by_the_caller(teams):
-    response = _api(teams, "oscar").post(
+    response = clients.api(teams.user("oscar")).post(
         USERS, {"username": "zoe", "is_active": False}, format="json"
     )
     assert response.status_code == 201 and User.objects.get(username="zoe").is_active
@@ -81,7 +69,7 @@ def test_is_active_is_not_set_by_the_caller(teams):
 def test_the_list_filters_by_words_and_state_and_leaves_service_accounts_out(teams):
     UserFactory(username="zed", first_name="Zhang", password=None, is_active=False)
     robot = create_service_account(teams.user("erin"), tenant=teams.acme, name="ci").user
-    client = _api(teams, "oscar")
+    client = clients.api(teams.user("oscar"))
 
     def names(**query) -> set[str]:
         response = client.get(USERS, query)
@@ -100,11 +88,11 @@ def test_the_list_filters_by_words_and_state_and_leaves_service_accounts_out(tea
 def test_deactivating_refuses_the_users_tokens_until_reactivated(teams):
     bob = teams.user("bob")
     _token, key = tokens.issue(bob, name="ci")
-    assert _bearer(key).get("/api/v1/tenants/").status_code == 200
-    admin = _api(teams, "oscar")
+    assert clients.bearer(key).get("/api/v1/tenants/").status_code == 200
+    admin = clients.api(teams.user("oscar"))
     response = admin.post(f"{USERS}{bob.pk}/deactivate/")
     assert response.status_code == 200 and response.json()["is_active"] is False
-    refused = _bearer(key).get("/api/v1/tenants/")
+    refused = clients.bearer(key).get("/api/v1/tenants/")
     assert refused.status_code == 401
     assert refused.json()["error"]["code"] == "authentication_failed"
     # Asking again changes nothing and records nothing.
@@ -112,13 +100,13 @@ def test_deactivating_refuses_the_users_tokens_until_reactivated(teams):
     assert admin.post(f"{USERS}{bob.pk}/deactivate/").status_code == 200
     assert AuditEntry.objects.count() == entries
     assert admin.post(f"{USERS}{bob.pk}/reactivate/").json()["is_active"] is True
-    assert _bearer(key).get("/api/v1/tenants/").status_code == 200
+    assert clients.bearer(key).get("/api/v1/tenants/").status_code == 200
 
 
 def test_refused_deactivations_are_explained_and_change_nothing(teams):
     root = UserFactory(username="root", password=None, is_superuser=True)
     oscar, erin = teams.user("oscar"), teams.user("erin")
-    client = _api(teams, "oscar")
+    client = clients.api(teams.user("oscar"))
     before = _state()
     itself = client.post(f"{USERS}{oscar.pk}/deactivate/")
     assert itself.status_code == 400 and error_fields(itself) == {
@@ -133,8 +121,8 @@ def test_refused_deactivations_are_explained_and_change_nothing(teams):
 
 
 def test_a_new_link_only_until_the_user_has_chosen_a_password(teams):
-    zoe = _api(teams, "oscar").post(USERS, {"username": "zoe"}, format="json").json()
-    client = _api(teams, "oscar")
+    zoe = clients.api(teams.user("oscar")).post(USERS, {"username": "zoe"}, format="json").json()
+    client = clients.api(teams.user("oscar"))
     link = client.post(f"{USERS}{zoe['id']}/password-link/")
     assert link.status_code == 200 and "/accounts/set-password/" in link.json()["password_link"]
     assert AuditEntry.objects.filter(action="user.password_link").count() == 1

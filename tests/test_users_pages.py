@@ -9,12 +9,12 @@ import re
 import pytest
 from django.contrib.auth import get_user_model
 from django.test import Client
-from rest_framework.test import APIClient
 
 from audit.interface import AuditEntry
 from quotas.choices import Role
 from quotas.tenancy import accounts
 from quotas.tenancy import services as tenancy
+from tests import clients
 from tests.factories import UserFactory
 from tests.tenants import (
     ACTORS,
@@ -27,13 +27,6 @@ from tokens.services import create_service_account
 pytestmark = pytest.mark.django_db
 User = get_user_model()
 NEW_PASSWORD = "Sturdy-horse-batteries-42"
-
-
-def _client(teams, name: str | None) -> Client:
-    client = Client()
-    if name is not None:
-        client.force_login(teams.user(name))
-    return client
 
 
 def shown_link(body: str) -> str | None:
@@ -75,7 +68,7 @@ def _state(*users) -> tuple:
 
 @pytest.mark.parametrize("name", ACTORS)
 def test_only_platform_admins_reach_the_users_pages_and_change_users(teams, name):
-    client = _client(teams, name)
+    client = clients.page(teams.user(name))
     bob = teams.user("bob")
     answers = [
         client.get(url).status_code for url in ("/users/", "/users/add/", f"/users/{bob.pk}/")
@@ -99,8 +92,10 @@ def test_only_platform_admins_reach_the_users_pages_and_change_users(teams, name
 
 
 def test_the_sidebar_shows_users_to_platform_admins_only(teams):
-    assert 'href="/users/"' in _client(teams, "oscar").get("/tenants/").content.decode()
-    assert 'href="/users/"' not in _client(teams, "erin").get("/tenants/").content.decode()
+    assert 'href="/users/"' in clients.page(teams.user("oscar")).get("/tenants/").content.decode()
+    assert (
+        'href="/users/"' not in clients.page(teams.user("erin")).get("/tenants/").content.decode()
+    )
 
 
 # --- the list -------------------------------------------------------------------------------
@@ -113,7 +108,7 @@ def _listed(response) -> set[str]:
 def test_the_list_searches_names_and_e_mails_and_filters_by_state(teams):
     UserFactory(username="zed", first_name="Zhang", last_name="Wei", email="zw@corp.example",
                 password=None, is_active=False)  # fmt: skip
-    client = _client(teams, "oscar")
+    client = clients.page(teams.user("oscar"))
     assert _listed(client.get("/users/", {"q": "zhang"})) == {"zed"}
     assert _listed(client.get("/users/", {"q": "corp.example"})) == {"zed"}
     assert _listed(client.get("/users/", {"q": "zhang wei"})) == {"zed"}
@@ -125,13 +120,13 @@ def test_the_list_searches_names_and_e_mails_and_filters_by_state(teams):
 
 @pytest.mark.parametrize("query", [{"state": "maybe"}, {"q": "x" * 151}])
 def test_a_bad_search_is_a_400(teams, query):
-    response = _client(teams, "oscar").get("/users/", query)
+    response = clients.page(teams.user("oscar")).get("/users/", query)
     assert response.status_code == 400 and not _listed(response)
 
 
 def test_service_accounts_are_neither_listed_nor_changed_here(teams):
     account = create_service_account(teams.user("erin"), tenant=teams.acme, name="ci")
-    client, robot = _client(teams, "oscar"), account.user
+    client, robot = clients.page(teams.user("oscar")), account.user
     assert robot.get_username() not in _listed(client.get("/users/"))
     assert client.get(f"/users/{robot.pk}/").status_code == 404
     assert client.post(f"/users/{robot.pk}/deactivate/").status_code == 404
@@ -143,7 +138,7 @@ def test_service_accounts_are_neither_listed_nor_changed_here(teams):
 
 
 def test_a_platform_admin_makes_a_user_whose_link_is_shown_once(teams):
-    client = _client(teams, "oscar")
+    client = clients.page(teams.user("oscar"))
     data = {"username": "zoe", "first_name": "Zoe", "last_name": "Li", "email": "zoe@Example.com"}
     response = client.post("/users/add/", data)
     zoe = User.objects.get(username="zoe")
@@ -162,7 +157,7 @@ def test_a_platform_admin_makes_a_user_whose_link_is_shown_once(teams):
 
 
 def test_the_new_user_chooses_a_password_with_the_link_and_logs_in_with_it(teams):
-    client = _client(teams, "oscar")
+    client = clients.page(teams.user("oscar"))
     client.post("/users/add/", {"username": "zoe"})
     zoe = User.objects.get(username="zoe")
     link = shown_link(client.get(f"/users/{zoe.pk}/").content.decode())
@@ -214,7 +209,7 @@ def test_a_forged_link_does_not_work(teams):
      ({"username": "ok", "first_name": "x" * 151}, "first_name")],
 )  # fmt: skip
 def test_a_bad_user_is_a_field_error_and_changes_nothing(teams, bad, field):
-    client = _client(teams, "oscar")
+    client = clients.page(teams.user("oscar"))
     before = _state()
     response = client.post("/users/add/", bad)
     assert response.status_code == 200
@@ -229,10 +224,9 @@ def test_deactivating_ends_sessions_and_refuses_logins_and_tokens_until_reactiva
     bob = teams.user("bob")  # conftest's bob has the password bob-pw-1
     session = log_in("bob", "bob-pw-1")
     _token, key = tokens.issue(bob, name="ci")
-    api = APIClient()
-    api.credentials(HTTP_AUTHORIZATION=f"Bearer {key}")
+    api = clients.bearer(key)
     assert api.get("/api/v1/tenants/").status_code == 200
-    admin = _client(teams, "oscar")
+    admin = clients.page(teams.user("oscar"))
     assert admin.post(f"/users/{bob.pk}/deactivate/").status_code == 302
     entry = AuditEntry.objects.get(action="user.deactivate")
     assert entry.before["is_active"] is True and entry.after["is_active"] is False
@@ -252,7 +246,7 @@ def test_deactivating_ends_sessions_and_refuses_logins_and_tokens_until_reactiva
 
 
 def test_nobody_deactivates_themselves(teams):
-    client, oscar = _client(teams, "oscar"), teams.user("oscar")
+    client, oscar = clients.page(teams.user("oscar")), teams.user("oscar")
     page = client.get(f"/users/{oscar.pk}/").content.decode()
     assert f"/users/{oscar.pk}/deactivate/" not in page
     before = _state(oscar)
@@ -263,17 +257,19 @@ def test_nobody_deactivates_themselves(teams):
 
 def test_only_a_superuser_deactivates_a_superuser(teams):
     root = UserFactory(username="root", password=None, is_superuser=True)
-    oscar = _client(teams, "oscar")  # signing in is audited: count what follows
+    oscar = clients.page(teams.user("oscar"))  # signing in is audited: count what follows
     before = _state(root)
     assert oscar.post(f"/users/{root.pk}/deactivate/").status_code == 403
     assert _state(root) == before
-    assert _client(teams, "alice").post(f"/users/{root.pk}/deactivate/").status_code == 302
+    assert (
+        clients.page(teams.user("alice")).post(f"/users/{root.pk}/deactivate/").status_code == 302
+    )
     root.refresh_from_db()
     assert not root.is_active
 
 
 def test_the_last_active_admin_of_a_tenant_is_not_deactivated(teams):
-    client, erin = _client(teams, "oscar"), teams.user("erin")
+    client, erin = clients.page(teams.user("oscar")), teams.user("erin")
     before = _state(erin)
     response = client.post(f"/users/{erin.pk}/deactivate/", follow=True)
     assert "erin is the last admin of Acme" in response.content.decode()
@@ -292,7 +288,7 @@ def test_the_last_active_admin_of_a_tenant_is_not_deactivated(teams):
 
 
 def test_a_new_link_is_made_only_for_an_active_user_without_a_password(teams):
-    client, oscar = _client(teams, "oscar"), teams.user("oscar")
+    client, oscar = clients.page(teams.user("oscar")), teams.user("oscar")
     zoe = accounts.create_user(oscar, username="zoe")
     response = client.post(f"/users/{zoe.pk}/password-link/")
     assert response.status_code == 302

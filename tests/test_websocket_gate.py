@@ -12,20 +12,11 @@ import time
 import pytest
 from asgiref.sync import async_to_sync
 from channels.testing import WebsocketCommunicator
-from django.conf import settings
-from django.test import Client
 
 from portal.asgi import application
-from tests import procs
+from tests import clients, procs
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-def _cookie(user) -> bytes:
-    client = Client()
-    client.force_login(user)
-    name = settings.SESSION_COOKIE_NAME
-    return f"{name}={client.cookies[name].value}".encode()
 
 
 def _connect(path: str, headers: list[tuple[bytes, bytes]], scheme: str = "ws"):
@@ -58,20 +49,20 @@ def _connect(path: str, headers: list[tuple[bytes, bytes]], scheme: str = "ws"):
     ],
 )
 def test_only_the_sites_own_origin_opens_a_socket(bob, origin, host, scheme, allowed):
-    headers = [(b"origin", origin), (b"host", host), (b"cookie", _cookie(bob))]
+    headers = [(b"origin", origin), (b"host", host), clients.cookie_header(bob)]
     connected, _ = _connect("/ws/fleet/", headers, scheme)
     assert connected is allowed
 
 
 def test_a_socket_without_an_origin_is_refused(bob):
-    connected, _ = _connect("/ws/fleet/", [(b"host", b"localhost"), (b"cookie", _cookie(bob))])
+    connected, _ = _connect("/ws/fleet/", [(b"host", b"localhost"), clients.cookie_header(bob)])
     assert connected is False
 
 
 def test_behind_a_tls_proxy_the_browsers_scheme_is_the_proxys_header(bob, settings):
     settings.ALLOWED_HOSTS = ["gpu-portal.example.com"]
     settings.SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
-    base = [(b"host", b"gpu-portal.example.com"), (b"cookie", _cookie(bob))]
+    base = [(b"host", b"gpu-portal.example.com"), clients.cookie_header(bob)]
     https = [(b"x-forwarded-proto", b"https"), *base]
     assert _connect("/ws/fleet/", [(b"origin", b"https://gpu-portal.example.com"), *https])[0]
     assert not _connect("/ws/fleet/", [(b"origin", b"http://gpu-portal.example.com"), *https])[0]
@@ -83,7 +74,7 @@ def test_an_origin_the_operator_trusts_is_let_in_exactly(bob, settings):
     # A proxy that rewrites Host: the public origin is listed, as for Django's CSRF check.
     settings.ALLOWED_HOSTS = ["web"]
     settings.CSRF_TRUSTED_ORIGINS = ["https://gpu-portal.example.com", "https://*.example.org"]
-    base = [(b"host", b"web:8000"), (b"cookie", _cookie(bob))]
+    base = [(b"host", b"web:8000"), clients.cookie_header(bob)]
     for origin, allowed in [
         (b"https://gpu-portal.example.com", True),
         (b"https://gpu-portal.example.com:443", True),
@@ -101,7 +92,11 @@ def test_an_origin_the_operator_trusts_is_let_in_exactly(bob, settings):
 )
 def test_an_unknown_path_is_closed_without_a_server_error(bob, caplog, path):
     caplog.set_level(logging.WARNING)
-    headers = [(b"origin", b"http://localhost"), (b"host", b"localhost"), (b"cookie", _cookie(bob))]
+    headers = [
+        (b"origin", b"http://localhost"),
+        (b"host", b"localhost"),
+        clients.cookie_header(bob),
+    ]
     assert _connect(path, headers) == (False, 4404)
     assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
 
