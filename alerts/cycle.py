@@ -47,6 +47,8 @@ WINDOW_EVERY_S = 60
 UNITS = {
     Condition.TEMPERATURE: " °C", Condition.MEMORY_USED: " %", Condition.UTILIZATION: " %",
     Condition.POWER: " %", Condition.ALLOCATION_UTILIZATION: " %",
+    # A process rule's value is the memory the process (or the allocation) uses.
+    Condition.PROCESS_UNALLOCATED: " MiB", Condition.PROCESS_OVER_SLICE: " MiB",
 }  # fmt: skip
 
 

@@ -4,6 +4,7 @@ never sees another tenant's events, rules or subscriptions (pages as the API).""
 
 from __future__ import annotations
 
+import re
 from datetime import timedelta
 
 import pytest
@@ -569,3 +570,20 @@ def test_the_api_takes_a_scope_that_exists_and_keeps_a_stale_one_on_other_change
     Subscription.objects.filter(pk=pk).update(scope_kind="pool", scope_name="gone-pool")
     answer = api.patch(f"/api/v1/alert-subscriptions/{pk}/", {"enabled": False}, format="json")
     assert answer.status_code == 200 and answer.json()["scope_name"] == "gone-pool"
+
+
+def test_the_strip_groups_a_noisy_rule_into_one_row_and_keeps_the_others(teams):
+    noisy = Rule.objects.get(key="process-unallocated")
+    hot = Rule.objects.get(key="gpu-temperature")
+    for n in range(12):
+        EventFactory(rule=noisy, rule_key=noisy.key, rule_name=noisy.name,
+                     severity=Severity.WARNING, tenant=None, scope=f"node:n{n} gpu:0",
+                     summary=f"node:n{n} gpu:0: 7816 MiB")  # fmt: skip
+    lone = EventFactory(rule=hot, rule_key=hot.key, rule_name=hot.name, tenant=None,
+                        severity=Severity.CRITICAL, summary="node:n1 gpu:3: 93 °C")  # fmt: skip
+    strip = clients.page(teams.user("alice")).get("/alerts/events/firing/").content.decode()
+    rows = re.findall(r'<li class="list-group-item[^>]*data-count="(\d+)"', strip)
+    assert rows == ["1", "12"], rows  # the critical one first, the twelve in one row
+    assert "12 \u00d7" in strip and f"?state=firing&amp;rule={noisy.pk}" in strip
+    assert f'data-event-id="{lone.pk}"' in strip and "93 °C" in strip
+    assert strip.count("7816") == 0  # the grouped events' summaries are not listed
