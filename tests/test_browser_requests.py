@@ -124,6 +124,15 @@ def test_the_approvers_queue_shows_a_new_request_without_reloading(site, browser
         dev.click("#request-form button[type=submit]")
         expect(approver.locator(".approval-row")).to_have_count(1, timeout=10_000)
         assert approver.evaluate("() => window.__notReloaded === true")
+        # Both buttons whole inside the table's card (they were clipped at its edge), and
+        # the tenant's quota beside them.
+        card = approver.locator("#approvals").locator("xpath=ancestor::div[@class='card']")
+        edge = card.bounding_box()
+        for button in (".approve-button", ".reject-button"):
+            box = approver.locator(f".approval-row {button}").bounding_box()
+            assert box is not None and edge is not None, button
+            assert box["x"] + box["width"] <= edge["x"] + edge["width"] + 0.5, (button, box, edge)
+        expect(approver.locator(".approval-row .quota-outlook dl")).to_be_visible()
     finally:
         dev_context.close()
         approver_context.close()

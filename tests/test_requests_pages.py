@@ -6,12 +6,11 @@ from __future__ import annotations
 import re
 
 import pytest
-from django.test import Client
 from django.urls import reverse
 
 from pools.models import PoolCard
 from quotas.choices import RequestState
-from quotas.models import GpuRequest, Notice
+from quotas.models import GpuRequest, Notice, Quota
 from quotas.requests.services import create_request, decide
 from tests import clients
 from tests.factories import MembershipFactory, PoolFactory, gpu_team, online_cards
@@ -24,11 +23,6 @@ def team():
     return gpu_team("vision")
 
 
-def client_for(user) -> Client:
-    client = clients.page(user)
-    return client
-
-
 def form_data(team, **changes) -> dict:
     data = {
         "tenant": team.tenant.pk, "pool": team.pool.pk, "count": 1, "size": "slice",
@@ -39,7 +33,7 @@ def form_data(team, **changes) -> dict:
 
 
 def test_a_member_asks_for_a_slice_through_the_form(team):
-    response = client_for(team.dev).post("/requests/new/", form_data(team))
+    response = clients.page(team.dev).post("/requests/new/", form_data(team))
     assert response.status_code == 302
     req = GpuRequest.objects.get()
     assert (req.requester, req.compute_pct, req.state) == (team.dev, 25, RequestState.PENDING)
@@ -48,13 +42,13 @@ def test_a_member_asks_for_a_slice_through_the_form(team):
 @pytest.mark.parametrize("slice_fields", [{}, {"compute_pct": None, "memory_mib": None}])
 def test_a_whole_card_asked_through_the_form_is_sized_as_all_of_the_card(team, slice_fields):
     data = form_data(team, size="whole", **slice_fields)
-    assert client_for(team.dev).post("/requests/new/", data).status_code == 302
+    assert clients.page(team.dev).post("/requests/new/", data).status_code == 302
     req = GpuRequest.objects.get()
     assert (req.whole_card, req.compute_pct, req.memory_mib) == (True, 100, 0)
 
 
 def test_the_size_is_offered_as_radio_checks_not_text_boxes(team):
-    page = client_for(team.dev).get("/requests/new/").content.decode()
+    page = clients.page(team.dev).get("/requests/new/").content.decode()
     radios = re.findall(r"<input[^>]*type=\"radio\"[^>]*>", page)
     assert len(radios) == 2 and all('class="form-check-input"' in r for r in radios), radios
     assert 'role="radiogroup"' in page and 'id="id_size-label"' in page
@@ -62,7 +56,7 @@ def test_the_size_is_offered_as_radio_checks_not_text_boxes(team):
 
 def test_the_form_offers_only_the_users_tenants_and_their_pools(team):
     other = gpu_team("speech")
-    page = client_for(team.dev).get("/requests/new/").content.decode()
+    page = clients.page(team.dev).get("/requests/new/").content.decode()
     assert "vision" in page and "speech" not in page
     assert f'value="{team.pool.pk}"' in page and f'value="{other.pool.pk}"' not in page
 
@@ -87,7 +81,7 @@ def test_the_form_offers_only_the_users_tenants_and_their_pools(team):
     ],
 )
 def test_bad_input_is_a_field_error_and_changes_nothing(team, changes, field):
-    response = client_for(team.dev).post("/requests/new/", form_data(team, **changes))
+    response = clients.page(team.dev).post("/requests/new/", form_data(team, **changes))
     assert response.status_code == 400
     assert response.context["form"].errors[field], response.context["form"].errors
     assert GpuRequest.objects.count() == 0
@@ -96,7 +90,7 @@ def test_bad_input_is_a_field_error_and_changes_nothing(team, changes, field):
 def test_over_quota_is_a_field_error_and_changes_nothing():
     team = gpu_team(guaranteed_vgpus=1, limit_vgpus=1)
     data = form_data(team, count=2, compute_pct=10)
-    response = client_for(team.dev).post("/requests/new/", data)
+    response = clients.page(team.dev).post("/requests/new/", data)
     assert response.status_code == 400
     assert "quota" in " ".join(response.context["form"].errors["count"])
     assert GpuRequest.objects.count() == 0
@@ -109,7 +103,7 @@ def test_a_pool_not_open_to_the_chosen_tenant_is_a_field_error(team):
     from tests.factories import QuotaFactory
 
     QuotaFactory(tenant=other.tenant, pool=closed)  # offered to dev through speech only
-    response = client_for(team.dev).post("/requests/new/", form_data(team, pool=closed.pk))
+    response = clients.page(team.dev).post("/requests/new/", form_data(team, pool=closed.pk))
     assert response.status_code == 400
     assert response.context["form"].errors["pool"]
     assert GpuRequest.objects.count() == 0
@@ -117,7 +111,9 @@ def test_a_pool_not_open_to_the_chosen_tenant_is_a_field_error(team):
 
 def test_a_tenant_the_user_is_not_a_member_of_is_a_field_error(team):
     other = gpu_team("speech")
-    response = client_for(team.dev).post("/requests/new/", form_data(team, tenant=other.tenant.pk))
+    response = clients.page(team.dev).post(
+        "/requests/new/", form_data(team, tenant=other.tenant.pk)
+    )
     assert response.status_code == 400
     assert response.context["form"].errors["tenant"]
     assert GpuRequest.objects.count() == 0
@@ -129,7 +125,7 @@ def test_my_page_lists_my_requests_with_state_queue_and_allocations(
     with django_capture_on_commit_callbacks(execute=True):
         req = create_request(team.dev, **team.ask())
         decide(req.pk, team.approver, approve=True)
-    page = client_for(team.dev).get("/requests/").content.decode()
+    page = clients.page(team.dev).get("/requests/").content.decode()
     assert f'data-request-id="{req.pk}" data-state="allocated"' in page
     lease_allocation = req.__class__.objects.get(pk=req.pk).lease.allocations.get()
     assert reverse("pools:allocation_detail", args=[lease_allocation.pk]) in page
@@ -147,14 +143,14 @@ def test_another_tenants_request_is_not_found_for_a_member(team):
     req = create_request(team.dev, **team.ask())
     other = gpu_team("speech")
     for user in (other.dev, other.approver, other.admin):
-        client = client_for(user)
+        client = clients.page(user)
         assert client.get(f"/requests/{req.pk}/").status_code == 404
         assert (
             client.post(f"/requests/{req.pk}/decide/", {"decision": "approve"}).status_code == 404
         )
         assert client.post(f"/requests/{req.pk}/release/").status_code == 404
         assert client.get(f"/requests/{req.pk}/?part=1").status_code == 404
-    part = client_for(other.approver).get("/approvals/?part=1").content.decode()
+    part = clients.page(other.approver).get("/approvals/?part=1").content.decode()
     assert f'data-request-id="{req.pk}"' not in part
     req.refresh_from_db()
     assert req.state == RequestState.PENDING
@@ -162,7 +158,7 @@ def test_another_tenants_request_is_not_found_for_a_member(team):
 
 def test_the_detail_pages_live_part_is_the_request_alone_for_the_socket_to_swap_in(team):
     req = create_request(team.dev, **team.ask())
-    client = client_for(team.dev)
+    client = clients.page(team.dev)
     page = client.get(f"/requests/{req.pk}/").content.decode()
     assert f'data-part-url="/requests/{req.pk}/?part=1" data-request="{req.pk}"' in page
     assert 'id="live-status"' in page and "js/requests-live.js" in page
@@ -173,7 +169,7 @@ def test_the_detail_pages_live_part_is_the_request_alone_for_the_socket_to_swap_
 
 def test_a_tenant_member_sees_a_teammates_request_but_may_not_act_on_it(team):
     req = create_request(team.admin, **team.ask())
-    client = client_for(team.dev)
+    client = clients.page(team.dev)
     assert client.get(f"/requests/{req.pk}/").status_code == 200
     assert client.post(f"/requests/{req.pk}/decide/", {"decision": "approve"}).status_code == 403
     assert client.post(f"/requests/{req.pk}/release/").status_code == 403
@@ -186,18 +182,18 @@ def test_the_approvals_queue_shows_pending_requests_of_the_approvers_tenants_onl
     own = create_request(team.approver, **team.ask())
     other = gpu_team("speech")
     theirs = create_request(other.dev, **other.ask())
-    page = client_for(team.approver).get("/approvals/").content.decode()
+    page = clients.page(team.approver).get("/approvals/").content.decode()
     assert f'data-request-id="{mine.pk}"' in page
     assert f'data-request-id="{own.pk}"' not in page  # nobody approves their own
     assert f'data-request-id="{theirs.pk}"' not in page
-    assert client_for(team.dev).get("/approvals/").status_code == 403
+    assert clients.page(team.dev).get("/approvals/").status_code == 403
 
 
 def test_a_platform_admin_sees_every_tenants_queue(team, alice):
     other = gpu_team("speech")
     theirs = create_request(other.dev, **other.ask())
     mine = create_request(team.dev, **team.ask())
-    page = client_for(alice).get("/approvals/").content.decode()
+    page = clients.page(alice).get("/approvals/").content.decode()
     assert f'data-request-id="{theirs.pk}"' in page and f'data-request-id="{mine.pk}"' in page
 
 
@@ -206,7 +202,7 @@ def test_an_approver_approves_with_a_comment_from_the_queue(
 ):
     req = create_request(team.dev, **team.ask())
     with django_capture_on_commit_callbacks(execute=True):
-        response = client_for(team.approver).post(
+        response = clients.page(team.approver).post(
             f"/requests/{req.pk}/decide/",
             {"decision": "approve", "comment": "ok", "next": "approvals"},
             REMOTE_ADDR="10.1.2.3",
@@ -214,7 +210,7 @@ def test_an_approver_approves_with_a_comment_from_the_queue(
     assert response.status_code == 302 and response["Location"] == "/approvals/"
     req.refresh_from_db()
     assert (req.state, req.decision_comment) == (RequestState.ALLOCATED, "ok")
-    detail = client_for(team.dev).get(f"/requests/{req.pk}/").content.decode()
+    detail = clients.page(team.dev).get(f"/requests/{req.pk}/").content.decode()
     assert 'data-action="request.approve"' in detail and 'data-action="request.place"' in detail
 
 
@@ -222,7 +218,7 @@ def test_releasing_from_my_page_returns_the_capacity(team, django_capture_on_com
     with django_capture_on_commit_callbacks(execute=True):
         req = create_request(team.dev, **team.ask())
         decide(req.pk, team.approver, approve=True)
-        response = client_for(team.dev).post(f"/requests/{req.pk}/release/")
+        response = clients.page(team.dev).post(f"/requests/{req.pk}/release/")
     assert response.status_code == 302
     assert PoolCard.objects.filter(slices__gt=0).count() == 0
 
@@ -234,7 +230,7 @@ def test_a_resize_without_room_shows_the_error_on_the_field(django_capture_on_co
         decide(req.pk, team.approver, approve=True)
         other = create_request(team.admin, **team.ask(compute_pct=70))
         decide(other.pk, team.approver, approve=True)
-    response = client_for(team.dev).post(
+    response = clients.page(team.dev).post(
         f"/requests/{req.pk}/resize/", {"compute_pct": 50, "memory_mib": 8192}
     )
     assert response.status_code == 400
@@ -244,6 +240,29 @@ def test_a_resize_without_room_shows_the_error_on_the_field(django_capture_on_co
 
 
 def test_the_sidebar_links_requests_for_everyone_and_approvals_for_approvers(team):
-    assert 'href="/approvals/"' not in client_for(team.dev).get("/requests/").content.decode()
-    assert 'href="/approvals/"' in client_for(team.approver).get("/requests/").content.decode()
-    assert 'href="/requests/"' in client_for(team.dev).get("/requests/").content.decode()
+    assert 'href="/approvals/"' not in clients.page(team.dev).get("/requests/").content.decode()
+    assert 'href="/approvals/"' in clients.page(team.approver).get("/requests/").content.decode()
+    assert 'href="/requests/"' in clients.page(team.dev).get("/requests/").content.decode()
+
+
+def test_the_approver_sees_the_tenants_quota_before_and_after_approving(team):
+    # 2 vGPUs of 25 % and 8 GiB each, asked of a quota of 4 vGPUs, 1 card, 64 GiB.
+    Quota.objects.filter(pk=team.quota.pk).update(
+        guaranteed_vgpus=0,
+        limit_vgpus=4,
+        guaranteed_compute_pct=0,
+        limit_compute_pct=100,
+        guaranteed_memory_mib=0,
+        limit_memory_mib=65536,
+    )
+    req = create_request(team.dev, **team.ask(count=2, compute_pct=25, memory_mib=8192))
+    page = clients.page(team.approver).get("/approvals/").content.decode()
+    row = page[page.index(f'data-request-id="{req.pk}"') :].split("</tr>")[0]
+    assert "Tenant&#x27;s quota here" in page or "Tenant's quota here" in page
+    assert re.search(r'data-dimension="vgpus".*?0 → 2 / 4', row, re.S), row
+    assert re.search(r'data-dimension="compute_pct".*?0 → 0.5 / 1 GPUs', row, re.S), row
+    assert re.search(r'data-dimension="memory_mib".*?0.0 → 16.0 / 64.0 GiB', row, re.S), row
+    assert 'data-over="true"' not in row
+    Quota.objects.filter(pk=team.quota.pk).update(limit_vgpus=1)
+    row = clients.page(team.approver).get("/approvals/").content.decode()
+    assert 'data-dimension="vgpus" data-over="true"' in row and "over the limit" in row

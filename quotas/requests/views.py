@@ -28,7 +28,7 @@ from quotas.requests import lifecycle
 from quotas.requests.forms import DecisionForm, ExtendForm, GpuRequestForm, ResizeForm
 from quotas.requests.notices import mark_read, text_of, unread_count
 from quotas.requests.permissions import can_decide, can_manage, decidable_requests, visible_requests
-from quotas.requests.services import create_request, decide, queue_position
+from quotas.requests.services import approval_outlook, create_request, decide, queue_position
 
 
 def allocation_url(allocation_id: int) -> str:
@@ -248,8 +248,11 @@ def extension_decide(request: HttpRequest, pk: int) -> HttpResponse:
 def approvals(request: HttpRequest) -> HttpResponse:
     if not permissions.approves_somewhere(request.user):
         raise PermissionDenied
-    context = {"rows": _rows(decidable_requests(request.user)[:500]),
-               "decision_form": DecisionForm()}  # fmt: skip
+    rows = _rows(decidable_requests(request.user)[:500])
+    outlook = approval_outlook(row["req"] for row in rows)
+    for row in rows:
+        row["outlook"] = outlook.get(row["req"].pk, [])
+    context = {"rows": rows, "decision_form": DecisionForm()}
     template = (
         "quotas/approvals_part.html" if request.GET.get("part") else "quotas/approvals_queue.html"
     )
