@@ -92,7 +92,8 @@ def test_dashboard_speaks_simplified_chinese(client, bob, fleet):
     body = response.content.decode()
     assert '<html lang="zh-hans">' in body
     assert "利用率" in body  # Utilization
-    assert "1 个节点" in body
+    assert "1 个节点，" in body  # Chinese punctuation where words are put together
+    assert "在线：" in body and "在线:" not in body and "最后在线：" in body
 
 
 def test_login_page_shows_an_error_for_a_wrong_password(client, bob):

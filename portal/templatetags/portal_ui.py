@@ -11,6 +11,7 @@ from django.contrib.staticfiles import finders
 from django.template.base import FilterExpression, NodeList, Parser, Token, token_kwargs
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString, mark_safe
+from django.utils.translation import pgettext
 
 register = template.Library()
 
@@ -43,6 +44,20 @@ def icon(name: str, extra: str = "") -> SafeString:
         extra,
         mark_safe(_icon_paths(name)),  # noqa: S308 (the kit's own SVG files, read from disk)
     )
+
+
+_SEPARATORS = {
+    # After a label ("Online: 5"); Chinese writes a full-width colon ("在线：5").
+    "colon": lambda: pgettext("separator after a label", ": "),
+    # Between items of a list ("5 nodes, 40 GPUs"); Chinese a full-width comma.
+    "comma": lambda: pgettext("separator between list items", ", "),
+}
+
+
+@register.simple_tag
+def sep(kind: str) -> str:
+    """Punctuation in the reader's language, where a template puts words together."""
+    return _SEPARATORS[kind]()
 
 
 @register.filter
