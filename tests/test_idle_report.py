@@ -262,3 +262,11 @@ def test_the_schema_documents_the_rows_as_the_api_answers_them(teams):
     assert set(row) == set(documented["properties"]) == set(documented["required"])
     one = clients.api(teams.user("alice")).get(f"/api/v1/idle-report/{row['allocation']}/").json()
     assert set(one) == set(row)
+
+
+def test_the_sort_menu_speaks_chinese(teams):
+    body = clients.page(teams.user("alice")).get("/idle/", HTTP_ACCEPT_LANGUAGE="zh-hans")
+    text = body.content.decode()
+    menu = text[text.index('name="ordering"') :].split("</select>")[0]
+    assert "浪费的 GPU 时" in menu and "\uff08降序\uff09" in menu, menu
+    assert "descending" not in menu and "Wasted" not in menu

@@ -92,8 +92,10 @@ def test_dashboard_speaks_simplified_chinese(client, bob, fleet):
     body = response.content.decode()
     assert '<html lang="zh-hans">' in body
     assert "利用率" in body  # Utilization
-    assert "1 个节点，" in body  # Chinese punctuation where words are put together
-    assert "在线：" in body and "在线:" not in body and "最后在线：" in body
+    # Chinese punctuation where words are put together: full-width comma and colon.
+    comma, colon = "\uff0c", "\uff1a"
+    assert f"1 个节点{comma}" in body
+    assert f"在线{colon}" in body and "在线:" not in body and f"最后在线{colon}" in body
 
 
 def test_login_page_shows_an_error_for_a_wrong_password(client, bob):

@@ -47,9 +47,9 @@ def icon(name: str, extra: str = "") -> SafeString:
 
 
 _SEPARATORS = {
-    # After a label ("Online: 5"); Chinese writes a full-width colon ("在线：5").
+    # After a label ("Online: 5"); Chinese writes a full-width colon (U+FF1A).
     "colon": lambda: pgettext("separator after a label", ": "),
-    # Between items of a list ("5 nodes, 40 GPUs"); Chinese a full-width comma.
+    # Between items of a list ("5 nodes, 40 GPUs"); Chinese a full-width comma (U+FF0C).
     "comma": lambda: pgettext("separator between list items", ", "),
 }
 
