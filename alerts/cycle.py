@@ -35,7 +35,7 @@ from alerts.evaluate import (
     in_scope,
 )
 from alerts.models import Rule
-from alerts.services import fingerprint_of, rules_version_key
+from alerts.services import fingerprint_of, rules_version
 from pools.choices import AllocationState
 from pools.models import Allocation, Pool
 from portal import redis_client
@@ -70,12 +70,12 @@ def spec_of(rule: Rule) -> RuleSpec:
     )  # fmt: skip
 
 
-_rules: tuple[bytes | None, list[RuleSpec]] | None = None
+_rules: tuple[bytes, list[RuleSpec]] | None = None
 
 
 def enabled_rules() -> list[RuleSpec]:
     global _rules
-    version = redis_client.client().get(rules_version_key())
+    version = rules_version()
     if _rules is None or _rules[0] != version:
         _rules = (version, [spec_of(r) for r in Rule.objects.filter(enabled=True)])
     return _rules[1]
