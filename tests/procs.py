@@ -239,7 +239,8 @@ def daphne(env: dict[str, str]) -> Iterator[tuple[str, Proc]]:
     proc = start("daphne", command, env)
     try:
         url = f"http://127.0.0.1:{port}"
-        wait_http(f"{url}/healthz", proc=proc)
+        # Django's start-up alone took over a minute on the 2-core machine under a parallel run.
+        wait_http(f"{url}/healthz", timeout=180, proc=proc)
         yield url, proc
     finally:
         proc.stop()
