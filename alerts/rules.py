@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import uuid
 from collections.abc import Mapping
 from typing import Any
 
@@ -22,7 +23,20 @@ def rules_version_key() -> str:
 
 def bump_rules_version() -> None:
     """Every process reloads its rules at its next cycle (called when a rule changes)."""
-    redis_client.client().incr(rules_version_key())
+    redis_client.client().set(rules_version_key(), uuid.uuid4().hex)
+
+
+def rules_version() -> bytes:
+    """The rules' current version: a token never written before, so a process's copy
+    matches only the state it was read in. A counter would repeat after Redis loses it
+    (a restart without persistence, a flush), and an absent key would match a copy read
+    while it was absent; an absent key gets a fresh token instead, which no copy holds."""
+    client, key = redis_client.client(), rules_version_key()
+    fresh = uuid.uuid4().hex.encode()
+    if client.set(key, fresh, nx=True):
+        return fresh
+    # Another process wrote one first; gone again already is a fresh token's case too.
+    return client.get(key) or fresh
 
 
 def fingerprint_of(rule_key: str, scope: str, labels: Mapping[str, Any]) -> str:
@@ -41,12 +55,12 @@ def spec_of(rule: Rule) -> RuleSpec:
     )  # fmt: skip
 
 
-_rules: tuple[bytes | None, list[RuleSpec]] | None = None
+_rules: tuple[bytes, list[RuleSpec]] | None = None
 
 
 def enabled_rules() -> list[RuleSpec]:
     global _rules
-    version = redis_client.client().get(rules_version_key())
+    version = rules_version()
     if _rules is None or _rules[0] != version:
         _rules = (version, [spec_of(r) for r in Rule.objects.filter(enabled=True)])
     return _rules[1]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import socket
 from collections.abc import Callable, Iterator
@@ -13,6 +14,10 @@ import redis
 from django.conf import global_settings, settings
 from django.contrib.auth.hashers import get_hashers, get_hashers_by_algorithm
 from django.contrib.auth.models import AbstractBaseUser
+from django.db import connections
+from django.db.migrations.executor import MigrationExecutor
+from django.db.migrations.operations import RunPython
+from django.db.models.signals import post_migrate
 from hypothesis import settings as hypothesis_settings
 from playwright.sync_api import Browser, sync_playwright
 from whitenoise.middleware import WhiteNoiseMiddleware
@@ -79,6 +84,51 @@ if (_url := _worker_redis_url(settings.REDIS_URL)) != settings.REDIS_URL:
     settings.CACHES["default"]["LOCATION"] = _url
     settings.CHANNEL_LAYERS["default"]["CONFIG"]["hosts"] = [_url]
     settings.CELERY_BROKER_URL = settings.CELERY_RESULT_BACKEND = _url
+
+
+# The migrations whose RunPython writes rows, and those whose RunPython changes the schema
+# only. Every RunPython is in one (tests/test_migration_data.py), so a new data migration
+# cannot be left out of what a flush gets back.
+DATA_MIGRATIONS = {("alerts", "0002_rules"), ("alerts", "0003_notice_rules")}
+SCHEMA_MIGRATIONS = {("audit", "0001_initial")}  # its trigger outlives TRUNCATE
+
+
+@functools.cache
+def _data_migration_steps(alias: str) -> list[tuple[str, Callable, object]]:
+    """(app label, RunPython code, the historical apps it ran with) for each data
+    migration, in the order migrate applies them."""
+    executor = MigrationExecutor(connections[alias])
+    targets = executor.loader.graph.leaf_nodes()
+    steps = []
+    for migration, _backwards in executor.migration_plan(targets, clean_start=True):
+        if (migration.app_label, migration.name) not in DATA_MIGRATIONS:
+            continue
+        # Each RunPython sees the models as the operations before it in its migration
+        # left them, as Migration.apply runs it.
+        state = executor.loader.project_state((migration.app_label, migration.name))
+        for op in migration.operations:
+            if isinstance(op, RunPython):
+                steps.append((migration.app_label, op.code, state.clone().apps))
+            else:
+                op.state_forwards(migration.app_label, state)
+    return steps
+
+
+def _rewrite_migration_data(sender, using: str, **kwargs) -> None:
+    # A transactional test's teardown empties every table (manage.py flush), the rows the
+    # data migrations wrote with them; flush then sends post_migrate, without the plan that
+    # migrate sends. Each app's data migrations run again there, as migrate ran them, so
+    # whichever test comes next on this worker finds the database migrate left.
+    if "plan" in kwargs:
+        return
+    connection = connections[using]
+    for app_label, code, historical in _data_migration_steps(using):
+        if app_label == sender.label:
+            with connection.schema_editor() as editor:
+                code(historical, editor)
+
+
+post_migrate.connect(_rewrite_migration_data, dispatch_uid="tests.rewrite_migration_data")
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:

@@ -19,7 +19,7 @@ from django.utils import timezone
 from agents.choices import GpuHealth, NodeState
 from agents.models import GPU, Node
 from alerts.choices import ChannelKind, Severity
-from alerts.models import Channel, Event, Rule, Subscription
+from alerts.models import Channel, Event, Subscription
 from pools import services as pool_services
 from pools.models import Lease, Pool
 from pools.placement import Ask
@@ -336,12 +336,3 @@ class SubscriptionFactory(factory.django.DjangoModelFactory):
     tenant = None
     channel = factory.LazyAttribute(lambda sub: ChannelFactory(owner=sub.owner, tenant=sub.tenant))
     min_severity = Severity.WARNING
-
-
-def default_alert_rules() -> None:
-    """The built-in alert rules as the migration writes them; a transactional test's flush
-    removes them, so one that needs them after another ran calls this."""
-    from alerts.defaults import DEFAULT_RULES
-
-    for values in DEFAULT_RULES:
-        Rule.objects.get_or_create(key=values["key"], defaults={**values, "builtin": True})

@@ -58,6 +58,21 @@ def port_ranges(ephemeral: tuple[int, int] | None = None) -> list[range]:
     return [r for r in (below, above) if len(r)] or [range(LOWEST_PORT, 65536)]
 
 
+def worker_share(
+    ranges: list[range], worker: str | None = None, workers: str | None = None
+) -> list[range]:
+    """Under pytest-xdist, this worker's own slice of each range: gwN takes the N-th of
+    PYTEST_XDIST_WORKER_COUNT equal slices. Each process remembers only the ports it handed
+    out itself, so two workers drawing from one range could pick the same port before
+    either child binds it."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "") if worker is None else worker
+    workers = os.environ.get("PYTEST_XDIST_WORKER_COUNT", "") if workers is None else workers
+    if not worker.startswith("gw") or not workers.isdigit() or int(workers) < 2:
+        return ranges
+    index, count = int(worker[2:]), int(workers)
+    return [r[len(r) * index // count : len(r) * (index + 1) // count] for r in ranges]
+
+
 def _bindable(first: int, count: int) -> bool:
     socks: list[socket.socket] = []
     try:
@@ -75,8 +90,8 @@ def _bindable(first: int, count: int) -> bool:
 
 def free_ports(count: int, *, ranges: list[range] | None = None) -> int:
     """The first of ``count`` consecutive free loopback ports (agents serve nodes on a
-    range), outside the ephemeral range."""
-    starts = [range(r.start, r.stop - count + 1) for r in ranges or port_ranges()]
+    range), outside the ephemeral range, in this xdist worker's share of it."""
+    starts = [range(r.start, r.stop - count + 1) for r in ranges or worker_share(port_ranges())]
     starts = [r for r in starts if len(r)]
     for _ in range(200 if starts else 0):
         where = _random.choices(starts, weights=[len(r) for r in starts])[0]
@@ -224,7 +239,8 @@ def daphne(env: dict[str, str]) -> Iterator[tuple[str, Proc]]:
     proc = start("daphne", command, env)
     try:
         url = f"http://127.0.0.1:{port}"
-        wait_http(f"{url}/healthz", proc=proc)
+        # Django's start-up alone took over a minute on the 2-core machine under a parallel run.
+        wait_http(f"{url}/healthz", timeout=180, proc=proc)
         yield url, proc
     finally:
         proc.stop()

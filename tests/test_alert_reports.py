@@ -23,7 +23,6 @@ from tests import procs
 from tests.factories import (
     MembershipFactory,
     SubscriptionFactory,
-    default_alert_rules,
     gpu_team,
     held_allocation,
 )
@@ -206,7 +205,6 @@ def test_a_real_worker_delivers_the_digest_through_smtp(
     alice,
 ):
     env = {**worker_env, "EMAIL_HOST": "127.0.0.1", "EMAIL_PORT": str(settings.EMAIL_PORT)}
-    default_alert_rules()
     worker = procs.start_celery_worker(env, "alerts-digest")
     try:
         acme = gpu_team("acme")

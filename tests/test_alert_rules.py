@@ -232,3 +232,41 @@ def test_a_pending_state_is_kept_in_redis_not_the_database(
     with django_assert_max_num_queries(0):
         cycle.evaluate_cycle(cycle_obj)
     assert Delivery.objects.filter(status=DeliveryStatus.PENDING).count() == 0
+
+
+def _rename_behind_the_cache(key: str, name: str) -> None:
+    # Changed in the database without the bump a save sends: what a process sees when
+    # Redis lost the version while the rules changed (a restart without persistence).
+    Rule.objects.filter(key=key).update(name=name)
+
+
+def test_a_rules_copy_read_while_the_version_was_absent_is_reread_after_redis_loses_it(db):
+    from portal import redis_client
+
+    key = DEFAULT_RULES[0]["key"]
+    assert key in {r.key for r in cycle.enabled_rules()}
+    _rename_behind_the_cache(key, "renamed")
+    redis_client.client().flushdb()
+    # Absent before and absent now: a copy keyed by "no version" would match.
+    assert {r.key: r.name for r in cycle.enabled_rules()}[key] == "renamed"
+
+
+def test_a_rules_version_written_after_redis_lost_it_never_repeats_an_old_one(db):
+    from alerts.rules import bump_rules_version
+    from portal import redis_client
+
+    key = DEFAULT_RULES[0]["key"]
+    bump_rules_version()
+    assert key in {r.key for r in cycle.enabled_rules()}
+    redis_client.client().flushdb()
+    _rename_behind_the_cache(key, "renamed")
+    # A counter starts again at 1 after the flush: the copy read at 1 would match.
+    bump_rules_version()
+    assert {r.key: r.name for r in cycle.enabled_rules()}[key] == "renamed"
+    # Unchanged since: the copy is kept, no query.
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    with CaptureQueriesContext(connection) as queries:
+        cycle.enabled_rules()
+    assert len(queries) == 0

@@ -8,6 +8,7 @@ fuzzing phases only (about two and a half minutes on the 2-core machine).
 from __future__ import annotations
 
 import subprocess
+import urllib.request
 
 import pytest
 
@@ -34,9 +35,15 @@ def test_every_operation_answers_as_its_schema_says(alice, child_env_for_test_db
     )  # fmt: skip
     auth = token(alice)
     with procs.daphne(child_env_for_test_db) as (url, _proc):
+        # The schema fetched here, given time: schemathesis allows its loading 10 s, which
+        # generating it can take on a machine busy with other tests.
+        schema_url = f"{url}/api/schema/?format=json"
+        request = urllib.request.Request(schema_url, headers={"Authorization": auth})  # noqa: S310
+        with urllib.request.urlopen(request, timeout=120) as response:  # noqa: S310 (loopback)
+            (tmp_path / "schema.json").write_bytes(response.read())
         run = subprocess.run(
             [
-                str(procs.BIN / "st"), "run", f"{url}/api/schema/?format=json",
+                str(procs.BIN / "st"), "run", str(tmp_path / "schema.json"), "--url", url,
                 "-H", f"Authorization: {auth}", "--checks", CHECKS,
                 "--max-examples", str(MAX_EXAMPLES), "--phases", "examples,fuzzing",
                 "--seed", "1", "--workers", "2", "--no-color",

@@ -93,7 +93,8 @@ def test_embedded_demo_shows_live_cards(browser, tmp_path):
         env,
     )
     try:
-        [login] = demo.wait_for("Log in as", timeout=90)
+        # As long as test_demo_schedule waits: seeding is slow on a busy machine.
+        [login] = demo.wait_for("Log in as", timeout=240)
         user, password = re.search(r"Log in as (\S+) / (\S+)", login).groups()
         assert "(embedded," in "".join(demo.lines)
         assert (tmp_path / "postgres" / "PG_VERSION").exists()

@@ -17,7 +17,7 @@ from alerts import events
 from alerts.evaluate import RuleSpec
 from alerts.models import Rule
 from tests import clients, procs
-from tests.factories import default_alert_rules, gpu_team
+from tests.factories import gpu_team
 
 pytestmark = [pytest.mark.browser]
 ARTIFACTS = procs.REPO / "test-artifacts"
@@ -25,7 +25,6 @@ ARTIFACTS = procs.REPO / "test-artifacts"
 
 @pytest.fixture
 def site(transactional_db, child_env_for_test_db) -> Iterator[tuple[str, dict]]:
-    default_alert_rules()
     acme, bravo = gpu_team("acme"), gpu_team("bravo")
     names = {"approver": acme.approver.username, "acme": acme.tenant.pk,
              "bravo": bravo.tenant.pk}  # fmt: skip

@@ -39,7 +39,8 @@ def test_embedded_demo_serves_live_readings(tmp_path):
         env,
     )  # fmt: skip
     try:
-        [login] = demo.wait_for("Log in as", timeout=90)
+        # As long as test_demo_schedule waits: seeding is slow on a busy machine.
+        [login] = demo.wait_for("Log in as", timeout=240)
         assert "(embedded," in "".join(demo.lines)
         user = re.search(r"Log in as (\S+) /", login).group(1)
         created = subprocess.run(

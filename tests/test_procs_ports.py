@@ -51,3 +51,14 @@ def test_a_port_in_use_is_skipped_and_a_block_stays_inside_its_range(monkeypatch
             procs.free_ports(1, ranges=[range(first, first + 1)])
         # The whole block must be free: only the one after the taken port is left.
         assert procs.free_ports(2, ranges=[range(first, first + 3)]) == first + 1
+
+
+def test_each_xdist_worker_draws_from_a_share_of_its_own():
+    ranges = [range(10000, 32768), range(61000, 65536)]
+    assert procs.worker_share(ranges, "", "") == ranges  # not under xdist
+    assert procs.worker_share(ranges, "gw0", "1") == ranges
+    shares = [procs.worker_share(ranges, f"gw{i}", "3") for i in range(3)]
+    for i, whole in enumerate(ranges):
+        ports = [port for share in shares for port in share[i]]
+        assert ports == list(whole)  # every port in exactly one share, none left out
+    assert shares[1][0] == range(17589, 25178)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -11,8 +12,10 @@ from tests.agent.conftest import REPO_ROOT
 
 
 def run(*args: str | Path, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    # Without PYTHONPATH: a checkout on it would be imported instead of the installed wheel.
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     return subprocess.run(
-        [str(a) for a in args], cwd=cwd, capture_output=True, text=True, timeout=120
+        [str(a) for a in args], cwd=cwd, env=env, capture_output=True, text=True, timeout=120
     )
 
 
