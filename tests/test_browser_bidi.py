@@ -89,6 +89,6 @@ def test_an_agents_right_to_left_override_does_not_reorder_the_text_around_it(
         model = _edges(page, ".page-title", "A100") + _edges(page, ".page-title", "NVIDIA")
         badge = page.locator(".page-title .badge").bounding_box()
         assert badge is not None and badge["x"] > max(model), (model, badge)
-        assert _edges(page, ".page-title", "#0")[0] < min(model)
+        assert _edges(page, ".page-title", "GPU 0")[0] < min(model)
     finally:
         page.close()
