@@ -10,7 +10,6 @@ an inventory may be imported before its names are in DNS, and DNS can change.
 
 from __future__ import annotations
 
-import ipaddress
 from urllib.parse import urlsplit
 
 from django.conf import settings
@@ -22,7 +21,7 @@ from portal.egress import (
     AddressPolicy,
     AddressRefused,
     build_policy,
-    literal,
+    literal_refusal,
     portal_services,
     resolve_now,
 )
@@ -67,13 +66,8 @@ def url_refusal(url: str) -> str | None:
     """At registration: why an agent URL may not be used, judged by its address if it
     names one (or localhost); None if it may, host names being checked at connect time."""
     host, port = _host_and_port(url)
-    addresses = [literal(host)]
-    if host.lower() == "localhost" or host.lower().endswith(".localhost"):
-        addresses = [ipaddress.ip_address("127.0.0.1"), ipaddress.ip_address("::1")]
-    for address in addresses:
-        if address is not None and (refused := policy().refusal(address, port)) is not None:
-            return explain(refused, host)
-    return None
+    refused = literal_refusal(host, port, policy())
+    return None if refused is None else explain(refused, host)
 
 
 def connect_refusal(url: str) -> str | None:

@@ -110,6 +110,20 @@ def resolve_now(host: str, port: int, policy: AddressPolicy) -> list[str]:
     return policy.check([info[4][0] for info in infos], port)
 
 
+def literal_refusal(host: str, port: int, policy: AddressPolicy) -> AddressRefused | None:
+    """Why ``host`` is refused before any lookup: judged by the address it names (or
+    localhost's); None when it names neither, a name being checked when it is resolved."""
+    lowered = host.lower()
+    if lowered == "localhost" or lowered.endswith(".localhost"):
+        addresses = [ipaddress.ip_address("127.0.0.1"), ipaddress.ip_address("::1")]
+    else:
+        addresses = [address] if (address := literal(host)) is not None else []
+    for address in addresses:
+        if (refused := policy.refusal(address, port)) is not None:
+            return refused
+    return None
+
+
 def connect(host: str, port: int, policy: AddressPolicy | None, timeout: float) -> socket.socket:
     """A TCP connection to ``host``, made to one of the addresses the policy checked (the
     first that answers), never to a name resolved again; no policy: to ``host`` as is.

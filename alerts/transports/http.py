@@ -106,16 +106,8 @@ def refusal(url: str) -> str | None:
     (or localhost); None otherwise: names are checked when they are resolved, at send."""
     parts = urllib.parse.urlsplit(url)
     host = parts.hostname or ""
-    port = _port(parts)
-    lowered = host.lower()
-    candidates = [egress.literal(host)]
-    if lowered == "localhost" or lowered.endswith(".localhost"):
-        candidates = [egress.literal("127.0.0.1"), egress.literal("::1")]
-    policy = policy_for(host)
-    for address in candidates:
-        if address is not None and (refused := policy.refusal(address, port)) is not None:
-            return explain(refused, host)
-    return None
+    refused = egress.literal_refusal(host, _port(parts), policy_for(host))
+    return None if refused is None else explain(refused, host)
 
 
 def explain(refused: egress.AddressRefused, host: str) -> str:
