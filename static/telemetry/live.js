@@ -59,6 +59,18 @@ export function takeAgentErrors(errors) {
   }
 }
 
+// A card's latest reading into its fields (and meters, where the root has them): the node
+// page's cards and the GPU page alike.
+export function setReadings(root, gpu) {
+  setHealth(root.querySelector('[data-field="health"]'), gpu.health);
+  setField(root, "utilization_gpu_pct", fmt(gpu.utilization_gpu_pct));
+  setMeter(root, "utilization_gpu_pct", gpu.utilization_gpu_pct);
+  setField(root, "memory", memoryText(gpu.memory_used_mib, gpu.memory_total_mib));
+  setMeter(root, "memory", gpu.memory_total_mib ? (gpu.memory_used_mib ?? 0) / gpu.memory_total_mib : 0);
+  setField(root, "temperature_c", fmt(gpu.temperature_c));
+  setField(root, "power", `${fmt(gpu.power_w)} / ${fmt(gpu.power_limit_w)} W`);
+}
+
 export function setState(el, state) {
   el.textContent = labels.states[state] ?? state;
   el.dataset.state = state;

@@ -1,7 +1,7 @@
 // A node page: its cards, kept current over /ws/nodes/<id>/.
 import {
-  connect, fmt, fromTemplate, initialData, keepAgesFresh, memoryText, setField, setHealth,
-  setMeter, setState, showAgentError, takeAgentErrors,
+  connect, fromTemplate, initialData, keepAgesFresh, setField, setReadings, setState,
+  showAgentError, takeAgentErrors,
 } from "./live.js";
 
 const section = document.getElementById("node");
@@ -22,13 +22,7 @@ function drawGpu(gpu) {
   card.dataset.health = gpu.health;
   setField(card, "index", `#${gpu.index}`);
   setField(card, "model", gpu.model);
-  setHealth(card.querySelector('[data-field="health"]'), gpu.health);
-  setField(card, "utilization_gpu_pct", fmt(gpu.utilization_gpu_pct));
-  setMeter(card, "utilization_gpu_pct", gpu.utilization_gpu_pct);
-  setField(card, "memory", memoryText(gpu.memory_used_mib, gpu.memory_total_mib));
-  setMeter(card, "memory", gpu.memory_total_mib ? (gpu.memory_used_mib ?? 0) / gpu.memory_total_mib : 0);
-  setField(card, "temperature_c", fmt(gpu.temperature_c));
-  setField(card, "power", `${fmt(gpu.power_w)} / ${fmt(gpu.power_limit_w)} W`);
+  setReadings(card, gpu);
 }
 
 function draw(node) {
