@@ -16,7 +16,7 @@ from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
 from django.core.paginator import InvalidPage, Paginator
-from django.db.models import Count, Max, Prefetch
+from django.db.models import Case, Count, Max, Prefetch, When
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.template.loader import render_to_string
@@ -142,17 +142,16 @@ class FiringGroup:
 
 
 def firing_groups(request: HttpRequest) -> list[FiringGroup]:
-    """The most recent STRIP_SIZE rules with firing events the reader may see, most
-    severe first, then newest. Three queries, whatever the count of events."""
+    """The STRIP_SIZE rules with firing events the reader may see, most severe first,
+    then newest. Two queries, whatever the count of events."""
     firing = _visible(request).filter(state=EventState.FIRING)
+    rank = Case(When(severity=Severity.CRITICAL, then=0), When(severity=Severity.WARNING, then=1),
+                default=2)  # fmt: skip
     rows = list(
         firing.values("rule_id", "rule_key", "rule_name", "severity")
-        .annotate(count=Count("pk"), latest=Max("started_at"), newest=Max("pk"))
-        .order_by("-latest")[: STRIP_SIZE * 3]
+        .annotate(count=Count("pk"), latest=Max("started_at"), newest=Max("pk"), rank=rank)
+        .order_by("rank", "-latest")[:STRIP_SIZE]
     )
-    rank = {Severity.CRITICAL: 0, Severity.WARNING: 1, Severity.INFO: 2}
-    rows.sort(key=lambda r: (rank.get(r["severity"], 3), -r["latest"].timestamp()))
-    rows = rows[:STRIP_SIZE]
     singles = Event.objects.in_bulk([r["newest"] for r in rows if r["count"] == 1])
     labels = dict(Severity.choices)
     return [
