@@ -27,8 +27,9 @@ from quotas.models import GpuRequest, Notice
 from quotas.requests import lifecycle
 from quotas.requests.forms import DecisionForm, ExtendForm, GpuRequestForm, ResizeForm
 from quotas.requests.notices import mark_read, text_of, unread_count
+from quotas.requests.outlook import approval_outlook
 from quotas.requests.permissions import can_decide, can_manage, decidable_requests, visible_requests
-from quotas.requests.services import approval_outlook, create_request, decide, queue_position
+from quotas.requests.services import create_request, decide, queue_position
 
 
 def allocation_url(allocation_id: int) -> str:
