@@ -18,6 +18,7 @@ from django.db import connections
 from django.db.migrations.executor import MigrationExecutor
 from django.db.migrations.operations import RunPython
 from django.db.models.signals import post_migrate
+from django.utils import translation
 from hypothesis import settings as hypothesis_settings
 from playwright.sync_api import Browser, sync_playwright
 from whitenoise.middleware import WhiteNoiseMiddleware
@@ -153,6 +154,15 @@ def _clean_redis() -> None:
     # The test Redis database is the suite's own: every test starts from empty, so no
     # cached reading, rollup buffer or channel group leaks from one test into the next.
     redis.Redis.from_url(settings.REDIS_URL).flushdb()
+
+
+@pytest.fixture(autouse=True)
+def _default_language() -> Iterator[None]:
+    # A request's LocaleMiddleware activates its language on the test's own thread and
+    # nothing deactivates it: without this, a Chinese page leaves the next test in Chinese.
+    translation.activate(settings.LANGUAGE_CODE)
+    yield
+    translation.deactivate()
 
 
 @pytest.fixture
