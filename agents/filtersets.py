@@ -24,7 +24,8 @@ def validate_label_selector(raw: str) -> None:
     try:
         parse_labels({key: value})
     except ValueError as exc:
-        raise ValidationError(str(exc), code="invalid") from None
+        # As a parameter: django-filter %-formats the message, and a label may hold a "%".
+        raise ValidationError("%(reason)s", code="invalid", params={"reason": exc}) from None
 
 
 class NodeFilterSet(django_filters.FilterSet):

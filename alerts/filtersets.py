@@ -6,6 +6,7 @@ import django_filters
 
 from alerts.choices import ChannelKind, Condition, EventState, Severity
 from alerts.models import Channel, Event, Rule
+from portal.filters import InstantFilter
 
 
 class ChannelFilterSet(django_filters.FilterSet):
@@ -29,8 +30,8 @@ class EventFilterSet(django_filters.FilterSet):
     # The node's name and the pool's slug, as the event's labels carry them.
     node = django_filters.CharFilter(field_name="labels__node", max_length=255)
     pool = django_filters.CharFilter(field_name="labels__pool", max_length=100)
-    since = django_filters.IsoDateTimeFilter(field_name="started_at", lookup_expr="gte")
-    until = django_filters.IsoDateTimeFilter(field_name="started_at", lookup_expr="lt")
+    since = InstantFilter(field_name="started_at", lookup_expr="gte")
+    until = InstantFilter(field_name="started_at", lookup_expr="lt")
 
     class Meta:
         model = Event

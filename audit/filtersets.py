@@ -12,6 +12,7 @@ from django.db.models import Q, QuerySet
 from django.utils.translation import gettext_lazy as _
 
 from audit.models import AuditEntry
+from portal.filters import InstantFilter
 
 DAY = forms.DateInput(format="%Y-%m-%d", attrs={"type": "date"})
 
@@ -66,13 +67,13 @@ class AuditEntryFilterSet(django_filters.FilterSet):
         label=_("Until"),
         help_text=_("Only entries up to and including this day (YYYY-MM-DD)."),
     )
-    after = django_filters.IsoDateTimeFilter(
+    after = InstantFilter(
         field_name="at",
         lookup_expr="gte",
         label=_("At or after"),
         help_text=_("Only entries at or after this moment (ISO 8601)."),
     )
-    before = django_filters.IsoDateTimeFilter(
+    before = InstantFilter(
         field_name="at",
         lookup_expr="lt",
         label=_("Earlier than"),

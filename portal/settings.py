@@ -305,7 +305,7 @@ REST_FRAMEWORK = {
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     # Each list view names its <Model>FilterSet (<app>/filtersets.py) as filterset_class.
     "DEFAULT_FILTER_BACKENDS": ["django_filters.rest_framework.DjangoFilterBackend"],
-    "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.LimitOffsetPagination",
+    "DEFAULT_PAGINATION_CLASS": "portal.pagination.PortalPagination",
     "PAGE_SIZE": 100,
     # Operations tagged by resource and titled (portal/api_docs.py).
     "DEFAULT_SCHEMA_CLASS": "portal.api_docs.PortalAutoSchema",

@@ -62,6 +62,13 @@ def test_the_node_list_filters(api, nodes, params, expected):
         ({"source": "ssh"}, "source"),
         ({"label": "no spaces=x"}, "label"),
         ({"label": "=x"}, "label"),
+        ({"label": "%"}, "label"),  # a % in the message once raised TypeError (a 500)
+        ({"label": "50%"}, "label"),
+        ({"limit": "9223372036854775808"}, "limit"),  # past bigint: PostgreSQL refused, a 500
+        ({"limit": "-1"}, "limit"),
+        ({"limit": "ten"}, "limit"),
+        ({"offset": "9223372036854775808"}, "offset"),
+        ({"offset": "-5"}, "offset"),
     ],
 )
 def test_a_bad_node_filter_is_a_400_naming_the_parameter(api, nodes, params, field):
@@ -100,3 +107,9 @@ def test_the_gpu_filters_are_in_the_schema(api):
     parameters = _parameters(api, "/api/v1/gpus/")
     assert {"node", "model", "health"} <= parameters.keys()
     assert parameters["health"]["schema"]["enum"] == ["lost", "ok", "unknown"]
+
+
+def test_the_page_parameters_have_bounds_in_the_schema(api):
+    parameters = _parameters(api, "/api/v1/nodes/")
+    assert parameters["limit"]["schema"] == {"type": "integer", "minimum": 1, "maximum": 1000}
+    assert parameters["offset"]["schema"]["minimum"] == 0
