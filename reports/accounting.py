@@ -3,7 +3,7 @@ held and used per tenant, user and pool, per day; chargeback at the admin's unit
 the cost of idle time apart; queue waits; right-sizing advice.
 
 Each day is summed once into ``UsageDay`` rows (beat: today and yesterday, every
-quarter hour; the report fills a day it finds missing), so a month reads at most 31 rows
+quarter hour; the report writes again a day not written since it ended), so a month reads at most 31 rows
 per (tenant, user, pool).
 
 Held hours come from ``quotas.interface.held_hours`` (the quotas' own GPU-hour count,
@@ -22,7 +22,7 @@ from typing import Any
 
 from django.conf import settings
 from django.core.exceptions import ValidationError
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models import Avg, Count, DurationField, ExpressionWrapper, F, Max, Q, Sum
 from django.utils import timezone
 from django.utils.translation import gettext as _
@@ -38,6 +38,7 @@ from telemetry.interface import Interval, interval_usage
 KEYS = (TENANT, REQUESTER, "pool_id")
 ZERO = Decimal(0)
 CENTS = Decimal("0.01")
+DAY_LOCK = 0x5553  # "US": the advisory-lock class of a UsageDay's day
 
 
 def parse_month(value: Any) -> date:
@@ -145,7 +146,8 @@ def _used(start: datetime, end: datetime, groups: dict[tuple, int]):
 
 def materialize_day(day: date) -> int:
     """Write one day's ``UsageDay`` rows (replacing the day's): beat runs it for today
-    and yesterday; the report fills a day it finds missing. Returns the rows written."""
+    and yesterday; the report writes again a day not written since it ended. Returns the
+    rows written."""
     start, end = _bounds(day), _bounds(day + timedelta(days=1))
     held = held_hours(KEYS, start, end)
     groups: dict[tuple, int] = {key: i for i, key in enumerate(held)}
@@ -166,6 +168,10 @@ def materialize_day(day: date) -> int:
             )
         )  # fmt: skip
     with transaction.atomic():
+        # Beat and a report's reader may both write a day: one after the other, or the
+        # second would insert beside the first's rows (the unique key: an IntegrityError).
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_xact_lock(%s, %s)", [DAY_LOCK, day.toordinal()])
         UsageDay.objects.filter(day=day).delete()
         # A day with nothing held still gets a mark, so the report does not redo it.
         UsageDay.objects.bulk_create(rows or [_EMPTY(day, now)], batch_size=5000)
@@ -177,13 +183,20 @@ def _EMPTY(day: date, now: datetime) -> UsageDay:
                     memory_gib_hours=ZERO, computed_at=now)  # fmt: skip
 
 
-def _fill_missing(first: date, last: date) -> None:
-    """Materialize the days in ``[first, last)`` not written yet (up to today)."""
+def _refresh(first: date, last: date) -> None:
+    """Materialize the days in ``[first, last)`` (up to today) not written since they
+    ended: missing ones, and today, so that the report counts held hours to the second,
+    as the quotas do, not to beat's last quarter hour."""
     today = timezone.localdate()
-    done = set(UsageDay.objects.filter(day__gte=first, day__lt=last).values_list("day", flat=True))
+    written = dict(
+        UsageDay.objects.filter(day__gte=first, day__lt=last)
+        .values("day")
+        .annotate(at=Max("computed_at"))
+        .values_list("day", "at")
+    )
     day = first
     while day < last and day <= today:
-        if day not in done:
+        if day not in written or written[day] < _bounds(day + timedelta(days=1)):
             materialize_day(day)
         day += timedelta(days=1)
 
@@ -192,7 +205,7 @@ def monthly(month: date, user) -> MonthReport:
     start_day = month
     end_day = (month + timedelta(days=32)).replace(day=1)
     start, end = _bounds(start_day), _bounds(end_day)
-    _fill_missing(start_day, end_day)
+    _refresh(start_day, end_day)
     tenant_ids = permissions.visible_tenant_ids(user)
     rows = UsageDay.objects.filter(day__gte=start_day, day__lt=end_day).exclude(tenant_id=0)
     if tenant_ids is not None:

@@ -230,6 +230,11 @@ def held_hours(
     allocations = Allocation.objects.filter(**{f"{TENANT}__isnull": False})
     if tenant_ids is not None:
         allocations = allocations.filter(**{f"{TENANT}__in": tenant_ids})
+    # An open allocation is held until now, not until ``end``: today's day must not bill
+    # the hours left before midnight.
+    end = min(end, timezone.now())
+    if end <= start:
+        return {}
     inside = allocations.filter(placed_at__isnull=False, placed_at__lt=end).filter(
         Q(released_at__isnull=True) | Q(released_at__gt=start)
     )
