@@ -3,8 +3,8 @@ held and used per tenant, user and pool, per day; chargeback at the admin's unit
 the cost of idle time apart; queue waits; right-sizing advice.
 
 Each day is summed once into ``UsageDay`` rows (beat: today and yesterday, every
-quarter hour; the report writes again a day not written since it ended), so a month reads at most 31 rows
-per (tenant, user, pool).
+quarter hour; the report writes again a day not written since it ended), so a month
+reads at most 31 rows per (tenant, user, pool).
 
 Held hours come from ``quotas.interface.held_hours`` (the quotas' own GPU-hour count,
 exact to the second); used and idle hours from the hour rollups over each allocation's
