@@ -9,16 +9,17 @@ class AlertsConfig(AppConfig):
     verbose_name = _("Alerts")
 
     def ready(self) -> None:
-        from alerts import cycle, event_views, notices, reclaim
+        from alerts import event_views
+        from alerts.sources import metrics, reclaim, request_notices
         from quotas.interface import request_event
         from reports.interface import appeal_event, idle_digest, reclaim_warned, reclaimed
         from telemetry.interface import add_dashboard_panel, poll_cycle_recorded
 
         # Rules are evaluated after each recorded poll cycle, from its readings.
-        poll_cycle_recorded.connect(cycle.on_poll_cycle_recorded, weak=False,
+        poll_cycle_recorded.connect(metrics.on_poll_cycle_recorded, weak=False,
                                     dispatch_uid="alerts.rules")  # fmt: skip
         # Each step of a GPU request reaches the people concerned on their channels.
-        request_event.connect(notices.on_request_event, weak=False,
+        request_event.connect(request_notices.on_request_event, weak=False,
                               dispatch_uid="alerts.request_notices")  # fmt: skip
         # Reports' news: the reclaim-warning rule's events, reclaim notices, the digest.
         for signal, receiver in ((reclaim_warned, reclaim.on_reclaim_warned),

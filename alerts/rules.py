@@ -1,7 +1,7 @@
 """The rules every source of events shares: each enabled rule as a ``RuleSpec``, the
 rules' version in Redis (bumped when one changes, so each process reloads its copy), and
-an occurrence's fingerprint. Below the sources (the metrics cycle, business states,
-reclaim, Alertmanager) and beside ``alerts.events``; imports none of them."""
+an occurrence's fingerprint. Below the sources (``alerts.sources``: the metrics cycle,
+business states, reclaim, Alertmanager) and beside ``alerts.events``; imports none of them."""
 
 from __future__ import annotations
 
@@ -67,6 +67,6 @@ def enabled_rules() -> list[RuleSpec]:
 
 
 def forget() -> None:
-    """Read the rules afresh at the next call (``cycle.forget_caches``)."""
+    """Read the rules afresh at the next call (``alerts.sources.metrics.forget_caches``)."""
     global _rules
     _rules = None

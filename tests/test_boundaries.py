@@ -6,8 +6,10 @@ quotas, reports, alerts, tokens, and portal's wiring (settings, URLs, ASGI, Cele
 command: what puts the apps together). A module imports only its own layer or those below
 it, the apps above use telemetry only through ``telemetry.interface``, and no module
 imports itself round a circle of others; in quotas, the tenancy half never imports the
-requests half built on it. Read from the source with ``ast``, so an import
-inside a function, or under ``TYPE_CHECKING``, counts as much as one at the top.
+requests half built on it; in alerts, the sources of events sit over the rules and events
+and under the tasks. No module reaches into another object's private members (``x._y``).
+Read from the source with ``ast``, so an import inside a function, or under
+``TYPE_CHECKING``, counts as much as one at the top.
 """
 
 from __future__ import annotations
@@ -213,6 +215,22 @@ def _across_quotas_halves(graph: dict[str, set[str]]) -> list[str]:
     ]
 
 
+# alerts: each source of events (alerts.sources) over the rules and events they share, the
+# beat's tasks on top of them all.
+ALERTS_BELOW_SOURCES = {"alerts.rules", "alerts.events", "alerts.evaluate", "alerts.recipients",
+                        "alerts.outbox"}  # fmt: skip
+
+
+def _alerts_out_of_order(graph: dict[str, set[str]]) -> list[str]:
+    return [
+        f"{module} imports {target}"
+        for module, targets in sorted(graph.items())
+        for target in sorted(targets)
+        if target == "alerts.tasks"
+        or (module in ALERTS_BELOW_SOURCES and _in(target, "alerts.sources"))
+    ]
+
+
 def _violations() -> list[str]:
     """Imports of another app's private modules (the layers are ``_upward``'s)."""
     problems = []
@@ -349,6 +367,22 @@ def test_the_private_name_check_sees_absolute_and_relative_imports(tmp_path):
 
 def test_quotas_tenancy_never_imports_its_requests_half():
     assert _across_quotas_halves(_graph()) == []
+
+
+def test_alerts_sources_sit_over_rules_and_events_with_tasks_on_top():
+    assert _alerts_out_of_order(_graph()) == []
+
+
+def test_the_alerts_check_catches_a_source_importing_tasks_or_the_rules_a_source():
+    graph = {
+        "alerts.sources.metrics": {"alerts.rules", "alerts.tasks"},
+        "alerts.rules": {"alerts.sources.business"}, "alerts.tasks": {"alerts.sources.business"},
+        "alerts.sources.business": {"alerts.events", "alerts.sources.reclaim"},
+    }  # fmt: skip
+    assert _alerts_out_of_order(graph) == [
+        "alerts.rules imports alerts.sources.business",
+        "alerts.sources.metrics imports alerts.tasks",
+    ]
 
 
 def test_the_halves_check_catches_tenancy_or_a_shared_module_reaching_requests():
