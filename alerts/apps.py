@@ -9,12 +9,18 @@ class AlertsConfig(AppConfig):
     verbose_name = _("Alerts")
 
     def ready(self) -> None:
+        from django.db.models.signals import post_delete
+
         from alerts import event_views
+        from alerts.models import Rule
+        from alerts.rules import on_rule_deleted
         from alerts.sources import metrics, reclaim, request_notices
         from quotas.interface import request_event
         from reports.interface import appeal_event, idle_digest, reclaim_warned, reclaimed
         from telemetry.interface import add_dashboard_panel, poll_cycle_recorded
 
+        # A deleted rule leaves every process's copy, cascaded deletes included.
+        post_delete.connect(on_rule_deleted, sender=Rule, dispatch_uid="alerts.rule_deleted")
         # Rules are evaluated after each recorded poll cycle, from its readings.
         poll_cycle_recorded.connect(metrics.on_poll_cycle_recorded, weak=False,
                                     dispatch_uid="alerts.rules")  # fmt: skip

@@ -11,6 +11,8 @@ import uuid
 from collections.abc import Mapping
 from typing import Any
 
+from django.db import transaction
+
 from alerts.choices import ScopeKind
 from alerts.evaluate import RuleSpec
 from alerts.models import Rule
@@ -24,6 +26,12 @@ def rules_version_key() -> str:
 def bump_rules_version() -> None:
     """Every process reloads its rules at its next cycle (called when a rule changes)."""
     redis_client.client().set(rules_version_key(), uuid.uuid4().hex)
+
+
+def on_rule_deleted(sender, *, using: str = "default", **kwargs) -> None:
+    """``post_delete`` of a rule, however it goes: through ``alerts.config`` or by cascade
+    with the pool, node or tenant it is scoped to, which no alerts code sees."""
+    transaction.on_commit(bump_rules_version, using=using)
 
 
 def rules_version() -> bytes:

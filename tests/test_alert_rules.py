@@ -13,6 +13,7 @@ from alerts import evaluate
 from alerts.choices import Condition, DeliveryStatus, EventState, ScopeKind, Severity
 from alerts.defaults import DEFAULT_RULES
 from alerts.models import Delivery, Event, Rule
+from alerts.rules import bump_rules_version
 from alerts.sources import metrics
 from telemetry import services as telemetry
 from telemetry.interface import PollCycle
@@ -21,7 +22,9 @@ from tests.factories import (
     ChannelFactory,
     GPUFactory,
     NodeFactory,
+    PoolFactory,
     SubscriptionFactory,
+    TenantFactory,
     UserFactory,
 )
 
@@ -271,3 +274,30 @@ def test_a_rules_version_written_after_redis_lost_it_never_repeats_an_old_one(db
     with CaptureQueriesContext(connection) as queries:
         metrics.enabled_rules()
     assert len(queries) == 0
+
+
+@pytest.mark.parametrize("scope", [ScopeKind.POOL, ScopeKind.TENANT, ScopeKind.NODE])
+def test_a_rule_deleted_with_what_it_is_scoped_to_leaves_every_process_copy(
+    db, scope, django_capture_on_commit_callbacks
+):
+    # The pool, tenant or node goes through its own app's service; the rule goes with it
+    # by cascade, which no alerts service sees.
+    from agents.registration import delete_node
+    from pools.configuration import delete_pool
+    from quotas.tenancy.services import delete_tenant
+
+    target = {ScopeKind.POOL: PoolFactory, ScopeKind.TENANT: TenantFactory,
+              ScopeKind.NODE: NodeFactory}[scope]()  # fmt: skip
+    Rule.objects.create(key="scoped-hot", name="Scoped hot", condition=Condition.TEMPERATURE,
+                        threshold=80, scope_kind=scope, **{scope: target})  # fmt: skip
+    bump_rules_version()  # as saving it through alerts.config does
+    assert "scoped-hot" in {r.key for r in metrics.enabled_rules()}
+    with django_capture_on_commit_callbacks(execute=True):
+        if scope == ScopeKind.POOL:
+            delete_pool(target.pk)
+        elif scope == ScopeKind.TENANT:
+            delete_tenant(target.pk, UserFactory(is_superuser=True))
+        else:
+            delete_node(target.pk)
+    assert not Rule.objects.filter(key="scoped-hot").exists()
+    assert "scoped-hot" not in {r.key for r in metrics.enabled_rules()}
