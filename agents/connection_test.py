@@ -13,7 +13,8 @@ from typing import Any
 from django.conf import settings
 from django.utils.translation import gettext as _
 
-from agents import fanout, networks
+from agents import client as agent_client
+from agents import networks
 from agents.gpu_agent import schema
 from agents.models import Node
 from agents.registration import clean_node_values, move_needs_token
@@ -43,8 +44,8 @@ def test_connection(url: str, token: str) -> ConnectionResult:
         return ConnectionResult(ok=False, error=" ".join(m for ms in errors.values() for m in ms))
     if (refused := networks.connect_refusal(cleaned["agent_url"])) is not None:
         return ConnectionResult(ok=False, error=refused)
-    request = fanout.Request("GET", cleaned["agent_url"] + _SNAPSHOT_PATH, cleaned["token"])
-    response = fanout.send(
+    request = agent_client.Request("GET", cleaned["agent_url"] + _SNAPSHOT_PATH, cleaned["token"])
+    response = agent_client.send(
         request,
         timeout=settings.GPU_POLL_TIMEOUT,
         retries=settings.GPU_POLL_RETRIES,
@@ -99,7 +100,7 @@ def status_problem(status: int) -> str:
     return text % {"status": status}
 
 
-def _snapshot(response: fanout.Response, url: str) -> dict[str, Any] | str:
+def _snapshot(response: agent_client.Response, url: str) -> dict[str, Any] | str:
     """The snapshot, or what is wrong with the answer: checked against the reading schema
     as the poller checks it, so an agent that passes here is recorded at the first cycle."""
     if response.status != 200:

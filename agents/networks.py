@@ -1,6 +1,6 @@
 """Where agents may be: the settings' allowed and denied networks, applied at registration
-(an address in the URL) and at every connection (portal/egress.py, through the
-pools of agents/fanout.py: the poller's and the connection test's).
+(an address in the URL) and at every connection (portal/egress.py, through
+the pools of ``agents.client``: the poller's and the connection test's).
 
 ``AGENT_NETWORKS_ALLOW`` (empty: any) and ``AGENT_NETWORKS_DENY`` (by default link-local,
 where clouds serve instance metadata) are CIDR lists; the portal's own database and Redis
@@ -72,7 +72,7 @@ def url_refusal(url: str) -> str | None:
 
 def connect_refusal(url: str) -> str | None:
     """Before a connection test: the host's addresses now, resolved and checked, so that the
-    person gets a clear reason. The connection itself checks again (agents/fanout.py)."""
+    person gets a clear reason. The connection itself checks again (``agents.client``)."""
     host, port = _host_and_port(url)
     try:
         resolve_now(host, port, policy())

@@ -9,16 +9,23 @@ class AlertsConfig(AppConfig):
     verbose_name = _("Alerts")
 
     def ready(self) -> None:
-        from alerts import cycle, event_views, notices, reclaim
+        from django.db.models.signals import post_delete
+
+        from alerts import event_views
+        from alerts.models import Rule
+        from alerts.rules import on_rule_deleted
+        from alerts.sources import metrics, reclaim, request_notices
         from quotas.interface import request_event
         from reports.interface import appeal_event, idle_digest, reclaim_warned, reclaimed
         from telemetry.interface import add_dashboard_panel, poll_cycle_recorded
 
+        # A deleted rule leaves every process's copy, cascaded deletes included.
+        post_delete.connect(on_rule_deleted, sender=Rule, dispatch_uid="alerts.rule_deleted")
         # Rules are evaluated after each recorded poll cycle, from its readings.
-        poll_cycle_recorded.connect(cycle.on_poll_cycle_recorded, weak=False,
+        poll_cycle_recorded.connect(metrics.on_poll_cycle_recorded, weak=False,
                                     dispatch_uid="alerts.rules")  # fmt: skip
         # Each step of a GPU request reaches the people concerned on their channels.
-        request_event.connect(notices.on_request_event, weak=False,
+        request_event.connect(request_notices.on_request_event, weak=False,
                               dispatch_uid="alerts.request_notices")  # fmt: skip
         # Reports' news: the reclaim-warning rule's events, reclaim notices, the digest.
         for signal, receiver in ((reclaim_warned, reclaim.on_reclaim_warned),

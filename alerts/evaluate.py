@@ -3,7 +3,7 @@
 No ORM and no Redis: ``findings`` takes the rules, the latest readings of the cycle's
 nodes and what the portal knows of each card (its node, pool and tenants), and answers
 what is true now. Holding for a duration, opening and resolving events is the caller's
-business (``alerts.cycle``). Kept plain so it can be benchmarked at fleet size
+business (``alerts.sources.metrics``). Kept plain so it can be benchmarked at fleet size
 (bench/alerts) and tested without a database.
 """
 

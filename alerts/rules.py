@@ -1,7 +1,7 @@
 """The rules every source of events shares: each enabled rule as a ``RuleSpec``, the
 rules' version in Redis (bumped when one changes, so each process reloads its copy), and
-an occurrence's fingerprint. Below the sources (the metrics cycle, business states,
-reclaim, Alertmanager) and beside ``alerts.events``; imports none of them."""
+an occurrence's fingerprint. Below the sources (``alerts.sources``: the metrics cycle,
+business states, reclaim, Alertmanager) and beside ``alerts.events``; imports none of them."""
 
 from __future__ import annotations
 
@@ -10,6 +10,8 @@ import json
 import uuid
 from collections.abc import Mapping
 from typing import Any
+
+from django.db import transaction
 
 from alerts.choices import ScopeKind
 from alerts.evaluate import RuleSpec
@@ -24,6 +26,12 @@ def rules_version_key() -> str:
 def bump_rules_version() -> None:
     """Every process reloads its rules at its next cycle (called when a rule changes)."""
     redis_client.client().set(rules_version_key(), uuid.uuid4().hex)
+
+
+def on_rule_deleted(sender, *, using: str = "default", **kwargs) -> None:
+    """``post_delete`` of a rule, however it goes: through ``alerts.config`` or by cascade
+    with the pool, node or tenant it is scoped to, which no alerts code sees."""
+    transaction.on_commit(bump_rules_version, using=using)
 
 
 def rules_version() -> bytes:
@@ -67,6 +75,6 @@ def enabled_rules() -> list[RuleSpec]:
 
 
 def forget() -> None:
-    """Read the rules afresh at the next call (``cycle.forget_caches``)."""
+    """Read the rules afresh at the next call (``alerts.sources.metrics.forget_caches``)."""
     global _rules
     _rules = None

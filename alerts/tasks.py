@@ -20,6 +20,6 @@ def requeue_deliveries() -> int:
 @shared_task(ignore_result=True)
 def evaluate_business() -> int:
     """Business-state rules: requests pending, quotas used, allocations expiring."""
-    from alerts.business import evaluate_business as run
+    from alerts.sources.business import evaluate_business as run
 
     return run()

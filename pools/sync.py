@@ -21,7 +21,7 @@ from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
 
-from agents import fanout
+from agents import client as agent_client
 from agents.choices import NodeSource
 from agents.models import Node
 from pools.choices import AgentSync, AllocationState
@@ -65,7 +65,7 @@ def desired_slices(node_id: int) -> list[tuple[int, dict[str, Any]]]:
     ]  # fmt: skip
 
 
-def _held(response: fanout.Response) -> tuple[int, set[str]] | None:
+def _held(response: agent_client.Response) -> tuple[int, set[str]] | None:
     """The generation and allocation ids of a 200's document, or None if it is not one."""
     try:
         document = response.json()
@@ -84,7 +84,7 @@ def _held(response: fanout.Response) -> tuple[int, set[str]] | None:
     return generation, held
 
 
-def _refusal(response: fanout.Response) -> str:
+def _refusal(response: agent_client.Response) -> str:
     try:
         body = response.json()
         text = body.get("error") if isinstance(body, dict) else None
@@ -93,11 +93,11 @@ def _refusal(response: fanout.Response) -> str:
     return short(f"HTTP {response.status}: {text if isinstance(text, str) else ''}")
 
 
-def _send(node: dict[str, Any], slices: list[dict[str, Any]]) -> fanout.Response:
-    request = fanout.Request(
+def _send(node: dict[str, Any], slices: list[dict[str, Any]]) -> agent_client.Response:
+    request = agent_client.Request(
         "PUT", node["agent_url"].rstrip("/") + DESIRED_PATH, node["token"], json={"slices": slices}
     )
-    return fanout.send(
+    return agent_client.send(
         request,
         timeout=settings.GPU_POLL_TIMEOUT,
         retries=settings.GPU_POLL_RETRIES,

@@ -2,7 +2,7 @@
 
 Pure I/O over plain data: no ORM here, so the services can be tested and the
 fetch benchmarked on its own. Each process keeps one event loop in a background
-thread with one ``fanout.Pool`` (agents/fanout.py, a lean HTTP/1.1 client), so
+thread with one ``agents.client.Pool`` (a lean HTTP/1.1 client), so
 keep-alive connections to the agents survive from one cycle to the next (no TCP
 handshake per agent per cycle). At most ``concurrency`` requests are in flight
 and each agent has its own timeout, retries included, so a slow or broken agent
@@ -23,7 +23,7 @@ from typing import Any
 
 import orjson
 
-from agents import fanout
+from agents import client as agent_client
 from agents.gpu_agent import schema
 
 # ?view=portal: only the fields the portal keeps. An agent that does not know the view
@@ -57,7 +57,7 @@ class PollResult:
 
 
 def _poll_result(
-    target: AgentTarget, response: fanout.Response, max_gpus: int | None = None
+    target: AgentTarget, response: agent_client.Response, max_gpus: int | None = None
 ) -> PollResult:
     error = response.error
     if not error:
@@ -103,7 +103,7 @@ async def fetch_all(
     *,
     timeout: float,
     concurrency: int,
-    pool: fanout.Pool | None = None,
+    pool: agent_client.Pool | None = None,
     retries: int | None = None,
     backoff: float | None = None,
     max_gpus: int | None = None,
@@ -118,7 +118,7 @@ async def fetch_all(
     if max_gpus is None:
         max_gpus = max_cards()
     if pool is None:
-        own = fanout.Pool()
+        own = agent_client.Pool()
         try:
             return await fetch_all(
                 targets,
@@ -133,7 +133,7 @@ async def fetch_all(
             own.close()
     results: list[PollResult | None] = [None] * len(targets)
 
-    def parse(index: int, response: fanout.Response) -> None:
+    def parse(index: int, response: agent_client.Response) -> None:
         # As each answer arrives, so parsing overlaps the wait for the slower agents.
         results[index] = _poll_result(targets[index], response, max_gpus)
 
@@ -174,7 +174,7 @@ class _LoopThread:
             target=self.loop.run_forever, name="agent-poller", daemon=True
         )
         self.thread.start()
-        self.pool = fanout.Pool()
+        self.pool = agent_client.Pool()
         atexit.register(self.close)
 
     def close(self) -> None:

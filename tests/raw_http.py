@@ -7,7 +7,7 @@ import threading
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler
 
-from agents import fanout
+from agents import client as agent_client
 
 BODY = b'{"gpus": [{"uuid": "GPU-1", "index": 0}]}'
 TOKEN = "test-token"
@@ -98,16 +98,16 @@ def get(
     *,
     cycles: int = 1,
     pause: float = 0.0,
-    pool: fanout.Pool | None = None,
+    pool: agent_client.Pool | None = None,
     token: str = TOKEN,
     timeout: float = 2.0,
     concurrency: int = 10,
     **options,
-) -> list[list[fanout.Response]]:
+) -> list[list[agent_client.Response]]:
     """``cycles`` calls of get_all on one pool in one loop; the responses of each."""
 
-    async def run() -> list[list[fanout.Response]]:
-        own = pool or fanout.Pool()
+    async def run() -> list[list[agent_client.Response]]:
+        own = pool or agent_client.Pool()
         out = []
         try:
             for cycle in range(cycles):
@@ -128,7 +128,7 @@ def get(
     return asyncio.run(run())
 
 
-def get_one(url: str, **options) -> fanout.Response:
+def get_one(url: str, **options) -> agent_client.Response:
     return get([url], **options)[0][0]
 
 
@@ -147,5 +147,5 @@ class OkHandler(BaseHTTPRequestHandler):
         pass
 
 
-def send(request: fanout.Request, **options) -> fanout.Response:
-    return fanout.send(request, **({"timeout": 2.0} | options))
+def send(request: agent_client.Request, **options) -> agent_client.Response:
+    return agent_client.send(request, **({"timeout": 2.0} | options))

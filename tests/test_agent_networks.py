@@ -159,15 +159,15 @@ def test_the_poller_refuses_a_denied_address_and_resolves_a_name_once(settings, 
 
 
 def test_a_pool_resolves_a_host_once_per_while_not_per_connection(recorder, dns):
-    from agents import fanout
+    from agents import client as agent_client
 
     port = recorder.url.rsplit(":", 1)[1]
     lookups = dns("agent.test", ["127.0.0.1"])
     # The recorder speaks HTTP/1.0: each request takes a new connection.
-    request = fanout.Request("GET", f"http://agent.test:{port}/v1/snapshot", TOKEN)
+    request = agent_client.Request("GET", f"http://agent.test:{port}/v1/snapshot", TOKEN)
 
-    async def twice() -> list[fanout.Response]:
-        pool = fanout.Pool()
+    async def twice() -> list[agent_client.Response]:
+        pool = agent_client.Pool()
         try:
             first = await pool.send_all([request], timeout=2.0, concurrency=1)
             second = await pool.send_all([request], timeout=2.0, concurrency=1)

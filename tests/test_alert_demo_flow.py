@@ -15,9 +15,10 @@ from agents.choices import NodeState
 from agents.gpu_agent.backends.scenario import load_scenario
 from agents.gpu_agent.backends.sim import SimulatedBackend
 from agents.gpu_agent.snapshot_views import PORTAL, encode
-from alerts import cycle, demo, outbox
+from alerts import demo, outbox
 from alerts.choices import DeliveryStatus
 from alerts.models import Delivery, Event
+from alerts.sources import metrics
 from telemetry import services as telemetry
 from telemetry.poller import PollResult
 from tests import procs
@@ -36,7 +37,7 @@ def test_an_overheating_card_sends_one_email_one_webhook_and_then_resolved(
     settings,
 ):
     settings.ALERT_HTTP_ALLOWED_HOSTS = ["127.0.0.1"]
-    cycle.forget_caches()
+    metrics.forget_caches()
     rx = Receiver()
     url, server = procs.serve(handler_for(rx))
     try:

@@ -12,9 +12,10 @@ import pytest
 from django.conf import settings
 from django.utils import timezone
 
-from alerts import business, cycle, outbox, rules, services
+from alerts import outbox, rules, services
 from alerts.choices import ChannelKind, DeliveryStatus, EventState, Severity
 from alerts.models import Channel, Delivery, Event, Rule
+from alerts.sources import business, metrics
 from quotas.choices import Role
 from reports.choices import WarningState
 from reports.interface import appeal_event, idle_digest, reclaim_warned, reclaimed
@@ -31,9 +32,9 @@ from tests.test_alert_delivery import smtp, wait_until, worker_env  # noqa: F401
 
 @pytest.fixture(autouse=True)
 def _fresh_caches():
-    cycle.forget_caches()
+    metrics.forget_caches()
     yield
-    cycle.forget_caches()
+    metrics.forget_caches()
 
 
 def email_channel(user, address: str, language: str = "", rules=(), tenant=None):

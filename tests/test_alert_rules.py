@@ -9,10 +9,12 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from agents.choices import NodeState
-from alerts import cycle, evaluate
+from alerts import evaluate
 from alerts.choices import Condition, DeliveryStatus, EventState, ScopeKind, Severity
 from alerts.defaults import DEFAULT_RULES
 from alerts.models import Delivery, Event, Rule
+from alerts.rules import bump_rules_version
+from alerts.sources import metrics
 from telemetry import services as telemetry
 from telemetry.interface import PollCycle
 from telemetry.poller import PollResult
@@ -20,7 +22,9 @@ from tests.factories import (
     ChannelFactory,
     GPUFactory,
     NodeFactory,
+    PoolFactory,
     SubscriptionFactory,
+    TenantFactory,
     UserFactory,
 )
 
@@ -29,9 +33,9 @@ T0 = datetime(2026, 12, 1, 3, 0, tzinfo=UTC)
 
 @pytest.fixture(autouse=True)
 def _fresh_caches():
-    cycle.forget_caches()
+    metrics.forget_caches()
     yield
-    cycle.forget_caches()
+    metrics.forget_caches()
 
 
 @pytest.fixture
@@ -204,7 +208,7 @@ def test_a_disabled_rule_resolves_its_events_and_fires_no_more(
     Rule.objects.filter(key="gpu-temperature").update(for_seconds=0)
     poll(node, T0, card("GPU-HOT", 0, 95), capture=capture)
     Rule.objects.filter(key="gpu-temperature").update(enabled=False)
-    cycle.forget_caches()
+    metrics.forget_caches()
     poll(node, T0 + timedelta(seconds=5), card("GPU-HOT", 0, 95), capture=capture)
     assert Event.objects.get().state == EventState.RESOLVED
 
@@ -230,7 +234,7 @@ def test_a_pending_state_is_kept_in_redis_not_the_database(
     poll(node, T0, card("GPU-HOT", 0, 95), capture=capture)  # warms the caches
     cycle_obj = PollCycle(at=T0 + timedelta(seconds=5), answered=(node.pk,))
     with django_assert_max_num_queries(0):
-        cycle.evaluate_cycle(cycle_obj)
+        metrics.evaluate_cycle(cycle_obj)
     assert Delivery.objects.filter(status=DeliveryStatus.PENDING).count() == 0
 
 
@@ -244,11 +248,11 @@ def test_a_rules_copy_read_while_the_version_was_absent_is_reread_after_redis_lo
     from portal import redis_client
 
     key = DEFAULT_RULES[0]["key"]
-    assert key in {r.key for r in cycle.enabled_rules()}
+    assert key in {r.key for r in metrics.enabled_rules()}
     _rename_behind_the_cache(key, "renamed")
     redis_client.client().flushdb()
     # Absent before and absent now: a copy keyed by "no version" would match.
-    assert {r.key: r.name for r in cycle.enabled_rules()}[key] == "renamed"
+    assert {r.key: r.name for r in metrics.enabled_rules()}[key] == "renamed"
 
 
 def test_a_rules_version_written_after_redis_lost_it_never_repeats_an_old_one(db):
@@ -257,16 +261,43 @@ def test_a_rules_version_written_after_redis_lost_it_never_repeats_an_old_one(db
 
     key = DEFAULT_RULES[0]["key"]
     bump_rules_version()
-    assert key in {r.key for r in cycle.enabled_rules()}
+    assert key in {r.key for r in metrics.enabled_rules()}
     redis_client.client().flushdb()
     _rename_behind_the_cache(key, "renamed")
     # A counter starts again at 1 after the flush: the copy read at 1 would match.
     bump_rules_version()
-    assert {r.key: r.name for r in cycle.enabled_rules()}[key] == "renamed"
+    assert {r.key: r.name for r in metrics.enabled_rules()}[key] == "renamed"
     # Unchanged since: the copy is kept, no query.
     from django.db import connection
     from django.test.utils import CaptureQueriesContext
 
     with CaptureQueriesContext(connection) as queries:
-        cycle.enabled_rules()
+        metrics.enabled_rules()
     assert len(queries) == 0
+
+
+@pytest.mark.parametrize("scope", [ScopeKind.POOL, ScopeKind.TENANT, ScopeKind.NODE])
+def test_a_rule_deleted_with_what_it_is_scoped_to_leaves_every_process_copy(
+    db, scope, django_capture_on_commit_callbacks
+):
+    # The pool, tenant or node goes through its own app's service; the rule goes with it
+    # by cascade, which no alerts service sees.
+    from agents.registration import delete_node
+    from pools.configuration import delete_pool
+    from quotas.tenancy.services import delete_tenant
+
+    target = {ScopeKind.POOL: PoolFactory, ScopeKind.TENANT: TenantFactory,
+              ScopeKind.NODE: NodeFactory}[scope]()  # fmt: skip
+    Rule.objects.create(key="scoped-hot", name="Scoped hot", condition=Condition.TEMPERATURE,
+                        threshold=80, scope_kind=scope, **{scope: target})  # fmt: skip
+    bump_rules_version()  # as saving it through alerts.config does
+    assert "scoped-hot" in {r.key for r in metrics.enabled_rules()}
+    with django_capture_on_commit_callbacks(execute=True):
+        if scope == ScopeKind.POOL:
+            delete_pool(target.pk)
+        elif scope == ScopeKind.TENANT:
+            delete_tenant(target.pk, UserFactory(is_superuser=True))
+        else:
+            delete_node(target.pk)
+    assert not Rule.objects.filter(key="scoped-hot").exists()
+    assert "scoped-hot" not in {r.key for r in metrics.enabled_rules()}

@@ -8,10 +8,11 @@ from datetime import UTC, datetime, time, timedelta
 import pytest
 from django.utils import timezone
 
-from alerts import business, cycle, events, notices, recipients, rules
+from alerts import events, recipients, rules
 from alerts.choices import ScopeKind, Severity
 from alerts.evaluate import RuleSpec
 from alerts.models import Delivery, Event, Rule
+from alerts.sources import business, metrics, request_notices
 from quotas.choices import NoticeKind
 from quotas.models import GpuRequest
 from quotas.requests import services as quota_services
@@ -27,9 +28,9 @@ from tests.factories import (
 
 @pytest.fixture(autouse=True)
 def _fresh_caches():
-    cycle.forget_caches()
+    metrics.forget_caches()
     yield
-    cycle.forget_caches()
+    metrics.forget_caches()
 
 
 def spec(key: str = "gpu-temperature", **kw) -> RuleSpec:
@@ -159,7 +160,7 @@ def test_request_notices_reach_the_people_concerned_on_their_own_channels(db):
     dev_sub = SubscriptionFactory(owner=team.dev, min_severity=Severity.INFO)
     tenant_sub = SubscriptionFactory(owner=None, tenant=team.tenant, min_severity=Severity.INFO)
     other = SubscriptionFactory(owner=UserFactory(), min_severity=Severity.INFO)
-    ids = notices.deliver_notice(request_id=7, kind=NoticeKind.APPROVED,
+    ids = request_notices.deliver_notice(request_id=7, kind=NoticeKind.APPROVED,
                                  recipient_ids=[team.dev.pk], comment="ok")  # fmt: skip
     [delivery] = Delivery.objects.filter(pk__in=ids)
     assert delivery.channel_id == dev_sub.channel_id and delivery.notice["kind"] == "approved"
@@ -182,7 +183,7 @@ def test_a_notice_is_written_in_its_channels_language(db):
     team = gpu_team()
     channel = ChannelFactory(owner=team.dev, language="zh-hans")
     SubscriptionFactory(owner=team.dev, channel=channel, min_severity=Severity.INFO)
-    [pk] = notices.deliver_notice(request_id=3, kind=NoticeKind.APPROVED,
+    [pk] = request_notices.deliver_notice(request_id=3, kind=NoticeKind.APPROVED,
                                   recipient_ids=[team.dev.pk])  # fmt: skip
     message = render(Delivery.objects.select_related("channel").get(pk=pk))
     assert "#3" in message.title and message.summary != "Your request was approved."
@@ -192,4 +193,5 @@ def test_disabling_the_notice_rule_stops_notices(db):
     team = gpu_team()
     SubscriptionFactory(owner=team.dev, min_severity=Severity.INFO)
     Rule.objects.filter(key="request-notices").update(enabled=False)
-    assert notices.deliver_notice(request_id=1, kind="approved", recipient_ids=[team.dev.pk]) == []
+    ids = [team.dev.pk]
+    assert request_notices.deliver_notice(request_id=1, kind="approved", recipient_ids=ids) == []

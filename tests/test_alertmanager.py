@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from alerts import cycle
 from alerts.models import Event, Rule, Subscription
+from alerts.sources import metrics
 from audit.models import AuditEntry
 from tests import clients
 from tests.api import error_fields
@@ -25,7 +25,7 @@ TOKEN = "am-token-0123456789abcdef"
 @pytest.fixture(autouse=True)
 def _token(settings):
     settings.ALERTMANAGER_TOKEN = TOKEN
-    cycle.forget_caches()
+    metrics.forget_caches()
 
 
 def am(alerts: list[dict], status: str = "firing") -> dict:

@@ -6,8 +6,10 @@ quotas, reports, alerts, tokens, and portal's wiring (settings, URLs, ASGI, Cele
 command: what puts the apps together). A module imports only its own layer or those below
 it, the apps above use telemetry only through ``telemetry.interface``, and no module
 imports itself round a circle of others; in quotas, the tenancy half never imports the
-requests half built on it. Read from the source with ``ast``, so an import
-inside a function, or under ``TYPE_CHECKING``, counts as much as one at the top.
+requests half built on it; in alerts, the sources of events sit over the rules and events
+and under the tasks. No module reaches into another object's private members (``x._y``).
+Read from the source with ``ast``, so an import inside a function, or under
+``TYPE_CHECKING``, counts as much as one at the top.
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ PORTAL_WIRING = {
 # What other apps may import of each app; everything else is the app's own business.
 PUBLIC = {
     "agents": {
-        "agents.models", "agents.choices", "agents.fanout", "agents.gpu_agent.schema",
+        "agents.models", "agents.choices", "agents.client", "agents.gpu_agent.schema",
         "agents.filtersets", "agents.permissions", "agents.api.urls", "agents.urls",
         "agents.gpu_agent.desired",
     },
@@ -213,10 +215,28 @@ def _across_quotas_halves(graph: dict[str, set[str]]) -> list[str]:
     ]
 
 
+# alerts: each source of events (alerts.sources) over the rules and events they share, the
+# beat's tasks on top of them all.
+ALERTS_BELOW_SOURCES = {"alerts.rules", "alerts.events", "alerts.evaluate", "alerts.recipients",
+                        "alerts.outbox"}  # fmt: skip
+
+
+def _alerts_out_of_order(graph: dict[str, set[str]]) -> list[str]:
+    return [
+        f"{module} imports {target}"
+        for module, targets in sorted(graph.items())
+        for target in sorted(targets)
+        if target == "alerts.tasks"
+        or (module in ALERTS_BELOW_SOURCES and _in(target, "alerts.sources"))
+    ]
+
+
 def _violations() -> list[str]:
     """Imports of another app's private modules (the layers are ``_upward``'s)."""
     problems = []
-    for module, path in _modules():
+    found = _modules()
+    modules = {module for module, _ in found}
+    for module, path in found:
         app = module.split(".")[0]
         for name in sorted(_imports(path)):
             owner = _owner(name)
@@ -227,7 +247,9 @@ def _violations() -> list[str]:
             public = PUBLIC.get(owner, set()) | WIRING.get(app, set())
             # ``from telemetry import interface`` names the packages on the way too: those
             # are allowed, any module under them must be public.
-            if any(p == name or p.startswith(name + ".") or name.startswith(p + ".")
+            # A public package's names are public, not its modules (agents.client's own).
+            if any(p == name or p.startswith(name + ".")
+                   or (name.startswith(p + ".") and name not in modules)
                    for p in public):  # fmt: skip
                 continue
             problems.append(f"{module} imports {name}: not {owner}'s public interface")
@@ -269,6 +291,71 @@ def test_no_module_imports_another_modules_private_names():
     assert problems == []
 
 
+# Underscored names that are public by their library's own convention (Django's model API),
+# and, per module, a third party's private member it has no public way to read.
+CONVENTIONAL_PRIVATE = {"_meta", "_default_manager", "_state"}
+THIRD_PARTY_PRIVATE = {
+    "portal.metrics": {"_collector_to_names"},  # prometheus_client lists no registered collectors
+}
+
+
+def _private_attributes(path: Path) -> list[str]:
+    """``x._y`` where x is not ``self`` or ``cls``: another object's private member (an
+    instance's or a module's). Generated code (``*_pb2.py``) is protobuf's business."""
+    if path.name.endswith("_pb2.py"):
+        return []
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if (
+            isinstance(node, ast.Attribute)
+            and node.attr.startswith("_")
+            and not node.attr.startswith("__")
+            and node.attr not in CONVENTIONAL_PRIVATE
+            and not (isinstance(node.value, ast.Name) and node.value.id in ("self", "cls"))
+        ):
+            found.append((node.lineno, f"{ast.unparse(node)} (line {node.lineno})"))
+    return [reach for _, reach in sorted(found)]
+
+
+def test_no_module_reaches_into_another_objects_private_members():
+    # What a class keeps to itself is reached only through ``self``: a batch asks its pool
+    # for a connection (``pool.checkout``), not ``pool._idle``.
+    problems = [
+        f"{module}: {reach}"
+        for module, path in _modules()
+        for reach in _private_attributes(path)
+        if reach.split(" ")[0].rpartition(".")[2] not in THIRD_PARTY_PRIVATE.get(module, ())
+    ]
+    assert problems == []
+
+
+def test_the_private_member_check_sees_a_reach_through_an_attribute_or_a_module(tmp_path):
+    source = tmp_path / "x.py"
+    source.write_text(
+        "from agents import client\nclass A:\n    def f(self):\n"
+        "        self._mine()\n        self.pool._checkout()\n        client._PREPARED_MAX\n"
+        "        return cls._also_mine, self.model._meta, self.__class__\n"
+    )
+    assert _private_attributes(source) == [
+        "self.pool._checkout (line 5)",
+        "client._PREPARED_MAX (line 6)",
+    ]
+
+
+def test_a_public_packages_modules_are_its_own(tmp_path, monkeypatch):
+    # agents.client is public as a package: its names, not its modules.
+    (tmp_path / "agents" / "client").mkdir(parents=True)
+    for name in ("__init__", "pool"):
+        (tmp_path / "agents" / "client" / f"{name}.py").write_text("")
+    (tmp_path / "pools").mkdir()
+    (tmp_path / "pools" / "sync.py").write_text(
+        "from agents import client\nfrom agents.client import Pool\n"
+        "from agents.client.pool import Pool\n"
+    )
+    monkeypatch.setattr(__import__(__name__, fromlist=["x"]), "ROOT", tmp_path)
+    assert _violations() == ["pools.sync imports agents.client.pool: not agents's public interface"]
+
+
 def test_the_private_name_check_sees_absolute_and_relative_imports(tmp_path):
     source = tmp_path / "x.py"
     source.write_text(
@@ -280,6 +367,22 @@ def test_the_private_name_check_sees_absolute_and_relative_imports(tmp_path):
 
 def test_quotas_tenancy_never_imports_its_requests_half():
     assert _across_quotas_halves(_graph()) == []
+
+
+def test_alerts_sources_sit_over_rules_and_events_with_tasks_on_top():
+    assert _alerts_out_of_order(_graph()) == []
+
+
+def test_the_alerts_check_catches_a_source_importing_tasks_or_the_rules_a_source():
+    graph = {
+        "alerts.sources.metrics": {"alerts.rules", "alerts.tasks"},
+        "alerts.rules": {"alerts.sources.business"}, "alerts.tasks": {"alerts.sources.business"},
+        "alerts.sources.business": {"alerts.events", "alerts.sources.reclaim"},
+    }  # fmt: skip
+    assert _alerts_out_of_order(graph) == [
+        "alerts.rules imports alerts.sources.business",
+        "alerts.sources.metrics imports alerts.tasks",
+    ]
 
 
 def test_the_halves_check_catches_tenancy_or_a_shared_module_reaching_requests():

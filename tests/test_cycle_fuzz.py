@@ -14,6 +14,7 @@ from django.utils import timezone
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from agents import client as agent_client
 from agents.choices import NodeState
 from agents.gpu_agent import schema
 from agents.models import Node
@@ -104,7 +105,7 @@ def as_answer(node: Node, snap, how: str) -> PollResult:
         body = json.dumps(snap).encode("utf-8", "surrogatepass")
     except (ValueError, TypeError):
         body = b"\xff"
-    response = poller.fanout.Response(200, body, "", 0.01, 1)
+    response = agent_client.Response(200, body, "", 0.01, 1)
     return poller._poll_result(poller.AgentTarget(node.pk, "http://agent", "t"), response, 256)
 
 

@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterator
 from datetime import timedelta
 from pathlib import Path
 
+import psutil
 import pytest
 from django.conf import settings
 from django.contrib.auth import get_user_model
@@ -28,27 +29,38 @@ from tests import procs
 pytestmark = pytest.mark.stack
 
 
-@pytest.fixture
-def start_demo(transactional_db, tmp_path) -> Iterator[Callable[..., procs.Proc]]:
-    """``start_demo(*args)``: the demo on the test database with in-process Redis, its
-    var/ in tmp_path, short beat periods; stopped at the end whatever happened."""
+def _demo_command(tmp_path: Path) -> Callable[..., procs.Proc]:
+    """``start(*args)``: the demo on the test database with in-process Redis, its var/ in
+    tmp_path, short beat periods, four nodes (the four models the story asks for) of two
+    cards and the hot node."""
     env = procs.child_env(
         DATABASE_URL=procs.database_url(settings.DATABASES["default"]), REDIS_URL=None,
         SECRET_KEY="insecure-test-only-key", PORTAL_VAR_DIR=str(tmp_path / "var"),
         GPU_POLL_INTERVAL="1", REQUESTS_SWEEP_EVERY_S="2", REQUESTS_PLACE_EVERY_S="5",
         IDLE_SCAN_EVERY_S="5", TAKEBACK_EVERY_S="5", ACCOUNTING_EVERY_S="5",
     )  # fmt: skip
-    started: list[procs.Proc] = []
-    # Four nodes (the four models the story asks for) of two cards, and the hot node.
     port, agent_port = procs.free_port(), procs.free_ports(5)
 
     def start(*args: str) -> procs.Proc:
-        demo = procs.start(
+        return procs.start(
             "demo",
             [procs.PYTHON, "manage.py", "demo", "--port", str(port), "--agent-port",
              str(agent_port), "--nodes", "4", "--gpus", "2", *args],
             env,
         )  # fmt: skip
+
+    return start
+
+
+@pytest.fixture
+def start_demo(transactional_db, tmp_path) -> Iterator[Callable[..., procs.Proc]]:
+    """``start_demo(*args)``: the demo (``_demo_command``) up and serving; stopped at the
+    end whatever happened."""
+    command = _demo_command(tmp_path)
+    started: list[procs.Proc] = []
+
+    def start(*args: str) -> procs.Proc:
+        demo = command(*args)
         started.append(demo)
         demo.wait_for("Press Ctrl+C to stop.", timeout=240)
         return demo
@@ -138,3 +150,23 @@ def test_a_restarted_demo_tells_its_story_once(start_demo):
     [history] = [line for line in again.lines if line.startswith("History:")] or ["History: 0"]
     assert int(re.search(r"History: (\d+)", history).group(1)) < 10
     assert "Traceback" not in "".join(first.lines + again.lines)
+
+
+def test_a_demo_stopped_while_it_seeds_leaves_no_simulator_behind(transactional_db, tmp_path):
+    # 36 hours of history to fill: SIGTERM comes while the demo is still starting, before
+    # the web server's own handlers (the simulators are up since the first poll).
+    demo = _demo_command(tmp_path)("--history-hours", "36")
+    children: list[psutil.Process] = []
+    try:
+        demo.wait_for("Told the demo's day", timeout=240)
+        children += psutil.Process(demo.popen.pid).children(recursive=True)
+        assert len(children) == 2, children  # the fleet's simulator and the hot node's
+        assert not any("GPU Portal is running" in line for line in demo.lines)
+    finally:
+        exit_code = demo.stop(timeout=30)
+    _, alive = psutil.wait_procs(children, timeout=15)
+    for orphan in alive:
+        orphan.kill()
+    assert alive == [], "".join(demo.lines[-30:])
+    assert exit_code == -15  # it ends as SIGTERM asked, once it has stopped its children
+    assert "Traceback" not in "".join(demo.lines), "".join(demo.lines[-30:])

@@ -17,7 +17,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-from agents import fanout
+from agents import client as agent_client
 from tests.raw_http import (
     BODY,
     TOKEN,
@@ -54,7 +54,7 @@ def test_callback_sees_each_answer_and_its_errors_are_raised(raw_server):
     server = raw_server(serve_forever(_answer()))
     seen = []
 
-    def on_response(index: int, response: fanout.Response) -> None:
+    def on_response(index: int, response: agent_client.Response) -> None:
         seen.append(index)
         if index == 1:
             raise ValueError("callback bug")
@@ -116,7 +116,9 @@ def tls_server(tls_files) -> Iterator[str]:
 
 def test_https_with_a_trusted_certificate(tls_server, tls_files):
     context = ssl.create_default_context(cafile=tls_files[0])
-    cycles = get([tls_server + "/v1/snapshot"], cycles=2, pool=fanout.Pool(ssl_context=context))
+    cycles = get(
+        [tls_server + "/v1/snapshot"], cycles=2, pool=agent_client.Pool(ssl_context=context)
+    )
     assert [r[0].body for r in cycles] == [BODY, BODY], cycles
 
 
@@ -139,7 +141,7 @@ def test_closing_the_pool_closes_its_connections(raw_server):
     server = raw_server(handle)
 
     async def run() -> None:
-        pool = fanout.Pool()
+        pool = agent_client.Pool()
         assert (await pool.get_all([(server.url, TOKEN)], timeout=2, concurrency=1))[0].ok
         pool.close()
         with pytest.raises(RuntimeError, match="closed"):
@@ -155,7 +157,9 @@ def test_closing_the_pool_closes_its_connections(raw_server):
 def test_put_sends_its_json_body_with_length_type_and_token(raw_server):
     server = raw_server(serve_forever(_answer()))
     document = {"slices": [{"allocation_id": "a-1", "memory_mib": 1024}]}
-    response = send(fanout.Request("PUT", server.url + "/v1/desired-state", "s3cret", document))
+    response = send(
+        agent_client.Request("PUT", server.url + "/v1/desired-state", "s3cret", document)
+    )
     assert response.ok and response.status == 200 and response.json() == orjson.loads(BODY)
     head, _, body = server.requests[0].partition(b"\r\n\r\n")
     lines = head.decode().split("\r\n")
@@ -178,14 +182,14 @@ def test_requests_of_any_method_share_a_keep_alive_connection(raw_server):
 
     server = raw_server(handle)
     requests = [
-        fanout.Request("GET", server.url),
-        fanout.Request("POST", server.url, body=b"raw", content_type="text/plain"),
-        fanout.Request("DELETE", server.url, headers={"X-Reason": "drained"}),
-        fanout.Request("PUT", server.url, json=[1, 2]),
+        agent_client.Request("GET", server.url),
+        agent_client.Request("POST", server.url, body=b"raw", content_type="text/plain"),
+        agent_client.Request("DELETE", server.url, headers={"X-Reason": "drained"}),
+        agent_client.Request("PUT", server.url, json=[1, 2]),
     ]
 
-    async def run() -> list[fanout.Response]:
-        pool = fanout.Pool()
+    async def run() -> list[agent_client.Response]:
+        pool = agent_client.Pool()
         try:
             return await pool.send_all(requests, timeout=2, concurrency=1)
         finally:
@@ -208,12 +212,12 @@ def test_a_post_lost_on_a_reused_connection_is_not_sent_again(raw_server):
 
     server = raw_server(handle)
 
-    async def run() -> list[fanout.Response]:
-        pool = fanout.Pool()
+    async def run() -> list[agent_client.Response]:
+        pool = agent_client.Pool()
         try:
             out = []
             for method in ("GET", "POST"):
-                request = fanout.Request(method, server.url)
+                request = agent_client.Request(method, server.url)
                 out += await pool.send_all([request], timeout=2, concurrency=1, retries=2)
             return out
         finally:
@@ -228,13 +232,13 @@ def test_a_post_lost_on_a_reused_connection_is_not_sent_again(raw_server):
 @pytest.mark.parametrize(
     "request_",
     [
-        fanout.Request("get", "http://127.0.0.1:1/"),
-        fanout.Request("GET /x", "http://127.0.0.1:1/"),
-        fanout.Request("HEAD", "http://127.0.0.1:1/"),
-        fanout.Request("PUT", "http://127.0.0.1:1/", headers={"Content-Length": "1"}),
-        fanout.Request("PUT", "http://127.0.0.1:1/", headers={"X-A": "1\r\nX-B: 2"}),
-        fanout.Request("PUT", "http://127.0.0.1:1/", headers={"Bad Name": "1"}),
-        fanout.Request("GET", "http://127.0.0.1:1/", headers={"authorization": "Basic x"}),
+        agent_client.Request("get", "http://127.0.0.1:1/"),
+        agent_client.Request("GET /x", "http://127.0.0.1:1/"),
+        agent_client.Request("HEAD", "http://127.0.0.1:1/"),
+        agent_client.Request("PUT", "http://127.0.0.1:1/", headers={"Content-Length": "1"}),
+        agent_client.Request("PUT", "http://127.0.0.1:1/", headers={"X-A": "1\r\nX-B: 2"}),
+        agent_client.Request("PUT", "http://127.0.0.1:1/", headers={"Bad Name": "1"}),
+        agent_client.Request("GET", "http://127.0.0.1:1/", headers={"authorization": "Basic x"}),
     ],
 )
 def test_a_malformed_method_or_header_is_the_callers_error(request_):
@@ -245,19 +249,19 @@ def test_a_malformed_method_or_header_is_the_callers_error(request_):
 def test_put_desired_state_to_a_real_agent_shows_in_its_snapshot(sim_agents):
     agents = sim_agents(1, 2, 60.0)  # one collection a minute: only the PUT can refresh it
     url = agents.urls[0]
-    snapshot = send(fanout.Request("GET", url + "/v1/snapshot", agents.token)).json()
+    snapshot = send(agent_client.Request("GET", url + "/v1/snapshot", agents.token)).json()
     slice_ = {
         "allocation_id": "a-1", "gpu_uuid": snapshot["gpus"][1]["uuid"], "compute_pct": 30,
         "memory_mib": 8192, "owner": "alice",
     }  # fmt: skip
-    put = fanout.Request("PUT", url + "/v1/desired-state", agents.token, {"slices": [slice_]})
+    put = agent_client.Request("PUT", url + "/v1/desired-state", agents.token, {"slices": [slice_]})
     response = send(put)
     assert response.status == 200, response
     assert response.json()["generation"] == 1
-    served = send(fanout.Request("GET", url + "/v1/desired-state", agents.token)).json()
+    served = send(agent_client.Request("GET", url + "/v1/desired-state", agents.token)).json()
     [entry] = served["slices"]
     assert entry["launch_env"]["CUDA_DEVICE_SM_LIMIT"] == "30"
-    snapshot = send(fanout.Request("GET", url + "/v1/snapshot", agents.token)).json()
+    snapshot = send(agent_client.Request("GET", url + "/v1/snapshot", agents.token)).json()
     assert [a["allocation_id"] for a in snapshot["allocations"]] == ["a-1"]
     # The same document again is a new generation: the agent stores what it is sent.
     assert send(put).json()["generation"] == 2
@@ -266,10 +270,10 @@ def test_put_desired_state_to_a_real_agent_shows_in_its_snapshot(sim_agents):
 def test_put_to_a_real_agent_is_refused_without_the_token_or_with_bad_slices(sim_agents):
     agents = sim_agents(1, 1)
     url = agents.urls[0] + "/v1/desired-state"
-    refused = send(fanout.Request("PUT", url, "wrong", {"slices": []}))
+    refused = send(agent_client.Request("PUT", url, "wrong", {"slices": []}))
     assert refused.status == 401 and "bearer token" in refused.json()["error"]
-    bad = send(fanout.Request("PUT", url, agents.token, {"slices": "all"}))
+    bad = send(agent_client.Request("PUT", url, agents.token, {"slices": "all"}))
     assert bad.status == 422 and "expected a list" in bad.json()["error"]
-    text = fanout.Request("PUT", url, agents.token, body=b"{}", content_type="text/plain")
+    text = agent_client.Request("PUT", url, agents.token, body=b"{}", content_type="text/plain")
     assert send(text).status == 415
-    assert send(fanout.Request("GET", url, agents.token)).json()["generation"] == 0
+    assert send(agent_client.Request("GET", url, agents.token)).json()["generation"] == 0

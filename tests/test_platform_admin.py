@@ -21,7 +21,7 @@ from alerts import live
 from alerts.models import Delivery, Rule
 from alerts.permissions import event_groups
 from alerts.recipients import matching
-from alerts.reclaim import deliver_digest
+from alerts.sources.reclaim import deliver_digest
 from pools.permissions import visible_leases
 from quotas.choices import RequestState
 from quotas.permissions import CHANGE_TENANT, is_platform_admin, platform_admins

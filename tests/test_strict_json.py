@@ -15,6 +15,7 @@ import orjson
 import pytest
 from django.urls import reverse
 
+from agents import client as agent_client
 from agents.gpu_agent import schema
 from agents.models import Node
 from telemetry import live, poller, readings, services
@@ -88,7 +89,7 @@ def test_an_agent_at_every_extreme_the_schema_allows_leaves_every_answer_strict_
     snap = extreme_snapshot(256)
     if path == "bytes":
         target = poller.AgentTarget(node.pk, "http://agent", "t")
-        response = poller.fanout.Response(200, orjson.dumps(snap), "", 0.01, 1)
+        response = agent_client.Response(200, orjson.dumps(snap), "", 0.01, 1)
         result = poller._poll_result(target, response, settings.GPU_MAX_CARDS_PER_NODE)
     else:
         result = PollResult(node.pk, snap, "", 0.01)

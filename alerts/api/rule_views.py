@@ -1,5 +1,5 @@
 """Rules, subscriptions, events and the Alertmanager receiver in the API: thin views over
-alerts.config, alerts.events and alerts.alertmanager, with the pages' permissions."""
+alerts.config, alerts.events and alerts.sources.alertmanager, with the pages' permissions."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from alerts import alertmanager, config, events
+from alerts import config, events
 from alerts.api.docs import ALERTMANAGER_EXAMPLES
 from alerts.api.rule_serializers import EventSerializer, RuleSerializer, SubscriptionSerializer
 from alerts.filtersets import EventFilterSet, RuleFilterSet
@@ -27,6 +27,7 @@ from alerts.permissions import (
     visible_rules,
     visible_subscriptions,
 )
+from alerts.sources import alertmanager
 from audit.interface import request_address
 from portal.api_errors import Conflict, error_response
 from portal.api_schema import ERROR

@@ -7,7 +7,7 @@
 The pure part times ``alerts.evaluate.findings`` over 1,000 nodes x 8 cards of readings
 (a few cards hot, a few faulty, some processes outside their slices) against 30 rules
 (metric, card-event and node rules; all, pool, node and tenant scopes). ``--hook`` also
-times what the poll-cycle receiver does (``alerts.cycle.evaluate_cycle``), per chunk of
+times what the poll-cycle receiver does (``alerts.sources.metrics.evaluate_cycle``), per chunk of
 250 nodes as the poller sends them: reading the latest readings from Redis, the
 evaluation, the for-duration state in Redis, on a steady fleet (nothing new fires). It
 writes 1,000 nodes and 8,000 cards into the database: use a scratch one. CPU time is
@@ -117,8 +117,8 @@ def hook(rounds: int) -> None:
     from django.utils import timezone
 
     from agents.models import GPU, Node
-    from alerts import cycle
     from alerts.models import Rule
+    from alerts.sources import metrics
     from telemetry import readings as telemetry_readings
     from telemetry.interface import PollCycle
 
@@ -142,14 +142,14 @@ def hook(rounds: int) -> None:
     Rule.objects.bulk_create([
         Rule(key=f"bench-{s.id}", name=s.name, condition=s.condition, threshold=s.threshold,
              for_seconds=300, scope_kind="all") for s in specs])  # fmt: skip
-    cycle.forget_caches()
+    metrics.forget_caches()
     ids = [n.pk for n in nodes]
     chunks = [tuple(ids[i : i + CHUNK]) for i in range(0, len(ids), CHUNK)]
     now = timezone.now()
 
     def one_cycle() -> None:
         for chunk in chunks:
-            cycle.evaluate_cycle(PollCycle(at=now, answered=chunk))
+            metrics.evaluate_cycle(PollCycle(at=now, answered=chunk))
 
     telemetry_readings.store_latest(snapshots)
     one_cycle()  # warm: rules, topology, pending states written

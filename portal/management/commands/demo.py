@@ -11,6 +11,7 @@ ends in. Each app seeds its own part (its ``demo.py``); this command puts them t
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -60,6 +61,16 @@ MAX_HISTORY_HOURS = 36
 HISTORY_STEP_S = 10
 
 
+class _Terminated(BaseException):
+    """SIGTERM before the web server's own handlers: unwinds the command's ``finally``
+    blocks (the simulators, the embedded database) like Ctrl+C does."""
+
+
+def _on_sigterm(signum: int, frame) -> None:
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a second one must not cut the cleanup
+    raise _Terminated
+
+
 def _var_secret(name: str, nbytes: int = 18) -> str:
     """A secret generated once and kept under var/, so restarts keep the same login."""
     return private_secret(Path(settings.VAR_DIR) / name, nbytes)
@@ -89,6 +100,18 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args, **options) -> None:
+        # SIGTERM's default ends the process at once: the children it started would be
+        # left running. Until daphne installs its handlers, it unwinds instead.
+        signal.signal(signal.SIGTERM, _on_sigterm)
+        try:
+            self._handle(options)
+        except _Terminated:
+            self.stderr.write("stopped (SIGTERM) while starting")
+            # Ended by the signal it was sent, as its supervisor expects.
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    def _handle(self, options: dict) -> None:
         if settings.EMBEDDED_DATABASE is None:
             self._demo(options)
             return
@@ -119,8 +142,9 @@ class Command(BaseCommand):
         pool = pools_demo.seed(admin, {"demo": "true"})
         reports_demo.seed(admin, pool)
         self._seed_alerts(admin)
-        agents = [self._start_agents(options, token)]
+        agents: list[subprocess.Popen] = []
         try:
+            agents.append(self._start_agents(options, token))
             agents.append(self._start_agents(options, token, hot=True))
             pools_demo.send_desired_state(self._node_names(options).values())
             # One poll before the rest: the cards are known and join the pool, so the
@@ -215,7 +239,12 @@ class Command(BaseCommand):
             ready.set()  # the agent exited: stop waiting
 
         threading.Thread(target=watch, daemon=True).start()
-        ready.wait(AGENT_START_TIMEOUT_S)
+        try:
+            ready.wait(AGENT_START_TIMEOUT_S)
+        except BaseException:  # stopped while it starts: not yet the caller's to stop
+            agent.kill()
+            agent.wait()
+            raise
         if len(listening) < nodes:
             agent.kill()
             raise CommandError(f"the simulated agents did not start (ports {port}+ in use?)")

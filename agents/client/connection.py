@@ -1,10 +1,10 @@
-"""One keep-alive connection of the fan-out client (agents/fanout.py) to one agent.
+"""One keep-alive connection of the agent client to one agent.
 
 The ``asyncio.Protocol`` side of the client: it writes a prepared request, feeds the
-bytes that come back to the llhttp reader (agents/http1.py) and hands the answer, or
-what went wrong, to the batch that sent it; the pool decides what happens next. The pool,
-the batch and the exchange it carries are known only by the small contracts below, which
-agents/fanout.py's ``Pool`` and batches keep: neither module touches the other's insides.
+bytes that come back to the llhttp reader (``framing.ResponseReader``) and hands the
+answer, or what went wrong, to the batch that sent it; the pool decides what happens
+next. It knows the pool, the batch and the exchange only by ``contract``'s Protocols
+(``LinkOwner``, ``Sender``, ``InFlight``) and is itself a ``contract.Link``.
 """
 
 from __future__ import annotations
@@ -12,42 +12,14 @@ from __future__ import annotations
 import asyncio
 import os
 import ssl
-from typing import Protocol
+from typing import Any
 
-from agents.http1 import HTTPError, Origin, ResponseReader, Target
-
-
-class ConnectionPool(Protocol):
-    """Where a connection belongs: told when it is open, free for the next request, gone."""
-
-    def opened(self, connection: Connection) -> None: ...
-
-    def checkin(self, connection: Connection) -> None: ...
-
-    def forget(self, connection: Connection) -> None: ...
-
-
-class Exchange(Protocol):
-    """One request in flight: what to write, and the connection carrying it (or None)."""
-
-    target: Target
-    connection: Connection | None
-
-
-class Batch(Protocol):
-    """Who sent the request: given its answer, or what went wrong (``retry``: it may be sent
-    again; ``stale``: a reused connection lost it before any byte of the answer)."""
-
-    max_body: int
-
-    def answered(self, exchange: Exchange, status: int, body: bytes) -> None: ...
-
-    def failed(
-        self, exchange: Exchange, error: str, *, retry: bool, stale: bool = False
-    ) -> None: ...
+from agents.client.contract import E, InFlight, LinkOwner, Sender
+from agents.client.framing import HTTPError, Origin, ResponseReader
 
 
 def reason(exc: BaseException) -> str:
+    """An OS or TLS error in words, for a Response's ``error``."""
     if isinstance(exc, ssl.SSLError):  # its errno is OpenSSL's error kind, not an OS errno
         return f"TLS error: {exc.reason or exc.strerror or exc}"
     errno = getattr(exc, "errno", None)
@@ -57,7 +29,7 @@ def reason(exc: BaseException) -> str:
 
 
 async def open_connection(
-    pool: ConnectionPool, origin: Origin, addresses: list[str], ssl_context: ssl.SSLContext | None
+    pool: LinkOwner, origin: Origin, addresses: list[str], ssl_context: ssl.SSLContext | None
 ) -> Connection:
     """A connection to the first of ``addresses`` (checked ones, portal/egress.py)
     that accepts, in order; TLS checks the certificate against the URL's host."""
@@ -81,15 +53,15 @@ async def open_connection(
 class Connection(asyncio.Protocol):
     """One connection to one origin, carrying one request at a time."""
 
-    def __init__(self, pool: ConnectionPool, origin: Origin) -> None:
+    def __init__(self, pool: LinkOwner, origin: Origin) -> None:
         self.pool = pool
         self.origin = origin
         self.transport: asyncio.Transport | None = None
         self.closed = False
         self.answers = 0
         self.idle_since = 0.0
-        self.batch: Batch | None = None
-        self.exchange: Exchange | None = None
+        self.batch: Sender[Any] | None = None
+        self.exchange: InFlight | None = None
         self.received = False
         self.reader = ResponseReader()
 
@@ -146,12 +118,12 @@ class Connection(asyncio.Protocol):
             self.close()
         batch.answered(exchange, self.reader.status, body)
 
-    # Used by the pool and batches.
+    # contract.Link: used by the pool and batches.
 
     def usable(self) -> bool:
         return not self.closed and self.transport is not None and not self.transport.is_closing()
 
-    def send(self, batch: Batch, exchange: Exchange) -> None:
+    def send(self, batch: Sender[E], exchange: E) -> None:
         self.batch = batch
         self.exchange = exchange
         exchange.connection = self

@@ -9,10 +9,11 @@ from datetime import datetime, timedelta
 
 from django.utils import timezone
 
-from alerts import events, reclaim
+from alerts import events
 from alerts.choices import Condition
 from alerts.evaluate import RuleSpec, scope_allows
 from alerts.rules import enabled_rules, fingerprint_of
+from alerts.sources import reclaim
 from quotas.interface import RequestFact, expiring_requests, pending_requests, quota_usage
 
 Found = dict[str, tuple[events.Occurrence, int]]  # fingerprint -> (occurrence, pool id)

@@ -3,7 +3,7 @@
 - **The reclaim-warning rule's events**: an open reclaim warning (warned, or appealed and
   waiting) is a firing event of the warning's tenant; it resolves when the warning ends
   (reclaimed, withdrawn, appeal granted). The signals fire and clear at once; the business
-  beat (``alerts.business``) reconciles with the open warnings, so a withdrawal, which
+  beat (``alerts.sources.business``) reconciles with the open warnings, so a withdrawal, which
   sends no signal, resolves the event at the next pass.
 - **Personal notices** of each step (warned, reclaimed, appealed, decided) to the lease's
   owner and the tenant's admins, through their own channels whose subscriptions take the

@@ -1,4 +1,4 @@
-"""HTTP/1.1 on the wire for the fan-out client (agents/fanout.py).
+"""HTTP/1.1 on the wire for the agent client (``agents.client``).
 
 ``prepare`` builds a request's bytes: any method, a bearer token, a body with its
 Content-Type, extra headers (``prepare_get`` is the poller's GET). ``ResponseReader``
