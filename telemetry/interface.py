@@ -18,7 +18,12 @@ from agents.gpu_agent.schema import GPU_FIELDS, HISTORY_GPU_FIELDS, HISTORY_PROC
 from telemetry import history, readings
 from telemetry.attributed import AttributedUse, Attribution, attributed_use, owners_seen
 from telemetry.interval_usage import Interval, IntervalUsage, interval_usage
-from telemetry.panels import DashboardPanel, add_dashboard_panel
+from telemetry.panels import (
+    DashboardDetour,
+    DashboardPanel,
+    add_dashboard_detour,
+    add_dashboard_panel,
+)
 from telemetry.permissions import OwnerGrant, grant_owners
 from telemetry.signals import PollCycle, poll_cycle_recorded
 
@@ -30,6 +35,7 @@ __all__ = [
     "Attribution",
     "CardReading",
     "CardUsage",
+    "DashboardDetour",
     "DashboardPanel",
     "Interval",
     "IntervalUsage",
@@ -37,6 +43,7 @@ __all__ = [
     "OwnerGrant",
     "OwnerUsage",
     "PollCycle",
+    "add_dashboard_detour",
     "add_dashboard_panel",
     "attributed_use",
     "card_usage",

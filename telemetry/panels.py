@@ -25,3 +25,20 @@ def add_dashboard_panel(panel: DashboardPanel) -> DashboardPanel:
 def dashboard_panels(request: HttpRequest) -> list[SafeString]:
     # The panels' HTML comes from their apps' auto-escaping templates.
     return [mark_safe(html) for panel in _panels if (html := panel(request))]  # noqa: S308
+
+
+# Given the dashboard's request, a URL to send the user to instead (an app above that
+# keeps a page of its own for some users: the requests app's developer home), or None.
+DashboardDetour = Callable[[HttpRequest], "str | None"]
+
+_detours: list[DashboardDetour] = []
+
+
+def add_dashboard_detour(detour: DashboardDetour) -> DashboardDetour:
+    if detour not in _detours:
+        _detours.append(detour)
+    return detour
+
+
+def dashboard_detour(request: HttpRequest) -> str | None:
+    return next((url for detour in _detours if (url := detour(request))), None)
