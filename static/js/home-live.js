@@ -24,6 +24,7 @@ function applyUse(vgpus) {
     field(row, "card_util_meter").value = util ?? 0;
     field(row, "memory_used_gib").textContent = gib(use.memory_used_mib);
     field(row, "memory_meter").value = use.memory_used_mib ?? 0;
+    field(row, "process_count").textContent = use.process_count ?? "\u2013";
     row.classList.toggle("text-danger", Boolean(use.over_memory));
   }
   part.dataset.updated = String(Number(part.dataset.updated || 0) + 1);
