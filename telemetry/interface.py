@@ -23,6 +23,7 @@ from telemetry.panels import (
     DashboardPanel,
     add_dashboard_detour,
     add_dashboard_panel,
+    dashboard_panels,
 )
 from telemetry.permissions import OwnerGrant, grant_owners
 from telemetry.signals import PollCycle, poll_cycle_recorded
@@ -47,6 +48,7 @@ __all__ = [
     "add_dashboard_panel",
     "attributed_use",
     "card_usage",
+    "dashboard_panels",
     "grant_owners",
     "interval_usage",
     "latest",

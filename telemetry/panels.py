@@ -1,6 +1,8 @@
 """Panels that apps above telemetry add to the fleet dashboard (the alerts app's strip
 of firing events), registered from their ``AppConfig.ready``: telemetry cannot import
-them, and the dashboard must not know what they show or who may see it."""
+them, and the dashboard must not know what they show or who may see it. The developer's
+home (quotas) shows them too, through ``telemetry.interface.dashboard_panels``; and an
+app may send some users from the dashboard to a page of its own (a detour)."""
 
 from __future__ import annotations
 

@@ -31,6 +31,7 @@ from quotas.requests.notices import mark_read, text_of, unread_count
 from quotas.requests.outlook import approval_outlook
 from quotas.requests.permissions import can_decide, can_manage, decidable_requests, visible_requests
 from quotas.requests.services import create_request, decide, queue_position
+from telemetry.interface import dashboard_panels
 
 
 def allocation_url(allocation_id: int) -> str:
@@ -85,6 +86,8 @@ def home(request: HttpRequest) -> HttpResponse:
         "quotas": my_home.quota_left(user),
         "in_a_tenant": permissions.tenant_ids_of(user).exists(),
         "sees_the_fleet": my_home.sees_the_fleet(user),
+        # The dashboard's panels (the firing alerts strip) for those who no longer see it.
+        "panels": dashboard_panels(request),
     }
     template = "quotas/home_part.html" if request.GET.get("part") else "quotas/home.html"
     return render(request, template, context)
