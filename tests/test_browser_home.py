@@ -1,5 +1,6 @@
 """A developer's home in the browser: log in, land on it, see one's vGPU and request,
-watch the vGPU's use change with a poll cycle without a reload, click through to its
+watch the vGPU's use change with a poll cycle and a new request's vGPU join, without a
+reload, click through to its
 launch settings; on a phone (390 x 844) nothing runs off the side. daphne serves the
 portal on the test database; the poll cycles are recorded here, and their push reaches
 the page over /ws/home/. Screenshots: test-artifacts/home-1440.png, home-390.png."""
@@ -14,6 +15,7 @@ import pytest
 from django.utils import timezone
 from playwright.sync_api import Browser, expect
 
+from quotas.requests.services import create_request
 from tests import clients, procs
 from tests.factories import gpu_team, held_allocation
 from tests.test_browser import off_this_thread
@@ -25,7 +27,9 @@ ARTIFACTS = procs.REPO / "test-artifacts"
 
 @pytest.fixture
 def site(transactional_db, child_env_for_test_db) -> Iterator[dict]:
-    team = gpu_team("vision")
+    # Its policy approves a small ask at once: placed in the create's own transaction.
+    team = gpu_team("vision", auto_approve_vgpus=1, auto_approve_compute_pct=50,
+                    auto_approve_hours=8)  # fmt: skip
     card = team.cards[0]
     mine = held_allocation(team.tenant, team.pool, team.dev, timezone.now() - timedelta(hours=1),
                            compute_pct=30, memory_mib=8192, gpu=card)  # fmt: skip
@@ -66,6 +70,13 @@ def test_a_developer_lands_on_home_sees_use_change_live_and_opens_the_launch_set
         expect(row.locator("[data-field=memory_used_gib]")).to_have_text("6.0")
         expect(row.locator("[data-field=process_count]")).to_have_text("3")
         assert row.locator("[data-field=memory_meter]").evaluate("m => m.value") == 6144
+        assert page.evaluate("() => window.__notReloaded === true"), "the page reloaded"
+
+        # A new request, placed at once: its vGPU and its row join the page, unreloaded.
+        off_this_thread(lambda: create_request(team.dev, **team.ask(reason="a second one")))
+        expect(page.locator(".vgpu")).to_have_count(2, timeout=15_000)
+        expect(page.locator(".home-request")).to_have_count(2)
+        expect(page.locator(".home-request").first).to_have_attribute("data-state", "allocated")
         assert page.evaluate("() => window.__notReloaded === true"), "the page reloaded"
         ARTIFACTS.mkdir(exist_ok=True)
         page.screenshot(path=str(ARTIFACTS / "home-1440.png"), full_page=True)
