@@ -10,6 +10,8 @@ from decimal import Decimal
 import pytest
 from asgiref.sync import async_to_sync, sync_to_async
 from channels.testing import WebsocketCommunicator
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from portal.asgi import application
@@ -283,3 +285,21 @@ def test_an_anonymous_home_socket_is_closed():
 
     connected, code = async_to_sync(run)()
     assert not connected or code == 4401
+
+
+@pytest.mark.django_db
+def test_home_costs_the_same_queries_for_one_vgpu_as_for_many():
+    team = gpu_team("vision", cards=2)
+    client = clients.page(team.dev)
+
+    def count() -> int:
+        with CaptureQueriesContext(connection) as queries:
+            assert client.get(HOME).status_code == 200
+        return len(queries)
+
+    held_allocation(team.tenant, team.pool, team.dev, AN_HOUR_AGO, gpu=team.cards[0])
+    one = count()
+    for i in range(5):
+        held_allocation(team.tenant, team.pool, team.dev, AN_HOUR_AGO, compute_pct=10,
+                        gpu=team.cards[i % 2])  # fmt: skip
+    assert count() == one
