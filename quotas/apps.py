@@ -12,10 +12,18 @@ class QuotasConfig(AppConfig):
         # The apps below cannot import this one: they take rules instead. A member sees
         # the process owners on the cards of their tenants' allocations while they held
         # them, and the leases held for their tenants.
+        from quotas.requests.home import detour
         from quotas.requests.permissions import leases_visible_to, owners_visible_to
-        from telemetry.interface import grant_owners
+        from telemetry.interface import add_dashboard_detour, grant_owners, poll_cycle_recorded
 
         grant_owners(owners_visible_to)
+        # "/" sends a tenant's member without the fleet's view to their home; after each
+        # poll cycle, open homes get their vGPUs' use.
+        add_dashboard_detour(detour)
+        from quotas.requests.home_live import on_poll_cycle_recorded
+
+        poll_cycle_recorded.connect(on_poll_cycle_recorded, weak=False,
+                                    dispatch_uid="quotas.home_live")  # fmt: skip
         # pools.permissions.grant_leases arrives with the pools pages; until then the
         # rule is kept here, unregistered.
         try:

@@ -18,7 +18,13 @@ from agents.gpu_agent.schema import GPU_FIELDS, HISTORY_GPU_FIELDS, HISTORY_PROC
 from telemetry import history, readings
 from telemetry.attributed import AttributedUse, Attribution, attributed_use, owners_seen
 from telemetry.interval_usage import Interval, IntervalUsage, interval_usage
-from telemetry.panels import DashboardPanel, add_dashboard_panel
+from telemetry.panels import (
+    DashboardDetour,
+    DashboardPanel,
+    add_dashboard_detour,
+    add_dashboard_panel,
+    dashboard_panels,
+)
 from telemetry.permissions import OwnerGrant, grant_owners
 from telemetry.signals import PollCycle, poll_cycle_recorded
 
@@ -30,6 +36,7 @@ __all__ = [
     "Attribution",
     "CardReading",
     "CardUsage",
+    "DashboardDetour",
     "DashboardPanel",
     "Interval",
     "IntervalUsage",
@@ -37,9 +44,11 @@ __all__ = [
     "OwnerGrant",
     "OwnerUsage",
     "PollCycle",
+    "add_dashboard_detour",
     "add_dashboard_panel",
     "attributed_use",
     "card_usage",
+    "dashboard_panels",
     "grant_owners",
     "interval_usage",
     "latest",

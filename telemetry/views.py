@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse
-from django.shortcuts import get_object_or_404, render
+from django.shortcuts import get_object_or_404, redirect, render
 from django.utils.translation import gettext as _
 
 from agents.choices import GpuHealth, NodeState
@@ -10,7 +10,7 @@ from agents.models import GPU, Node
 from agents.permissions import can_see_agent_details
 from telemetry import readings
 from telemetry.history import RANGES
-from telemetry.panels import dashboard_panels
+from telemetry.panels import dashboard_detour, dashboard_panels
 from telemetry.slices import may_see_owners, slices_report
 
 
@@ -39,6 +39,8 @@ def _labels() -> dict:
 
 @login_required
 def dashboard(request: HttpRequest) -> HttpResponse:
+    if detour := dashboard_detour(request):  # e.g. a developer's home, from the app above
+        return redirect(detour)
     tiles, errors = readings.node_summaries_and_errors()
     # The agents' own error texts only for node managers; others see "Agent error".
     details = can_see_agent_details(request.user)

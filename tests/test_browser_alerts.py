@@ -1,5 +1,6 @@
-"""DONE-WHEN for the alert pages: a tenant's approver has the fleet dashboard open; an
-event of their tenant fires and appears on it without a reload (pushed over /ws/alerts/),
+"""DONE-WHEN for the alert pages: a tenant's approver has their home open (where "/" sends
+them; it carries the fleet dashboard's firing strip); an event of their tenant fires and
+appears on it without a reload (pushed over /ws/alerts/),
 while another tenant's does not; they open it and acknowledge it on the event page, and
 the dashboard's strip lets it go. Daphne serves the portal on the test database."""
 
@@ -56,7 +57,9 @@ def test_a_firing_event_appears_on_the_dashboard_live_and_is_acknowledged(site, 
     context = browser.new_context()
     page = context.new_page()
     try:
-        clients.sign_in(page, names["approver"], at=f"{url}/accounts/login/?next=/", lands_on=r"/$")
+        clients.sign_in(
+            page, names["approver"], at=f"{url}/accounts/login/?next=/", lands_on=r"/home/$"
+        )
         strip = page.locator("#firing-events")
         expect(strip.locator("#firing-none")).to_be_visible()
         expect(strip).to_have_attribute("data-live", "true", timeout=10_000)

@@ -13,7 +13,7 @@ import pytest
 from playwright.sync_api import Browser, Page, WebSocketRoute, expect
 
 from tests import procs
-from tests.factories import gpu_team
+from tests.factories import UserFactory, gpu_team
 
 pytestmark = [pytest.mark.browser]
 LIVE = re.compile(r"/ws/(fleet|alerts|requests)/$")
@@ -24,6 +24,12 @@ def site(transactional_db, child_env_for_test_db) -> Iterator[tuple[str, str]]:
     team = gpu_team("acme")
     with procs.daphne(child_env_for_test_db) as (url, _):
         yield url, team.approver.username
+
+
+@pytest.fixture
+def fleet_viewer(transactional_db) -> str:
+    """Who "/" shows the fleet: a tenant's approver there lands on their home instead."""
+    return UserFactory(username="vic", permissions=["agents.view_node"]).username
 
 
 def routed(page: Page) -> dict[str, list[WebSocketRoute]]:
@@ -46,13 +52,15 @@ def sign_in(page: Page, url: str, user: str, path: str) -> None:
     expect(page).to_have_url(re.compile(re.escape(path) + "$"))
 
 
-def test_the_dashboards_sockets_come_back_after_a_break_and_stop_when_told(site, browser: Browser):
-    url, approver = site
+def test_the_dashboards_sockets_come_back_after_a_break_and_stop_when_told(
+    site, fleet_viewer, browser: Browser
+):
+    url, _ = site
     context = browser.new_context()
     page = context.new_page()
     try:
         sockets = routed(page)
-        sign_in(page, url, approver, "/")
+        sign_in(page, url, fleet_viewer, "/")
         status, strip = page.locator("#live-status"), page.locator("#firing-events")
         expect(status).to_have_attribute("data-state", "live", timeout=10_000)
         expect(strip).to_have_attribute("data-live", "true", timeout=10_000)

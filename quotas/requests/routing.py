@@ -1,5 +1,8 @@
 from django.urls import path
 
-from quotas.requests.consumers import RequestConsumer
+from quotas.requests.consumers import HomeConsumer, RequestConsumer
 
-websocket_urlpatterns = [path("ws/requests/", RequestConsumer.as_asgi())]
+websocket_urlpatterns = [
+    path("ws/requests/", RequestConsumer.as_asgi()),
+    path("ws/home/", HomeConsumer.as_asgi()),
+]

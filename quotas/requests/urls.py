@@ -5,6 +5,7 @@ from quotas.requests import views
 app_name = "requests"
 
 urlpatterns = [
+    path("home/", views.home, name="home"),
     path("requests/", views.request_mine, name="request_mine"),
     path("requests/new/", views.request_new, name="request_new"),
     path("requests/notices/read/", views.notices_read, name="notices_read"),

@@ -24,12 +24,14 @@ from portal.forms import add_service_errors
 from quotas import permissions
 from quotas.choices import OPEN_STATES, RequestState
 from quotas.models import GpuRequest, Notice
+from quotas.requests import home as my_home
 from quotas.requests import lifecycle
 from quotas.requests.forms import DecisionForm, ExtendForm, GpuRequestForm, ResizeForm
 from quotas.requests.notices import mark_read, text_of, unread_count
 from quotas.requests.outlook import approval_outlook
 from quotas.requests.permissions import can_decide, can_manage, decidable_requests, visible_requests
 from quotas.requests.services import create_request, decide, queue_position
+from telemetry.interface import dashboard_panels
 
 
 def allocation_url(allocation_id: int) -> str:
@@ -71,6 +73,23 @@ def request_mine(request: HttpRequest) -> HttpResponse:
     template = (
         "quotas/request_mine_part.html" if request.GET.get("part") else "quotas/request_mine.html"
     )
+    return render(request, template, context)
+
+
+@login_required
+def home(request: HttpRequest) -> HttpResponse:
+    """A developer's home: my vGPUs and their use, my requests, my tenants' quotas left."""
+    user = request.user
+    context = {
+        "vgpus": my_home.my_vgpus(user),
+        "rows": my_home.my_requests(user),
+        "quotas": my_home.quota_left(user),
+        "in_a_tenant": permissions.tenant_ids_of(user).exists(),
+        "sees_the_fleet": my_home.sees_the_fleet(user),
+        # The dashboard's panels (the firing alerts strip) for those who no longer see it.
+        "panels": dashboard_panels(request),
+    }
+    template = "quotas/home_part.html" if request.GET.get("part") else "quotas/home.html"
     return render(request, template, context)
 
 
