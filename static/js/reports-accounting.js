@@ -12,7 +12,8 @@ if (box && days.length) {
   const opts = {
     width: Math.max(320, box.clientWidth || 640), height: 240,
     tzDate: (ts) => uPlot.tzDate(new Date(ts * 1000), "UTC"),
-    series: [{}, { label: labels.held, stroke: "#2563eb" }, { label: labels.used, stroke: "#16a34a" },
+    // The x series' label is uPlot's English "Time" unless named.
+    series: [{ label: labels.day }, { label: labels.held, stroke: "#2563eb" }, { label: labels.used, stroke: "#16a34a" },
              { label: labels.idle, stroke: "#b45309" }],
     axes: [{}, { label: labels.unit }],
   };
