@@ -17,6 +17,7 @@ import pytest
 from django.utils import timezone
 from playwright.sync_api import Browser
 
+from audit.interface import AuditEntry
 from quotas.requests.services import create_request
 from quotas.tenancy.preferences import set_preferences
 from tests import clients, procs
@@ -43,7 +44,7 @@ ALLOWED = {
     "URL", "HTTP", "HTTPS", "SMTP", "CSV", "JSON", "YAML", "HMAC", "CI", "CLI", "IM",
     "DingTalk", "WeCom", "Feishu", "Slack", "Webhook", "webhook", "ReDoc", "Swagger",
     "OpenAPI", "gpuctl", "Bearer", "English", "GiB", "MiB", "TiB", "KiB", "GB", "MB", "MHz",
-    "W", "Wh", "kWh", "UTC", "PCI", "GPU-hours", "vCPU", "SXM", "HBM", "A100", "H100", "Tesla",
+    "W", "Wh", "kWh", "UTC", "PCI", "Unix", "Lark", "GPU-hours", "vCPU", "SXM", "HBM", "A100", "H100", "Tesla",
 }  # fmt: skip
 WORD = re.compile(r"[A-Za-z][A-Za-z0-9'_.-]*[A-Za-z0-9]|[A-Za-z]")
 
@@ -94,7 +95,9 @@ def world(transactional_db) -> dict:
     set_preferences(admin, language="zh-hans", time_zone="Asia/Shanghai")
     team = gpu_team("vision", cards=2)
     now = timezone.now()
-    held_allocation(team.tenant, team.pool, team.dev, now - timedelta(hours=2), compute_pct=50)
+    held = held_allocation(
+        team.tenant, team.pool, team.dev, now - timedelta(hours=2), compute_pct=50
+    )
     pending = create_request(team.dev, **team.ask(reason="训练"))
     minute = now.replace(second=0, microsecond=0)
     for back in range(1, 30):  # half an hour of history for the charts
@@ -112,6 +115,9 @@ def world(transactional_db) -> dict:
         node.hostname, team.cards[0].model, team.cards[0].uuid, channel.name, service.name,
         service.user.username, event.scope, "GPU Portal", event.rule_key, *event.labels, "ci-bot",
     }  # fmt: skip
+    # The audit log keeps each target's name as it was written (in the language of the
+    # request that made it, English here): data, like the names above.
+    names |= set(AuditEntry.objects.exclude(target_repr="").values_list("target_repr", flat=True))
     tenant = team.tenant.slug
     pages = {
         "fleet": "/",
@@ -120,6 +126,7 @@ def world(transactional_db) -> dict:
         "pools": "/pools/",
         "pool": f"/pools/{team.pool.slug}/",
         "requests": "/requests/",
+        "allocation": f"/allocations/{held.pk}/",
         "request": f"/requests/{pending.pk}/",
         "ask-for-gpus": "/requests/new/",
         "approvals": "/approvals/",
@@ -140,6 +147,12 @@ def world(transactional_db) -> dict:
         "service-accounts": f"/tenants/{tenant}/service-accounts/",
         "nodes": "/nodes/",
         "users": "/users/",
+        "add-node": "/nodes/add/",
+        "add-rule": "/alerts/rules/add/",
+        "add-channel": "/alerts/channels/add/",
+        "add-subscription": "/alerts/subscriptions/add/",
+        "reclaim-policies": "/idle/policies/",
+        "unit-prices": "/accounting/prices/",
     }
     return {"user": admin.username, "names": names, "pages": pages}
 

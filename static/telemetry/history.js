@@ -19,7 +19,7 @@ const CHARTS = [
 const COLORS = ["#2563eb", "#b91c1c"];
 // The time axis and the legend in the reader's time zone (the page's, base.html), not the
 // browser's: a person who chose Asia/Shanghai reads the same hours as on the rest of the page.
-const TIME_ZONE = document.documentElement.dataset.timeZone || "UTC";
+const TIME_ZONE = document.querySelector('meta[name="time-zone"]')?.content || "UTC";
 const inZone = (ts) => window.uPlot.tzDate(new Date(ts * 1000), TIME_ZONE);
 
 // Seconds between refreshes of each range: a new minute lands once a minute, and one pixel of
