@@ -44,7 +44,8 @@ ALLOWED = {
     "URL", "HTTP", "HTTPS", "SMTP", "CSV", "JSON", "YAML", "HMAC", "CI", "CLI", "IM",
     "DingTalk", "WeCom", "Feishu", "Slack", "Webhook", "webhook", "ReDoc", "Swagger",
     "OpenAPI", "gpuctl", "Bearer", "English", "GiB", "MiB", "TiB", "KiB", "GB", "MB", "MHz",
-    "W", "Wh", "kWh", "UTC", "PCI", "Unix", "Lark", "GPU-hours", "vCPU", "SXM", "HBM", "A100", "H100", "Tesla",
+    "W", "Wh", "kWh", "UTC", "PCI", "Unix", "Lark", "GPU-hours", "vCPU", "SXM", "HBM", "A100",
+    "H100", "Tesla",
 }  # fmt: skip
 WORD = re.compile(r"[A-Za-z][A-Za-z0-9'_.-]*[A-Za-z0-9]|[A-Za-z]")
 
