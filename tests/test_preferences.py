@@ -194,6 +194,13 @@ def test_bad_api_input_is_400_naming_the_field_and_changes_nothing(bob, data, fi
     assert _chosen(bob) == ("en", "Asia/Tokyo")
 
 
+def test_a_read_token_reads_them_and_changes_nothing(bob):
+    _token, key = create_token(bob, name="ro", scope="read")
+    assert clients.bearer(key).get(API).status_code == 200
+    assert clients.bearer(key).patch(API, {"language": "en"}, format="json").status_code == 403
+    assert _chosen(bob) is None
+
+
 def test_anonymous_callers_are_refused(db):
     assert clients.api().get(API).status_code in (401, 403)
     assert clients.api().patch(API, {"language": "en"}, format="json").status_code in (401, 403)
