@@ -1,4 +1,5 @@
-"""The token pages: your own tokens on the Account page; a tenant's service accounts and
+"""The token pages: your own tokens on the Account page (with your language and time zone,
+kept by ``quotas.interface.set_preferences``); a tenant's service accounts and
 their tokens, for its admins.
 
 A new key rides in the server-side session from the POST to the next page view, which
