@@ -48,7 +48,8 @@ class ChannelForm(forms.Form):
     )  # fmt: skip
     language = forms.ChoiceField(
         label=_("Message language"), required=False,
-        choices=[("", _("Site default")), *list(settings.LANGUAGES)],
+        choices=[("", _("Default (the owner's language, else the site's)")),
+                 *list(settings.LANGUAGES)],
     )  # fmt: skip
     enabled = forms.BooleanField(label=_("Enabled"), required=False, initial=True)
 

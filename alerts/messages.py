@@ -1,4 +1,6 @@
-"""Messages rendered for one delivery, in its channel's language."""
+"""Messages rendered for one delivery, in its channel's language: the one set on the
+channel, else (a person's own channel) the language and time zone its owner chose on the
+Account page, else the site's."""
 
 from __future__ import annotations
 
@@ -11,18 +13,27 @@ from alerts.choices import EventState, NoticeTopic, Severity
 from alerts.models import Delivery
 from alerts.transports import Message
 from quotas.choices import NoticeKind
-from quotas.interface import notice_text
+from quotas.interface import Preferences, notice_text, preferences_of
 from reports.models import ReclaimWarning
 
 DIGEST_FACTS = 20  # lines of a digest message; the idle page has the rest
 
 
+def reader_settings(channel) -> tuple[str, str]:
+    """(language, time zone) of the channel's messages. A tenant's channel reaches many
+    people: the site's defaults there, unless a language is set on it."""
+    chosen = preferences_of(channel.owner_id) if channel.owner_id else Preferences()
+    language = channel.language or chosen.language or settings.LANGUAGE_CODE
+    return language, chosen.effective_time_zone
+
+
 def language_of(channel) -> str:
-    return channel.language or settings.LANGUAGE_CODE
+    return reader_settings(channel)[0]
 
 
 def render(delivery: Delivery) -> Message:
-    with translation.override(language_of(delivery.channel)):
+    language, zone = reader_settings(delivery.channel)
+    with translation.override(language), timezone.override(zone):
         if delivery.notice:
             topic = delivery.notice.get("topic")
             if topic == NoticeTopic.RECLAIM:

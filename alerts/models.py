@@ -53,7 +53,8 @@ class Channel(models.Model):
     enabled = models.BooleanField(_("enabled"), default=True)
     # Why the portal turned it off (a permanent error such as a revoked robot key).
     disabled_reason = models.TextField(_("disabled because"), blank=True)
-    # The language its messages are written in; empty: the site's default.
+    # The language its messages are written in; empty: its owner's chosen language (a
+    # user's own channel), else the site's default (alerts/messages.py).
     language = models.CharField(
         _("language"), max_length=16, blank=True, choices=settings.LANGUAGES
     )

@@ -7,6 +7,7 @@ the table by other means (migration 0001).
 
 from __future__ import annotations
 
+from django.apps import apps
 from django.conf import settings
 from django.db import models
 from django.utils.translation import gettext_lazy as _
@@ -61,3 +62,12 @@ class AuditEntry(models.Model):
 
     def delete(self, *args, **kwargs):
         raise PermissionError("the audit log is append-only")
+
+    @property
+    def target_kind(self) -> str:
+        """What the target is, in the reader's language ("user", "用户"); the stored label
+        ("auth.user") for a model that no longer exists."""
+        try:
+            return str(apps.get_model(self.target_type)._meta.verbose_name)
+        except (LookupError, ValueError):
+            return self.target_type

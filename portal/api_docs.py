@@ -54,6 +54,9 @@ QUOTAS = Tag(_("Quotas"), _("How much of a pool each tenant may hold and borrow.
 USERS = Tag(_("Users"), _(
     "Accounts of the portal: create, deactivate and reactivate them, send a password link."
 ))  # fmt: skip
+PREFERENCES = Tag(_("Your preferences"), _(
+    "Your own language and time zone, for your pages, e-mails and IM messages."
+))  # fmt: skip
 API_TOKENS = Tag(_("API tokens"), _(
     "Your own bearer tokens for scripts and the command-line client; a key is shown once."
 ))  # fmt: skip
@@ -89,7 +92,7 @@ AUDIT = Tag(_("Audit log"), _("Who changed what, when and from where."))
 # tenancy, access, the reports, the alerts, and the log.
 TAGS: tuple[Tag, ...] = (
     GPU_REQUESTS, ALLOCATIONS, POOLS, POOL_CARDS, NODES, GPUS, HISTORY, TENANTS, MEMBERSHIPS,
-    QUOTAS, USERS, API_TOKENS, SERVICE_ACCOUNTS, IDLE_REPORT, RECLAIM, ACCOUNTING,
+    QUOTAS, USERS, PREFERENCES, API_TOKENS, SERVICE_ACCOUNTS, IDLE_REPORT, RECLAIM, ACCOUNTING,
     ALERT_CHANNELS, ALERT_RULES, ALERT_EVENTS, ALERT_SUBSCRIPTIONS, ALERTMANAGER, AUDIT,
 )  # fmt: skip
 
@@ -142,6 +145,7 @@ RESOURCES: dict[str, Resource] = {
     "users": Resource(
         USERS, pgettext_lazy("API resource", "a user"), pgettext_lazy("API resource", "users")
     ),
+    "me": Resource(PREFERENCES),
     "tokens": Resource(
         API_TOKENS,
         pgettext_lazy("API resource", "an API token"),

@@ -94,6 +94,8 @@ MIDDLEWARE = [
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
+    # The signed-in user's language (over LocaleMiddleware's) and time zone.
+    "quotas.tenancy.middleware.PreferenceMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     # Last: turns a login that django-axes refused into the lockout page.
@@ -209,6 +211,8 @@ LOGOUT_REDIRECT_URL = "login"
 LANGUAGE_CODE = env_str("LANGUAGE_CODE", "en")
 LANGUAGES = [("en", _("English")), ("zh-hans", _("Simplified Chinese"))]
 LOCALE_PATHS = [BASE_DIR / "locale"]
+# The default time zone of the pages and messages (e.g. Asia/Shanghai); each user may
+# choose their own on the Account page.
 TIME_ZONE = env_str("TIME_ZONE", "UTC")
 USE_I18N = True
 # One date style in both languages (portal/formats): "2026-12-02 17:01" everywhere.

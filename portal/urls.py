@@ -29,13 +29,12 @@ urlpatterns = [
     path("", include("pools.urls")),
     path("", include("alerts.urls")),
     path("", include("quotas.requests.urls")),
-    path("", include("quotas.tenancy.urls")),
+    path("", include("quotas.tenancy.urls")),  # with the language switch (i18n/setlang/)
     path("", include("audit.urls")),
     path("", include("reports.urls")),
     path("", include("tokens.urls")),  # the Account page, service accounts
     path("accounts/login/", auth_views.LoginView.as_view(), name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
-    path("i18n/", include("django.conf.urls.i18n")),
     path("healthz", views.healthz, name="healthz"),
     path("favicon.ico", views.favicon, name="favicon"),
     path("metrics", metrics_view, name="metrics"),

@@ -1,4 +1,4 @@
-"""Quotas' public interface for the apps above it (alerts, reports).
+"""Quotas' public interface for the apps above it (alerts, reports, tokens).
 
 Models and choices are public too (``quotas.models``, ``quotas.choices``), and the
 capability rules (``quotas.permissions``). Everything else in quotas is private. The apps
@@ -21,6 +21,13 @@ from quotas.requests.notices import text_of as notice_text
 from quotas.requests.services import demand_of
 from quotas.requests.signals import request_event
 from quotas.tenancy.accounts import set_apart as set_apart_users
+from quotas.tenancy.preferences import (
+    Preferences,
+    language_of_user,
+    preferences_of,
+    set_preferences,
+    time_zones,
+)
 from quotas.tenancy.services import add_member
 from quotas.tenancy.usage import (
     REQUESTER,
@@ -36,6 +43,7 @@ __all__ = [
     "REQUESTER",
     "TENANT",
     "Held",
+    "Preferences",
     "QuotaUsage",
     "RequestFact",
     "Usage",
@@ -45,13 +53,17 @@ __all__ = [
     "demand_of",
     "expiring_requests",
     "held_hours",
+    "language_of_user",
     "notice_text",
     "pending_requests",
+    "preferences_of",
     "quota_usage",
     "release_lease_request",
     "request_event",
     "set_apart_users",
+    "set_preferences",
     "tenant_admin_ids",
     "tenant_admins",
     "tenant_members",
+    "time_zones",
 ]

@@ -240,3 +240,26 @@ class Notice(models.Model):
 
     def __str__(self) -> str:
         return f"{self.get_kind_display()} · {self.gpu_request_id}"
+
+
+class UserPreference(models.Model):
+    """How one person reads the portal: the language and the time zone of their pages,
+    e-mails and IM messages. Empty fields follow the default: the browser's language, the
+    site's ``TIME_ZONE`` (``quotas.tenancy.preferences``)."""
+
+    user = models.OneToOneField(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, primary_key=True,
+        related_name="preference",
+    )  # fmt: skip
+    language = models.CharField(
+        _("language"), max_length=16, blank=True, choices=settings.LANGUAGES
+    )
+    time_zone = models.CharField(_("time zone"), max_length=64, blank=True)
+    updated = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        verbose_name = _("user preference")
+        verbose_name_plural = _("user preferences")
+
+    def __str__(self) -> str:
+        return f"{self.user_id}: {self.language or '-'} {self.time_zone or '-'}"

@@ -108,7 +108,8 @@ def accounting_report(request: HttpRequest) -> HttpResponse:
         response = HttpResponse(accounting.csv_text(data), content_type="text/csv")
         response["Content-Disposition"] = f'attachment; filename="accounting-{month:%Y-%m}.csv"'
         return response
-    labels = {"held": _("held"), "used": _("used"), "idle": _("idle"), "unit": _("GPU-hours")}
+    labels = {"held": _("held"), "used": _("used"), "idle": _("idle"), "unit": _("GPU-hours"),
+              "day": _("Day")}  # fmt: skip
     context = {
         "data": data, "chart_labels": labels, "section": "accounting",
         "may_set_policies": permissions.can_set_policies(request.user),

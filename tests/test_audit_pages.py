@@ -283,3 +283,11 @@ def test_an_entry_reads_the_same_after_its_user_is_deleted(alice, carol, entries
     data = clients.api(alice).get(f"{API}{entry.pk}/").json()
     assert (data["actor"], data["actor_name"]) == (carol_id, "carol")
     assert clients.page(alice).get(f"/admin/audit/auditentry/{entry.pk}/change/").status_code == 200
+
+
+def test_the_page_names_each_targets_kind_in_the_readers_language(alice, entries):
+    record("thing.gone", target_type="nosuch.model", target_id="1", actor=alice)
+    body = clients.page(alice, HTTP_ACCEPT_LANGUAGE="zh-hans").get(PAGE).content.decode()
+    # Django's own catalogue: auth.user is "用户"; a model that is gone keeps its label.
+    assert 'title="auth.user">用户' in body and ">nosuch.model" in body
+    assert ">auth.user #" not in body

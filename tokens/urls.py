@@ -6,6 +6,7 @@ app_name = "tokens"
 
 urlpatterns = [
     path("account/", views.account, name="account"),
+    path("account/preferences/", views.account_preferences, name="account_preferences"),
     path("account/tokens/<int:pk>/revoke/", views.token_revoke, name="token_revoke"),
     path(
         "tenants/<slug:slug>/service-accounts/",

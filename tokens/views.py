@@ -1,4 +1,5 @@
-"""The token pages: your own tokens on the Account page; a tenant's service accounts and
+"""The token pages: your own tokens on the Account page (with your language and time zone,
+kept by ``quotas.interface.set_preferences``); a tenant's service accounts and
 their tokens, for its admins.
 
 A new key rides in the server-side session from the POST to the next page view, which
@@ -10,11 +11,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
+from django.utils import translation
 from django.utils.translation import gettext as _
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_POST
@@ -22,9 +25,10 @@ from django.views.decorators.http import require_POST
 from audit.interface import request_address
 from portal.forms import add_service_errors
 from quotas import permissions as quota_permissions
+from quotas.interface import preferences_of, set_preferences
 from quotas.models import Tenant
 from tokens import services
-from tokens.forms import SERVICE_FIELDS, ServiceAccountForm, TokenForm
+from tokens.forms import SERVICE_FIELDS, PreferenceForm, ServiceAccountForm, TokenForm
 from tokens.models import ApiToken, ServiceAccount
 
 # The session key that carries a new key from the POST to the one page that shows it.
@@ -62,6 +66,23 @@ def _issue_from(request: HttpRequest, form: TokenForm, service: Any, *args: Any)
 # --- the Account page ----------------------------------------------------------------
 
 
+def _preference_form(request: HttpRequest, data: Any = None) -> PreferenceForm:
+    found = preferences_of(request.user)
+    return PreferenceForm(data, initial={"language": found.language, "time_zone": found.time_zone})
+
+
+def _account_page(
+    request: HttpRequest, form: TokenForm, preference_form: PreferenceForm, status: int = 200
+) -> HttpResponse:
+    context = {
+        "form": form,
+        "preference_form": preference_form,
+        "new_key": _pop_new_key(request, "account") if request.method == "GET" else "",
+        "tokens": services.own_tokens(request.user).select_related("user").order_by("-created"),
+    }
+    return render(request, "tokens/account.html", context, status=status)
+
+
 @login_required
 @never_cache  # the page may hold a new key: no cache, proxy or back button keeps it
 def account(request: HttpRequest) -> HttpResponse:
@@ -71,12 +92,29 @@ def account(request: HttpRequest) -> HttpResponse:
         if issued is not None:
             _keep_new_key(request, "account", issued[1])
             return redirect("tokens:account")
-    context = {
-        "form": form,
-        "new_key": _pop_new_key(request, "account") if request.method == "GET" else "",
-        "tokens": services.own_tokens(request.user).select_related("user").order_by("-created"),
-    }
-    return render(request, "tokens/account.html", context)
+    return _account_page(request, form, _preference_form(request))
+
+
+@require_POST
+@login_required
+@never_cache
+def account_preferences(request: HttpRequest) -> HttpResponse:
+    """The language and time zone form of the Account page: saved, or the page again with
+    the form's errors (400) and nothing changed."""
+    form = _preference_form(request, request.POST)
+    if form.is_valid():
+        saved = _run(form, set_preferences, request.user, **form.cleaned_data)
+        if saved is not None:
+            # Said in the language just chosen (the browser's, for "browser default").
+            language = saved.language or translation.get_language_from_request(request)
+            with translation.override(language):
+                messages.success(request, _("Your language and time zone are saved."))
+            response = redirect("tokens:account")
+            if not saved.language:
+                # The switch's cookie would otherwise keep the last language it chose.
+                response.delete_cookie(settings.LANGUAGE_COOKIE_NAME)
+            return response
+    return _account_page(request, TokenForm(), form, status=400)
 
 
 @require_POST

@@ -40,7 +40,8 @@ class ChannelSerializer(serializers.ModelSerializer):
         choices=list(settings.LANGUAGES),
         required=False,
         allow_blank=True,
-        help_text="The messages' language; empty: the site's default.",
+        help_text="The messages' language; empty: for a user's own channel the language they "
+        "chose (GET /api/v1/me/preferences/), else the site's default.",
     )
     settings = serializers.JSONField(
         help_text="The kind's settings (docs/alerts.md). Secret ones (robot URLs, signing "

@@ -1,6 +1,6 @@
 from django.urls import path
 
-from quotas.tenancy import user_views, views
+from quotas.tenancy import preference_views, user_views, views
 
 app_name = "quotas"
 
@@ -28,6 +28,8 @@ urlpatterns = [
         views.quota_delete,
         name="quota_delete",
     ),
+    # The language switch (Django's set_language, kept as the signed-in user's choice).
+    path("i18n/setlang/", preference_views.set_language, name="set_language"),
     # Users (platform admins) and the set-password page: quotas/tenancy/user_views.py.
     path("users/", user_views.user_list, name="user_list"),
     path("users/add/", user_views.user_add, name="user_add"),

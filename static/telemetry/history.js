@@ -17,6 +17,10 @@ const CHARTS = [
                                         ["temperature_max_c", labels.peak]] },
 ];
 const COLORS = ["#2563eb", "#b91c1c"];
+// The time axis and the legend in the reader's time zone (the page's, base.html), not the
+// browser's: a person who chose Asia/Shanghai reads the same hours as on the rest of the page.
+const TIME_ZONE = document.querySelector('meta[name="time-zone"]')?.content || "UTC";
+const inZone = (ts) => window.uPlot.tzDate(new Date(ts * 1000), TIME_ZONE);
 
 // Seconds between refreshes of each range: a new minute lands once a minute, and one pixel of
 // a 24 h or 7 d chart is a few minutes or a quarter hour, so those redraw less often.
@@ -69,7 +73,7 @@ function drawCharts(points) {
       continue;
     }
     section.charts.push(new window.uPlot({
-      title: chart.title, width, height: 200,
+      title: chart.title, width, height: 200, tzDate: inZone,
       series: [{ label: labels.time },
         ...chart.series.map(([, label], i) => ({ label, stroke: COLORS[i], width: 1.5 }))],
       axes: [{}, { size: 50 }],
