@@ -60,3 +60,11 @@ def test_the_largest_offset_is_an_empty_page(admin):
     GPUFactory()
     response = admin.get("/api/v1/gpus/", {"offset": str(2**63 - 1)})
     assert response.status_code == 200 and response.json()["results"] == []
+
+
+def test_the_api_root_asks_a_stranger_to_sign_in_and_shows_a_member_the_docs(member_user):
+    anonymous = clients.api(None).get("/api/v1/")
+    assert anonymous.status_code == 401 and anonymous.headers["WWW-Authenticate"]
+    answer = clients.api(member_user).get("/api/v1/")
+    assert answer.status_code == 200
+    assert answer.json()["schema"].endswith("/api/schema/")
