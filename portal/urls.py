@@ -9,7 +9,7 @@ from drf_spectacular.views import (
     SpectacularSwaggerSplitView,
 )
 
-from portal import views
+from portal import outages, views
 from portal.metrics import metrics_view
 
 # Swagger UI's start-up script comes from its own URL (the split view), not inline, so it runs
@@ -36,6 +36,7 @@ urlpatterns = [
     path("accounts/login/", auth_views.LoginView.as_view(), name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("healthz", views.healthz, name="healthz"),
+    path("readyz", outages.readyz, name="readyz"),
     path("favicon.ico", views.favicon, name="favicon"),
     path("metrics", metrics_view, name="metrics"),
     path("api/v1/", include(("portal.api_urls", "api"))),
