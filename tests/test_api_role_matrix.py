@@ -43,7 +43,7 @@ from agents.models import GPU, Node
 from alerts.models import Channel, Delivery, Event, Rule, Subscription
 from audit.models import AuditEntry
 from pools.models import Allocation, Lease, Pool, PoolCard
-from quotas.models import GpuRequest, Membership, Notice, Quota, Tenant
+from quotas.models import GpuRequest, Membership, Notice, Quota, Tenant, UserPreference
 from reports.models import Exemption, IdleCard, ReclaimWarning
 from tests.role_matrix_world import CALLERS, World, build_world
 from tokens.authentication import READ_ONLY
@@ -299,6 +299,10 @@ TABLE: dict[str, Row] = {
         row("401 403 200 200 403 403 403 403 403", "inactive_user"),
     "POST /api/v1/users/{id}/password-link/":
         row("401 403 200 200 403 403 403 403 403", "spare_user"),
+    # Preferences: one's own, for everyone; a read token reads them and changes nothing.
+    "GET /api/v1/me/preferences/": row("401 200 200 200 200 200 200 200 200"),
+    "PATCH /api/v1/me/preferences/":
+        row("401 403 200 200 200 200 200 200 200", body={"time_zone": "Asia/Shanghai"}),
     # Tokens: one's own only, for everyone (a platform admin included).
     "GET /api/v1/tokens/": row("401 200 200 200 200 200 200 200 200"),
     "POST /api/v1/tokens/": row("401 403 201 201 201 201 201 201 201", body={"name": "rm-new"}),
@@ -311,7 +315,7 @@ TABLE: dict[str, Row] = {
 COUNTED: tuple[type[Model], ...] = (
     AuditEntry, GpuRequest, Membership, Quota, Tenant, Pool, PoolCard, Node, GPU, Lease,
     Allocation, Channel, Delivery, Subscription, Rule, Event, ApiToken, ServiceAccount,
-    Exemption, ReclaimWarning, Notice, get_user_model(),
+    Exemption, ReclaimWarning, Notice, UserPreference, get_user_model(),
 )  # fmt: skip
 # ... and the row of the object it acts on, by the World attribute naming it.
 TARGETS: dict[str, type[Model]] = {

@@ -116,9 +116,10 @@ def test_quota_left_is_the_limits_less_what_the_tenant_holds_and_my_caps_less_mi
     team = gpu_team("vision", limit_vgpus=4, limit_compute_pct=200, limit_memory_mib=100_000,
                     limit_gpu_hours=10, user_limit_vgpus=2, guaranteed_vgpus=0,
                     guaranteed_compute_pct=0, guaranteed_memory_mib=0)  # fmt: skip
-    held_allocation(team.tenant, team.pool, team.dev, AN_HOUR_AGO, compute_pct=50,
+    an_hour_ago = timezone.now() - timedelta(hours=1)  # not the module's: the hours count
+    held_allocation(team.tenant, team.pool, team.dev, an_hour_ago, compute_pct=50,
                     memory_mib=10_000)  # fmt: skip
-    held_allocation(team.tenant, team.pool, team.admin, AN_HOUR_AGO, compute_pct=100,
+    held_allocation(team.tenant, team.pool, team.admin, an_hour_ago, compute_pct=100,
                     memory_mib=20_000, whole_card=True)  # fmt: skip
     [left] = home.quota_left(team.dev)
     assert (left.vgpus, left.compute_pct, left.memory_mib) == (2, 50, 70_000)
