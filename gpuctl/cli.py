@@ -100,9 +100,8 @@ def describe(req: dict) -> str:
     if req.get("decision_comment"):
         lines.append(f"  comment: {req['decision_comment']}")
     for alloc in req.get("allocations") or []:
-        lines.append(
-            f"  vGPU {alloc['id']} {alloc['state']} on {alloc.get('node')} {alloc.get('gpu_uuid')}"
-        )
+        where = f"{alloc.get('node') or '-'} {alloc.get('gpu_uuid') or '-'}"  # None: card gone
+        lines.append(f"  vGPU {alloc['id']} {alloc['state']} on {where}")
     return "\n".join(lines)
 
 

@@ -249,6 +249,17 @@ class PortalAutoSchema(AutoSchema):
     def get_summary(self) -> str | None:
         return summary(self.path, getattr(self.view, "action", None))
 
+    def _map_basic_serializer(self, serializer: Any, direction: str) -> dict:
+        # A serializer's ``ANSWER_MAY_OMIT``: fields some callers' answers leave out (a
+        # node's agent details for members), so the response schema must not require them.
+        schema = super()._map_basic_serializer(serializer, direction)
+        omitted = set(getattr(serializer, "ANSWER_MAY_OMIT", ()))
+        if direction == "response" and omitted and "required" in schema:
+            schema["required"] = [name for name in schema["required"] if name not in omitted]
+            if not schema["required"]:
+                del schema["required"]
+        return schema
+
 
 def document_tags(result: dict, generator: Any, request: Any, public: bool) -> dict:
     """The tags in their order, with their descriptions (a postprocessing hook): ReDoc

@@ -347,6 +347,9 @@ SPECTACULAR_SETTINGS = {
     ],
     # The Error component and the error answers of every operation (portal/api_schema.py);
     # the tags by resource in their order, with descriptions (portal/api_docs.py).
+    # Request and answer bodies as components of their own (NodeRequest, Node): what a
+    # write requires is not what every answer holds.
+    "COMPONENT_SPLIT_REQUEST": True,
     "POSTPROCESSING_HOOKS": [
         "drf_spectacular.hooks.postprocess_schema_enums",
         "portal.api_schema.document_errors",

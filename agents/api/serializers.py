@@ -65,8 +65,9 @@ class NodeSerializer(serializers.ModelSerializer):
             "cuda_version",
         ]
 
-    # Left out of the answer for readers without a node permission (agents.permissions).
-    AGENT_DETAILS = ("agent_url", "token_hint", "last_error")
+    # Left out of the answer for readers without a node permission (agents.permissions),
+    # so not required in the answer's schema (portal.api_docs).
+    AGENT_DETAILS = ANSWER_MAY_OMIT = ("agent_url", "token_hint", "last_error")
 
     def to_representation(self, instance: Node) -> dict:
         data = super().to_representation(instance)

@@ -119,7 +119,8 @@ class SubscriptionSerializer(serializers.ModelSerializer):
 
 
 class EventSerializer(serializers.ModelSerializer):
-    tenant = serializers.SlugRelatedField(slug_field="slug", read_only=True)
+    # A platform event (a node's, a card's) has none.
+    tenant = serializers.SlugRelatedField(slug_field="slug", read_only=True, allow_null=True)
     rule_label = serializers.CharField(
         read_only=True, help_text="The rule's name in the request's language."
     )

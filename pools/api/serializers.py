@@ -99,8 +99,11 @@ class AllocationSerializer(serializers.ModelSerializer):
     expects it, the same as shell exports, and HAMi's Kubernetes limits."""
 
     agent_id = serializers.CharField(read_only=True)
-    gpu_uuid = serializers.CharField(source="gpu.uuid", read_only=True, default=None)
-    node = serializers.CharField(source="gpu.node.name", read_only=True, default=None)
+    # None once the card is gone (its node deleted under the slice).
+    gpu_uuid = serializers.CharField(source="gpu.uuid", read_only=True, default=None,
+                                     allow_null=True)  # fmt: skip
+    node = serializers.CharField(source="gpu.node.name", read_only=True, default=None,
+                                 allow_null=True)  # fmt: skip
     holder = serializers.CharField(source="lease.holder.get_username", read_only=True)
     label = serializers.CharField(source="lease.label", read_only=True)
     unix_user = serializers.CharField(source="lease.unix_user", read_only=True)

@@ -17,8 +17,11 @@ MAX_HOURS = 24 * 366
 
 
 class AllocationBriefSerializer(serializers.ModelSerializer):
-    node = serializers.CharField(source="gpu.node.name", default="", read_only=True)
-    gpu_uuid = serializers.CharField(source="gpu.uuid", default="", read_only=True)
+    # None once the card is gone, as in the allocation's own answer.
+    node = serializers.CharField(source="gpu.node.name", default=None, read_only=True,
+                                 allow_null=True)  # fmt: skip
+    gpu_uuid = serializers.CharField(source="gpu.uuid", default=None, read_only=True,
+                                     allow_null=True)  # fmt: skip
     url = serializers.SerializerMethodField()
 
     class Meta:
