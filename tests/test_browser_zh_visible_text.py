@@ -72,8 +72,10 @@ def english_lines(text: str, names: set[str]) -> list[str]:
     """The lines of ``text`` that hold an English word once ``names`` are taken out."""
     found = []
     for line in text.splitlines():
-        # Addresses, paths, key=value syntax and °C first, then the seeded names.
-        rest = re.sub(r"\S+@\S+|https?://\S+|/\S*|\w+=\w+|°C", " ", line)
+        # Time zone names, addresses, paths, key=value syntax and °C first, then the
+        # seeded names.
+        rest = re.sub(r"\b[A-Z][a-z]+/[A-Z][A-Za-z_]+|\S+@\S+|https?://\S+|/\S*|\w+=\w+|°C",
+                      " ", line)  # fmt: skip
         for name in sorted(names, key=len, reverse=True):
             rest = rest.replace(name, " ")
         words = [w for w in WORD.findall(rest) if w not in ALLOWED and not _is_id(w)]
