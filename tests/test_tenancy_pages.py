@@ -3,6 +3,8 @@ touches another's members, quotas or usage; bad quotas and the last admin are re
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from audit.interface import AuditEntry
@@ -138,6 +140,15 @@ def test_only_platform_admins_set_quotas(teams, name):
     else:
         assert response.status_code == (403 if name in SEE_ACME else 404)
         assert _quota_row(teams.acme_quota) == before
+
+
+@pytest.mark.parametrize(("language", "label"), [("en", "vGPU limit"), ("zh-hans", "vGPU 上限")])
+def test_the_quota_form_keeps_the_small_v_of_vgpu(teams, language, label):
+    url = f"/tenants/acme/quotas/{teams.acme_quota.pk}/edit/"
+    page = clients.page(teams.user("alice")).get(url, HTTP_ACCEPT_LANGUAGE=language)
+    text = page.content.decode()
+    assert re.search(rf"<label[^>]*>\s*{label}", text), label
+    assert "VGPU" not in text
 
 
 def test_a_quota_of_another_tenant_is_404_under_this_tenants_address(teams):

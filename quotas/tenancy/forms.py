@@ -4,6 +4,7 @@ holds the rules and its field-level errors land on the fields here."""
 from __future__ import annotations
 
 from django import forms
+from django.utils.text import capfirst
 from django.utils.translation import gettext_lazy as _
 
 from pools.models import Pool
@@ -40,6 +41,10 @@ class QuotaForm(forms.Form):
         self.fields.update(forms.fields_for_model(Quota, fields=QUOTA_FIELDS))
         for name in QUOTA_FIELDS:
             field = self.fields[name]
+            # Django capitalises a model field's name for its label: "VGPU limit". A vGPU
+            # keeps its small v, in both languages.
+            label = str(Quota._meta.get_field(name).verbose_name)
+            field.label = label if label.startswith("vGPU") else capfirst(label)
             if isinstance(field, forms.IntegerField):
                 field.min_value = 0
                 field.widget.attrs["min"] = 0
