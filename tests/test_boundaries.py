@@ -296,6 +296,8 @@ def test_no_module_imports_another_modules_private_names():
 CONVENTIONAL_PRIVATE = {"_meta", "_default_manager", "_state"}
 THIRD_PARTY_PRIVATE = {
     "portal.metrics": {"_collector_to_names"},  # prometheus_client lists no registered collectors
+    # Where drf-spectacular builds a serializer's component: no public hook sets "required".
+    "portal.api_docs": {"_map_basic_serializer"},
 }
 
 
