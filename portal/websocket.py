@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 from urllib.parse import urlsplit
 
+from autobahn.exception import Disconnected
 from channels.generic.websocket import AsyncWebsocketConsumer
 from channels.security.websocket import WebsocketDenier
 from django.conf import settings
@@ -94,9 +95,26 @@ class SameOriginValidator:
         self.application = application
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> Any:
-        if scope["type"] == "websocket" and not origin_allowed(scope):
+        if scope["type"] != "websocket":
+            return await self.application(scope, receive, send)
+        if not origin_allowed(scope):
             return await WebsocketDenier()(scope, receive, send)
-        return await self.application(scope, receive, send)
+        return await self.application(scope, receive, sends_until_closed(send))
+
+
+def sends_until_closed(send: Any) -> Any:
+    """``send``, with a frame to a socket the browser has already closed dropped: a page
+    left between a consumer's accept and its first frames made daphne raise
+    ``Disconnected`` (a traceback in the log for a normal navigation). The consumer
+    gets its ``websocket.disconnect`` next and ends."""
+
+    async def send_or_drop(message: dict[str, Any]) -> None:
+        try:
+            await send(message)
+        except Disconnected:
+            return
+
+    return send_or_drop
 
 
 class NotFoundConsumer(AsyncWebsocketConsumer):

@@ -130,3 +130,28 @@ def test_daphne_refuses_unknown_paths_and_foreign_origins_and_logs_no_error(
         time.sleep(0.5)  # let daphne write what it would log about them
     output = "".join(daphne.lines)
     assert "Traceback" not in output and " ERROR " not in output, output
+
+
+def test_a_frame_to_a_socket_the_browser_closed_is_dropped_not_a_traceback():
+    # daphne raises Disconnected when a page left between a consumer's accept and its
+    # first frame (seen in the newcomer walk: a traceback in the portal's log).
+    from autobahn.exception import Disconnected
+
+    from portal.websocket import sends_until_closed
+
+    sent: list[dict] = []
+
+    async def closed(message: dict) -> None:
+        raise Disconnected("Attempt to send on a closed protocol")
+
+    async def open_(message: dict) -> None:
+        sent.append(message)
+
+    async def broken(message: dict) -> None:
+        raise RuntimeError("a real fault")
+
+    async_to_sync(sends_until_closed(closed))({"type": "websocket.send", "text": "x"})
+    async_to_sync(sends_until_closed(open_))({"type": "websocket.send", "text": "y"})
+    assert sent == [{"type": "websocket.send", "text": "y"}]
+    with pytest.raises(RuntimeError):  # anything else is still a fault
+        async_to_sync(sends_until_closed(broken))({"type": "websocket.send", "text": "z"})
