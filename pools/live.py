@@ -36,18 +36,12 @@ def _watched_key() -> str:
 
 
 def watch(pool_id: int) -> None:
-    key = _watched_key()
-    pipe = redis_client.client().pipeline(transaction=False)
-    pipe.zadd(key, {pool_id: time.time() + WATCH_TTL_S})
-    pipe.zremrangebyscore(key, "-inf", time.time())  # lapsed watchers
-    pipe.expire(key, WATCH_TTL_S)
-    pipe.execute()
+    redis_client.watch(_watched_key(), pool_id, WATCH_TTL_S)
 
 
 def watched() -> set[int]:
     """The pools someone watches now."""
-    members = redis_client.client().zrangebyscore(_watched_key(), time.time(), "+inf")
-    return {int(m) for m in members}
+    return redis_client.watched(_watched_key())
 
 
 def encode(kind: str, pool_id: int, key: str, value) -> dict:

@@ -8,6 +8,7 @@ latest readings, watched nodes and the sample buffer have one implementation.
 from __future__ import annotations
 
 import os
+import time
 
 import redis
 from django.conf import settings
@@ -38,3 +39,19 @@ def _connect() -> redis.Redis:
 def key(*parts: object) -> str:
     """Keys under the deployment's prefix, so several portals can share one Redis."""
     return ":".join([settings.CACHES["default"].get("KEY_PREFIX", "gpuportal"), *map(str, parts)])
+
+
+def watch(key_name: str, member: int, ttl_s: float) -> None:
+    """Mark ``member`` watched for ``ttl_s`` in the sorted set ``key_name``, scored by
+    expiry: one key for all members, so a check is one command, not one per member."""
+    now = time.time()
+    pipe = client().pipeline(transaction=False)
+    pipe.zadd(key_name, {member: now + ttl_s})
+    pipe.zremrangebyscore(key_name, "-inf", now)  # lapsed watchers
+    pipe.expire(key_name, int(ttl_s))
+    pipe.execute()
+
+
+def watched(key_name: str) -> set[int]:
+    """The members of ``key_name`` (see ``watch``) whose watch has not lapsed."""
+    return {int(m) for m in client().zrangebyscore(key_name, time.time(), "+inf")}

@@ -44,18 +44,12 @@ def _watched_key() -> str:
 
 
 def watch(node_id: int) -> None:
-    key = _watched_key()
-    pipe = redis_client.client().pipeline(transaction=False)
-    pipe.zadd(key, {node_id: time.time() + WATCH_TTL_S})
-    pipe.zremrangebyscore(key, "-inf", time.time())  # lapsed watchers
-    pipe.expire(key, WATCH_TTL_S)
-    pipe.execute()
+    redis_client.watch(_watched_key(), node_id, WATCH_TTL_S)
 
 
 def watched(node_ids: Iterable[int]) -> list[int]:
     """Those of the given nodes that someone watches now."""
-    now = time.time()
-    watching = {int(m) for m in redis_client.client().zrangebyscore(_watched_key(), now, "+inf")}
+    watching = redis_client.watched(_watched_key())
     return [i for i in node_ids if i in watching] if watching else []
 
 

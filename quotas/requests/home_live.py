@@ -9,7 +9,6 @@ The push carries numbers only (``home.use_row``), to the holder alone.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterable
 
 import orjson
@@ -33,18 +32,12 @@ def _watched_key() -> str:
 
 
 def watch(user_id: int) -> None:
-    key = _watched_key()
-    pipe = redis_client.client().pipeline(transaction=False)
-    pipe.zadd(key, {user_id: time.time() + WATCH_TTL_S})
-    pipe.zremrangebyscore(key, "-inf", time.time())  # lapsed watchers
-    pipe.expire(key, WATCH_TTL_S)
-    pipe.execute()
+    redis_client.watch(_watched_key(), user_id, WATCH_TTL_S)
 
 
 def watched() -> set[int]:
     """The users with a home open now."""
-    members = redis_client.client().zrangebyscore(_watched_key(), time.time(), "+inf")
-    return {int(m) for m in members}
+    return redis_client.watched(_watched_key())
 
 
 def use_message(rows: list[dict]) -> dict:
