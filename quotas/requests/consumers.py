@@ -24,7 +24,21 @@ from quotas.requests.notices import ALL_GROUP, tenant_group, user_group
 CLOSE_UNAUTHENTICATED = 4401
 
 
-class RequestConsumer(AsyncWebsocketConsumer):
+class _RequestListener(AsyncWebsocketConsumer):
+    """A socket that joins ``self.joined`` groups and passes request events on."""
+
+    async def disconnect(self, code: int) -> None:
+        for group in getattr(self, "joined", ()):
+            await self.channel_layer.group_discard(group, self.channel_name)
+
+    async def receive(self, text_data=None, bytes_data=None) -> None:
+        return  # the browser only listens
+
+    async def request_event(self, event: dict) -> None:
+        await self.send(text_data=event["text"])
+
+
+class RequestConsumer(_RequestListener):
     async def connect(self) -> None:
         user = self.scope.get("user")
         if user is None or not user.is_authenticated:
@@ -42,18 +56,8 @@ class RequestConsumer(AsyncWebsocketConsumer):
         deciding = tenant_ids_of(user, deciding=True).values_list("tenant_id", flat=True)
         return [user_group(user.pk), *(tenant_group(t) for t in sorted(deciding))]
 
-    async def disconnect(self, code: int) -> None:
-        for group in getattr(self, "joined", ()):
-            await self.channel_layer.group_discard(group, self.channel_name)
 
-    async def receive(self, text_data=None, bytes_data=None) -> None:
-        return  # the browser only listens
-
-    async def request_event(self, event: dict) -> None:
-        await self.send(text_data=event["text"])
-
-
-class HomeConsumer(AsyncWebsocketConsumer):
+class HomeConsumer(_RequestListener):
     """A developer's home: its user's request events (the page then fetches its part
     again) and, after each poll cycle, the use of their own vGPUs, pushed to them alone.
     While open it keeps its user among the watched homes (``home_live.watch``), renewed
@@ -88,14 +92,7 @@ class HomeConsumer(AsyncWebsocketConsumer):
             renewing.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await renewing
-        for group in getattr(self, "joined", ()):
-            await self.channel_layer.group_discard(group, self.channel_name)
-
-    async def receive(self, text_data=None, bytes_data=None) -> None:
-        return  # the browser only listens
-
-    async def request_event(self, event: dict) -> None:
-        await self.send(text_data=event["text"])
+        await super().disconnect(code)
 
     async def home_use(self, event: dict) -> None:
         await self.send(text_data=event["text"])
