@@ -176,7 +176,12 @@ if REDIS_URL:
         "default": {
             "BACKEND": "channels_redis.core.RedisChannelLayer",
             "CONFIG": {
-                "hosts": [REDIS_URL],
+                # No read timeout (redis-py 8 brought in 5 s): it raced the layer's 5 s
+                # BZPOPMIN and closed idle sockets with 1011, and with one set redis-py
+                # sends through asyncio.wait_for, which on Python 3.11 can swallow a
+                # cancellation, so a closed socket's receive looped on forever. TCP
+                # keepalive (redis-py's default) still finds a dead Redis.
+                "hosts": [{"address": REDIS_URL, "socket_timeout": None}],
                 "prefix": env_str("CHANNEL_LAYER_PREFIX", "gpuportal"),
             },
         }
