@@ -98,6 +98,9 @@ def deliver(delivery_id: int) -> str:
 
 # The task lives with the outbox that sends it, so the outbox needs nothing above it;
 # alerts.tasks names it, under the name workers and queued messages know.
+# Late acks: safe, as the claim (one conditional UPDATE) lets one worker at a time try a
+# delivery and a delivered one is never tried again; the receiver may see a message
+# twice only when a worker died mid-send (at least once).
 @shared_task(
     name="alerts.tasks.deliver", acks_late=True, reject_on_worker_lost=True, ignore_result=True
 )
