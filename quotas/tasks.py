@@ -23,8 +23,8 @@ def place_all_queued() -> int:
 
 
 # Late acks: each step moves a request out of the state it selects on (pending to
-# escalated or expired, placed to expired; a warning is recorded on the lease), so a
-# second run finds it done.
+# escalated or expired, placed to expired; the expiry warning is stamped on the request
+# with a conditional UPDATE), so a second run finds it done.
 @shared_task(acks_late=True, reject_on_worker_lost=True, ignore_result=True)
 def sweep_requests() -> dict[str, int]:
     """Escalate and expire pending requests, warn before expiry, expire placed ones."""

@@ -10,6 +10,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,9 +18,13 @@ from pathlib import Path
 import pytest
 from django.conf import settings
 
+from alerts.choices import DeliveryStatus
+from alerts.models import Delivery
 from portal.celery import app as celery_app
 from tests import procs
+from tests.alert_receivers import Receiver, handler_for
 from tests.celery_probe import slow
+from tests.test_alert_delivery import channel, fire_to, wait_until, worker_env  # noqa: F401
 
 REDIS_SERVER = os.environ.get("REDIS_SERVER_PATH", "/usr/bin/redis-server")
 
@@ -207,3 +212,39 @@ def test_a_task_whose_worker_is_killed_runs_again_on_the_next(redis_server, env_
     assert len(started) == 2 and started[0] != started[1]  # the killed run, then the new one
     assert done == [started[1]]
     print(f"run again {took:.1f} s after the second worker started")
+
+
+# --- a slow receiver ----------------------------------------------------------------------
+
+
+@pytest.mark.stack
+def test_a_receiver_that_hangs_holds_up_no_poll(worker_env, tmp_path):  # noqa: F811
+    """Compose's layout: a worker for deliveries, another for polls and the rest. A
+    webhook receiver that keeps the delivery worker waiting delays neither."""
+    notes = tmp_path / "notes"
+    rx = Receiver(hold=threading.Event())
+    url, server = procs.serve(handler_for(rx))
+    deliveries = procs.start_celery_worker(worker_env, "q-deliveries", "-Q", "deliveries")
+    others = procs.start_celery_worker(
+        worker_env, "q-others", "-Q", "polls,celery", "--include", "tests.celery_probe"
+    )
+    try:
+        delivery_id = fire_to(channel("webhook", url), "Hanging receiver")
+        assert rx.arrived.wait(30)  # the delivery worker is now stuck in the send
+        began = time.monotonic()
+        slow.apply_async((str(notes), "poll", 0.0), queue="polls")
+        slow.apply_async((str(notes), "report", 0.0), queue="celery")
+        wait_for_line(notes, "done poll", 10)
+        wait_for_line(notes, "done report", 10)
+        waited = time.monotonic() - began
+        assert Delivery.objects.get(pk=delivery_id).status == DeliveryStatus.PENDING
+        rx.hold.set()
+        wait_until(lambda: Delivery.objects.get(pk=delivery_id).status != "pending", 30)
+        assert Delivery.objects.get(pk=delivery_id).status == DeliveryStatus.DELIVERED
+        print(f"a poll and a report ran {waited:.1f} s after, while the receiver hung")
+    finally:
+        rx.hold.set()
+        deliveries.stop()
+        others.stop()
+        server.shutdown()
+        server.server_close()
