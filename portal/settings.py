@@ -515,7 +515,10 @@ CELERY_BROKER_TRANSPORT_OPTIONS = {
     "unacked_restore_interval": max(1.0, min(10.0, CELERY_VISIBILITY_TIMEOUT / 4)),
     "unacked_restore_throttle": 1,
 }
-CELERY_RESULT_BACKEND_TRANSPORT_OPTIONS = {"visibility_timeout": CELERY_VISIBILITY_TIMEOUT}
+# Tasks running when the broker goes away run to their end (a delivery mid-send finishes)
+# rather than being cut; their message, not acknowledged, runs again (late acks above).
+# Pinned: Celery 6 is to change the default.
+CELERY_WORKER_CANCEL_LONG_RUNNING_TASKS_ON_CONNECTION_LOSS = False
 # The whole beat schedule, in one place: `celery beat` reads it (as beat_schedule) and so
 # does the embedded scheduler (portal.embedded), so the demo runs every entry too.
 CELERY_BEAT_SCHEDULE = {
