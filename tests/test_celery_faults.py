@@ -248,3 +248,42 @@ def test_a_receiver_that_hangs_holds_up_no_poll(worker_env, tmp_path):  # noqa: 
         others.stop()
         server.shutdown()
         server.server_close()
+
+
+# --- beat ---------------------------------------------------------------------------------
+
+
+def test_no_scheduled_run_waits_on_a_result():
+    assert all(e["options"]["ignore_result"] for e in settings.CELERY_BEAT_SCHEDULE.values())
+
+
+@pytest.mark.stack
+def test_beat_keeps_its_time_while_redis_is_away(redis_server, child_env_for_test_db, tmp_path):
+    import redis
+
+    env = {**child_env_for_test_db, "REDIS_URL": redis_server.url, "GPU_POLL_INTERVAL": "1"}
+    beat = procs.start(
+        "celery-beat",
+        [str(procs.BIN / "celery"), "-A", "portal", "beat", "--loglevel", "INFO",
+         "--schedule", str(tmp_path / "beat-schedule")],
+        env,
+    )  # fmt: skip
+    due = "Sending due task poll-agents"
+    try:
+        beat.wait_for(due, count=2, timeout=60)
+        redis_server.kill()
+        before = len(beat.lines)
+        time.sleep(6)
+        # The polls were tried through the outage (each failed publish costs its 0.6 s of
+        # retries, so about one every 1.6 s): beat did not block.
+        tried = sum(due in line for line in beat.lines[before:])
+        redis_server.start()
+        client = redis.Redis.from_url(redis_server.url)
+        deadline = time.monotonic() + 10
+        while not client.llen("polls"):
+            assert time.monotonic() < deadline, "".join(beat.lines[-30:])
+            time.sleep(0.1)
+    finally:
+        beat.stop()
+    assert tried >= 3, "".join(beat.lines[before:])
+    assert not any("celery.backends.redis" in line for line in beat.lines)
