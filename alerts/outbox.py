@@ -64,13 +64,35 @@ def backoff(attempt: int) -> float:
 def claim(delivery_id: int) -> Delivery | None:
     now = timezone.now()
     stale = now - timedelta(seconds=settings.ALERT_CLAIM_TIMEOUT)
+    # A claim left by a worker that died mid-try: that try is logged once this one holds it.
+    abandoned = (
+        Delivery.objects.filter(pk=delivery_id, claimed_at__lt=stale)
+        .values_list("claimed_at", flat=True)
+        .first()
+    )
     taken = Delivery.objects.filter(
         Q(claimed_at__isnull=True) | Q(claimed_at__lt=stale),
         pk=delivery_id, status=DeliveryStatus.PENDING, next_attempt_at__lte=now,
     ).update(claimed_at=now, attempts=F("attempts") + 1)  # fmt: skip
     if taken != 1:
         return None
-    return Delivery.objects.select_related("channel", "event").get(pk=delivery_id)
+    delivery = Delivery.objects.select_related("channel", "event").get(pk=delivery_id)
+    if abandoned is not None and delivery.attempts > 1:
+        _log_lost_attempt(delivery, delivery.attempts - 1, abandoned)
+    return delivery
+
+
+def _log_lost_attempt(delivery: Delivery, number: int, started_at) -> None:
+    """The try whose worker was lost (SIGKILL, OOM, the machine) before it could record it:
+    counted in ``attempts``, so logged too; the receiver may have had it (at least once).
+    A worker that was only slow and records its try later replaces this row (``_record``)."""
+    DeliveryAttempt.objects.get_or_create(
+        delivery=delivery, number=number,
+        defaults={
+            "started_at": started_at, "duration_ms": 0, "ok": False,
+            "error": _("The worker sending this attempt was lost before it recorded the outcome."),
+        },
+    )  # fmt: skip
 
 
 def deliver(delivery_id: int) -> str:
@@ -98,6 +120,9 @@ def deliver(delivery_id: int) -> str:
 
 # The task lives with the outbox that sends it, so the outbox needs nothing above it;
 # alerts.tasks names it, under the name workers and queued messages know.
+# Late acks: safe, as the claim (one conditional UPDATE) lets one worker at a time try a
+# delivery and a delivered one is never tried again; the receiver may see a message
+# twice only when a worker died mid-send (at least once).
 @shared_task(
     name="alerts.tasks.deliver", acks_late=True, reject_on_worker_lost=True, ignore_result=True
 )
@@ -107,10 +132,14 @@ def deliver_task(delivery_id: int) -> str:
 
 def _record(delivery: Delivery, started_at, duration_ms: int, error: TransportError | None) -> str:
     with transaction.atomic():
-        DeliveryAttempt.objects.create(
-            delivery=delivery, number=delivery.attempts, started_at=started_at,
-            duration_ms=duration_ms, ok=error is None,
-            permanent=bool(error and error.permanent), error=error.message if error else "",
+        # update_or_create: a try that outlived its claim may find itself logged as lost.
+        DeliveryAttempt.objects.update_or_create(
+            delivery=delivery, number=delivery.attempts,
+            defaults={
+                "started_at": started_at, "duration_ms": duration_ms, "ok": error is None,
+                "permanent": bool(error and error.permanent),
+                "error": error.message if error else "",
+            },
         )  # fmt: skip
         if error is None:
             _close(delivery, DeliveryStatus.DELIVERED, "")

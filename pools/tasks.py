@@ -48,7 +48,9 @@ def queue_sync(node_ids: Iterable[int], *, cooldown: bool = False) -> int:
     return queued
 
 
-@shared_task(ignore_result=True)
+# Late acks: the node is sent its whole desired state, never a change, so a send again
+# after a lost worker tells the agent what it already has.
+@shared_task(acks_late=True, reject_on_worker_lost=True, ignore_result=True)
 def sync_desired_state(node_id: int) -> dict:
     redis_client.client().delete(_queued_key(node_id))
     outcome = sync.sync_node(node_id)
@@ -100,7 +102,9 @@ def _take_noted() -> tuple[list[int], list[int]]:
     return sorted(answered), sorted(came_back)
 
 
-@shared_task(ignore_result=True)
+# Late acks: comparing reports, marking and cordoning are judged on the state they find
+# (a card already cordoned or moved is left as it is), so a run again changes nothing twice.
+@shared_task(acks_late=True, reject_on_worker_lost=True, ignore_result=True)
 def after_poll_cycle(answered: list[int] | None = None, came_back: list[int] | None = None) -> dict:
     """Read the agents' reports (of the nodes noted since the last run, or those given):
     confirm slices, re-send where they differ, cordon faulty cards, re-place the slices
@@ -120,7 +124,8 @@ def after_poll_cycle(answered: list[int] | None = None, came_back: list[int] | N
     }  # fmt: skip
 
 
-@shared_task(ignore_result=True)
+# Late acks: reconciliation compares and repairs; a second pass finds nothing to repair.
+@shared_task(acks_late=True, reject_on_worker_lost=True, ignore_result=True)
 def reconcile_pools() -> dict:
     """Beat: reconcile, re-place what failed, retry the stranded, re-send periodically."""
     result = reconcile.reconcile()

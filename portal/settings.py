@@ -19,6 +19,7 @@ from csp.constants import NONE, SELF
 from django.conf import global_settings
 from django.core.exceptions import ImproperlyConfigured
 from django.utils.translation import gettext_lazy as _
+from kombu import Queue
 
 from portal import embedded_db
 from portal.env import env_bool, env_float, env_int, env_list, env_networks, env_rate, env_str
@@ -465,6 +466,10 @@ ALERT_BUSINESS_INTERVAL = env_float("ALERT_BUSINESS_INTERVAL", 60.0, minimum=1)
 ALERTMANAGER_TOKEN = env_str("ALERTMANAGER_TOKEN")
 
 CELERY_BROKER_URL = REDIS_URL or "memory://"
+# Kombu's Redis transport with the repair that keeps a worker alive through a broker
+# restart (portal/broker.py); rediss:// and sentinel:// keep kombu's own.
+if CELERY_BROKER_URL.startswith("redis://"):
+    CELERY_BROKER_TRANSPORT = "portal.broker:Transport"
 CELERY_RESULT_BACKEND = REDIS_URL or None
 CELERY_TASK_ALWAYS_EAGER = not REDIS_URL
 CELERY_TASK_EAGER_PROPAGATES = True
@@ -474,6 +479,51 @@ CELERY_RESULT_EXPIRES = timedelta(hours=1)
 CELERY_TIMEZONE = TIME_ZONE
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+# A worker keeps trying to reach a broker that is away, however long (Celery's default
+# gives up after 100 tries and the worker exits, which only a supervisor undoes).
+CELERY_BROKER_CONNECTION_MAX_RETRIES = None
+# Three queues, so that one kind of work cannot hold up another (docs/reliability.md): a
+# slow SMTP server or webhook receiver fills "deliveries", not "polls"; a fleet of slow
+# agents fills "polls", not "deliveries". A worker started without -Q consumes all three;
+# production runs one worker per queue (README, docker-compose.yml).
+CELERY_QUEUE_DELIVERIES = "deliveries"
+CELERY_QUEUE_POLLS = "polls"
+CELERY_TASK_DEFAULT_QUEUE = "celery"  # the rest: requests, reports, digests, expiry
+CELERY_TASK_QUEUES = [
+    Queue(CELERY_QUEUE_DELIVERIES),
+    Queue(CELERY_QUEUE_POLLS),
+    Queue(CELERY_TASK_DEFAULT_QUEUE),
+]
+CELERY_TASK_ROUTES = {
+    # Alert and notice sends (email, IM, webhooks) and the outbox's re-send.
+    "alerts.tasks.deliver": {"queue": CELERY_QUEUE_DELIVERIES},
+    "alerts.tasks.requeue_deliveries": {"queue": CELERY_QUEUE_DELIVERIES},
+    # Everything that talks to the agents: polls, the rollups they feed, desired-state sends
+    # and the reading of the agents' reports after a cycle.
+    "telemetry.tasks.*": {"queue": CELERY_QUEUE_POLLS},
+    "pools.tasks.sync_desired_state": {"queue": CELERY_QUEUE_POLLS},
+    "pools.tasks.after_poll_cycle": {"queue": CELERY_QUEUE_POLLS},
+}
+# A worker lost (SIGKILL, OOM, the machine) leaves its late-acknowledged messages unacked in
+# Redis; they are handed out again once this old. It must be longer than any task runs and
+# than any countdown (a delivery's retry waits up to ALERT_RETRY_MAX): Redis counts a
+# countdown message as unacknowledged, and a shorter timeout would run it twice.
+CELERY_VISIBILITY_TIMEOUT = env_float("CELERY_VISIBILITY_TIMEOUT", 3600.0, minimum=1)
+if CELERY_VISIBILITY_TIMEOUT <= ALERT_RETRY_MAX + ALERT_HTTP_TIMEOUT:
+    raise ImproperlyConfigured(
+        "CELERY_VISIBILITY_TIMEOUT must be longer than ALERT_RETRY_MAX + ALERT_HTTP_TIMEOUT "
+        f"({ALERT_RETRY_MAX + ALERT_HTTP_TIMEOUT:g} s): a delivery's retry would run twice"
+    )
+CELERY_BROKER_TRANSPORT_OPTIONS = {
+    "visibility_timeout": CELERY_VISIBILITY_TIMEOUT,
+    # Look for such messages every few seconds (one sorted-set read), not kombu's 100 s.
+    "unacked_restore_interval": max(1.0, min(10.0, CELERY_VISIBILITY_TIMEOUT / 4)),
+    "unacked_restore_throttle": 1,
+}
+# Tasks running when the broker goes away run to their end (a delivery mid-send finishes)
+# rather than being cut; their message, not acknowledged, runs again (late acks above).
+# Pinned: Celery 6 is to change the default.
+CELERY_WORKER_CANCEL_LONG_RUNNING_TASKS_ON_CONNECTION_LOSS = False
 # The whole beat schedule, in one place: `celery beat` reads it (as beat_schedule) and so
 # does the embedded scheduler (portal.embedded), so the demo runs every entry too.
 CELERY_BEAT_SCHEDULE = {
@@ -553,6 +603,11 @@ if PROMETHEUS_URL:
         "schedule": timedelta(seconds=GPU_POLL_INTERVAL),
         "options": {"expires": GPU_POLL_INTERVAL},
     }
+# Nobody reads the result of a scheduled run. Without this, beat subscribes to each one's
+# result in Redis as it sends it, and with Redis away it blocks there for up to 20 s of
+# retries, letting what is due meanwhile go by (docs/reliability.md).
+for _entry in CELERY_BEAT_SCHEDULE.values():
+    _entry.setdefault("options", {})["ignore_result"] = True
 
 LOGGING = {
     "version": 1,

@@ -5,6 +5,7 @@ from celery import shared_task
 from portal import idempotency
 
 
-@shared_task
+# Late acks: deleting keys that are too old is the same twice.
+@shared_task(acks_late=True, reject_on_worker_lost=True)
 def prune_idempotency_keys() -> int:
     return idempotency.prune()

@@ -12,7 +12,9 @@ from quotas.requests import lifecycle
 from quotas.requests.services import place_queued
 
 
-@shared_task(ignore_result=True)
+# Late acks: placement locks the pool and places only what is still approved and
+# unplaced, so a run again after a lost worker places nothing twice.
+@shared_task(acks_late=True, reject_on_worker_lost=True, ignore_result=True)
 def place_all_queued() -> int:
     """Place queued requests in every pool that has any (capacity freed elsewhere, a
     card back online): the short beat behind the placement after each release."""
@@ -20,7 +22,10 @@ def place_all_queued() -> int:
     return sum(place_queued(pool_id) for pool_id in set(pools))
 
 
-@shared_task(ignore_result=True)
+# Late acks: each step moves a request out of the state it selects on (pending to
+# escalated or expired, placed to expired; the expiry warning is stamped on the request
+# with a conditional UPDATE), so a second run finds it done.
+@shared_task(acks_late=True, reject_on_worker_lost=True, ignore_result=True)
 def sweep_requests() -> dict[str, int]:
     """Escalate and expire pending requests, warn before expiry, expire placed ones."""
     return {

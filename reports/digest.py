@@ -1,6 +1,10 @@
 """The daily idle digest: per tenant, its idle allocations and the GPU-hours they waste,
 sent as ``reports.signals.idle_digest`` for the alerts app to deliver to its
-subscribers (platform admins get every tenant, tenant admins their own)."""
+subscribers (platform admins get every tenant, tenant admins their own).
+
+Beat's daily send goes through ``send_once``: once per day, whatever runs it twice (two
+beats, a beat restarted after the send but before it saved its schedule, a task redelivered
+after its worker died)."""
 
 from __future__ import annotations
 
@@ -9,16 +13,17 @@ from datetime import date
 from typing import Any
 
 from django.contrib.auth import get_user_model
-from django.db import transaction
+from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from quotas.interface import tenant_admins
 from quotas.models import Tenant
 from quotas.permissions import platform_admins
-from reports.models import AllocationIdle, IdleCard
+from reports.models import AllocationIdle, DigestSent, IdleCard
 from reports.signals import idle_digest
 
 MAX_ROWS = 50  # per tenant: the digest is a summary, the page has the rest
+DIGEST_NAME = "idle-digest"  # its DigestSent rows
 
 
 def build(day: date | None = None) -> dict[str, Any]:
@@ -65,4 +70,26 @@ def send(day: date | None = None) -> dict[str, Any]:
             sender=AllocationIdle, day=content["day"], recipient_ids=who, digest=content
         )
     )
+    return content
+
+
+def send_once(day: date | None = None) -> dict[str, Any] | None:
+    """The day's digest unless it was sent: its ``DigestSent`` row is inserted first and the
+    signal is sent inside the same transaction, so the alerts app's deliveries (outbox
+    rows) commit with the row or not at all. A second run, concurrent or later, fails the
+    insert (it waits on the unique index for the first one's commit) and returns None."""
+    day = day or timezone.localdate()
+    with transaction.atomic():
+        try:
+            with transaction.atomic():
+                claim = DigestSent.objects.create(name=DIGEST_NAME, period=day.isoformat())
+        except IntegrityError:
+            return None
+        content = build(day)
+        who = recipients()
+        idle_digest.send(
+            sender=AllocationIdle, day=content["day"], recipient_ids=who, digest=content
+        )
+        claim.recipients = len(who)
+        claim.save(update_fields=["recipients"])
     return content

@@ -230,3 +230,22 @@ class UsageDay(models.Model):
 
     def __str__(self) -> str:
         return f"{self.day} {self.tenant_id}/{self.user_id}/{self.pool_id}"
+
+
+class DigestSent(models.Model):
+    """One row per scheduled send and period (the idle digest of 2026-12-04): inserted in
+    the transaction that queues the send's deliveries, so a second beat, a redelivered
+    task or a restarted beat finds the period taken and sends nothing (``digest.send_once``)."""
+
+    name = models.CharField(max_length=64)
+    period = models.CharField(max_length=32)
+    sent_at = models.DateTimeField(auto_now_add=True)
+    recipients = models.PositiveIntegerField(default=0)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["name", "period"], name="digestsent_once_per_period")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.name} {self.period}"

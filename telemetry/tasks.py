@@ -12,7 +12,13 @@ from telemetry import rollups, services
 logger = logging.getLogger(__name__)
 
 
-@shared_task(ignore_result=False)
+# Late acks (acks_late, reject_on_worker_lost) on every task here: a worker lost mid-task
+# leaves the message to run again. Safe because each one only refreshes state: a poll
+# re-reads the agents (readings are keyed by time), a flush merges each claimed minute
+# once (its claim row), a prune deletes what is old either way.
+
+
+@shared_task(acks_late=True, reject_on_worker_lost=True, ignore_result=False)
 def poll_agents() -> dict:
     """Poll every registered agent once, in chunks spread over the workers.
 
@@ -30,7 +36,7 @@ def poll_agents() -> dict:
     return {"polled": len(node_ids), "chunks": len(chunks)}
 
 
-@shared_task(ignore_result=True)
+@shared_task(acks_late=True, reject_on_worker_lost=True, ignore_result=True)
 def poll_agent_chunk(node_ids: list[int]) -> dict:
     summary = services.poll_fleet(node_ids)
     if summary.failed:
@@ -38,18 +44,18 @@ def poll_agent_chunk(node_ids: list[int]) -> dict:
     return asdict(summary)
 
 
-@shared_task(ignore_result=True)
+@shared_task(acks_late=True, reject_on_worker_lost=True, ignore_result=True)
 def flush_rollups() -> int:
     """Write the finished minutes of the sample buffer as 1-minute and 1-hour rollups."""
     return rollups.flush(timezone.now())
 
 
-@shared_task(ignore_result=True)
+@shared_task(acks_late=True, reject_on_worker_lost=True, ignore_result=True)
 def prune_rollups() -> dict:
     return rollups.prune(timezone.now())
 
 
-@shared_task(ignore_result=False)
+@shared_task(acks_late=True, reject_on_worker_lost=True, ignore_result=False)
 def poll_prometheus() -> dict:
     """Read the dcgm-exporter series in Prometheus once; never raises for Prometheus itself."""
     # Imported here: prometheus-api-client is only loaded where a Prometheus is configured.

@@ -168,13 +168,14 @@ def start(name: str, command: Sequence[str], env: dict[str, str] | None = None) 
     return proc
 
 
-def start_celery_worker(env: dict[str, str], name: str) -> Proc:
-    """A real Celery worker (solo pool) on the configured broker; waits until it is ready."""
+def start_celery_worker(env: dict[str, str], name: str, *extra: str, pool: str = "solo") -> Proc:
+    """A real Celery worker (solo pool unless ``pool``) on the configured broker; waits
+    until it is ready. ``extra``: more worker options (``--include tests.celery_probe``)."""
     worker = start(
         f"celery-worker-{name}",
-        [str(BIN / "celery"), "-A", "portal", "worker", "--pool", "solo", "--loglevel", "INFO",
+        [str(BIN / "celery"), "-A", "portal", "worker", "--pool", pool, "--loglevel", "INFO",
          "--without-gossip", "--without-mingle", "--without-heartbeat",
-         "--hostname", f"{name}@%h"],
+         "--hostname", f"{name}@%h", *extra],
         env,
     )  # fmt: skip
     worker.wait_for("ready.", timeout=60)

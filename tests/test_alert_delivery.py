@@ -238,6 +238,23 @@ def test_a_delivery_is_claimed_once_and_an_abandoned_claim_is_taken_again(db, se
     again = outbox.claim(delivery.pk)
     assert again is not None and again.attempts == 2
     assert outbox.requeue_due() == []  # claimed afresh: nothing to requeue
+    # The abandoned try is logged (counted in attempts, so shown), as lost.
+    [lost] = delivery.attempt_log.all()
+    assert lost.number == 1 and not lost.ok and "lost" in lost.error
+
+
+def test_a_slow_worker_that_outlived_its_claim_records_its_own_outcome(db, settings):
+    delivery = Delivery.objects.create(
+        channel=channel("email", address="a@example.com"), next_attempt_at=timezone.now()
+    )
+    slow = outbox.claim(delivery.pk)
+    Delivery.objects.filter(pk=delivery.pk).update(
+        claimed_at=timezone.now() - timedelta(seconds=settings.ALERT_CLAIM_TIMEOUT + 1)
+    )
+    assert outbox.claim(delivery.pk) is not None  # taken over; try 1 logged as lost
+    outbox._record(slow, timezone.now(), 5, None)  # the slow worker ends after all
+    [first] = delivery.attempt_log.all()
+    assert first.number == 1 and first.ok and first.error == "" and first.duration_ms == 5
 
 
 def test_the_same_fingerprint_while_open_is_one_event(db):
@@ -327,3 +344,7 @@ def test_a_worker_killed_mid_delivery_loses_nothing(worker_env):
     assert delivery.status == DeliveryStatus.DELIVERED
     # At least once: the killed attempt's request arrived, and the retried one did.
     assert len(rx.received) == 2
+    # Both tries are in the log: the cut one as lost, then the one that went through.
+    log = list(delivery.attempt_log.order_by("number"))
+    assert [(a.number, a.ok) for a in log] == [(1, False), (2, True)]
+    assert delivery.attempts == 2 and "lost" in log[0].error

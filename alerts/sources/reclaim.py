@@ -22,6 +22,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from django.contrib.auth import get_user_model
+from django.db import transaction
 
 from alerts import events
 from alerts.choices import OPEN_EVENT_STATES, Condition, NoticeTopic, Severity
@@ -203,7 +204,10 @@ def _safely(warning_id: int, step: str, lease_id: int, tenant_id: int | None,
 
 
 def on_idle_digest(sender, *, day, recipient_ids=(), digest=None, **kwargs) -> None:
+    # Reports sends the digest inside the transaction that claims its day (once a day); a
+    # savepoint keeps a failure here from breaking that transaction.
     try:
-        deliver_digest(day=str(day), recipient_ids=recipient_ids, digest=digest or {})
+        with transaction.atomic():
+            deliver_digest(day=str(day), recipient_ids=recipient_ids, digest=digest or {})
     except Exception:
         logger.exception("idle digest of %s not queued", day)
