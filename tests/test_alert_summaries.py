@@ -5,14 +5,16 @@ escaped; an event from before summary keys shows the text it stored."""
 from __future__ import annotations
 
 import email
+import importlib
 
 import pytest
+from django.apps import apps as django_apps
 from django.utils import translation
 
 from alerts import events, outbox, services, summaries
 from alerts.choices import ChannelKind, Condition, DeliveryStatus, Severity
 from alerts.evaluate import Finding, RuleSpec
-from alerts.models import Channel, Delivery, Event
+from alerts.models import Channel, Delivery, Event, Rule
 from alerts.sources import metrics
 from quotas.interface import set_preferences
 from tests import clients
@@ -197,3 +199,34 @@ def test_business_and_reclaim_summaries_are_written_in_the_readers_language():
         assert "租用 #3" in summaries.render(summaries.RECLAIM_WARNED, reclaim)
         pending = {"request": 5, "requester": "bob", "hours": 4.25}
         assert "bob" in summaries.render(summaries.REQUEST_PENDING, pending)
+
+
+def test_the_migration_gives_old_events_of_known_shapes_their_keys(teams):
+    fill = importlib.import_module("alerts.migrations.0006_event_summary_keys")
+    rules = {key: Rule.objects.get(key=key) for key in
+             ("gpu-temperature", "gpu-lost", "request-pending", "quota-used")}  # fmt: skip
+    old = {
+        "hot": ("gpu-temperature", "node:n1 gpu:3", {"value": "93"},
+                "node:n1 gpu:3: 93 °C (> 85 °C)"),
+        "lost": ("gpu-lost", "node:n1 gpu:2", {}, "node:n1 gpu:2: GPU lost (fallen off the bus)"),
+        "pending": ("request-pending", "tenant:acme request:5", {},
+                    "request 5 by bob pending 4.2 h"),
+        "quota": ("quota-used", "tenant:acme pool:p", {},
+                  "acme in p: 93 % of memory MiB used (15000 of 16384)"),
+        "odd": ("gpu-temperature", "node:n1 gpu:4", {"value": "93"}, "someone's own words"),
+    }  # fmt: skip
+    made = {
+        name: EventFactory(rule=rules[key], rule_key=key, scope=scope, labels=labels,
+                           summary=text)
+        for name, (key, scope, labels, text) in old.items()
+    }  # fmt: skip
+    fill.fill_summary_keys(django_apps, None)
+    with translation.override("zh-hans"):
+        shown = {name: Event.objects.get(pk=e.pk).summary_text for name, e in made.items()}
+        lost = str(Condition.GPU_LOST.label)
+    assert shown["hot"] == "node:n1 gpu:3: 温度 93 °C (> 85 °C)"
+    assert shown["lost"] == "node:n1 gpu:2: " + lost and "GPU lost" not in lost
+    assert shown["pending"].startswith("Request #5 by bob")
+    assert "93 % of 显存" in shown["quota"]
+    assert shown["odd"] == "someone's own words"
+    assert not Event.objects.get(pk=made["odd"].pk).summary_key
