@@ -21,7 +21,7 @@ from typing import Any
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from alerts import live, recipients
+from alerts import live, recipients, summaries
 from alerts.choices import OPEN_EVENT_STATES, EventState
 from alerts.evaluate import RuleSpec
 from alerts.models import Event
@@ -33,13 +33,23 @@ SEEN_EVERY_S = 60
 
 @dataclass(frozen=True, slots=True)
 class Occurrence:
-    """One target a rule holds for, as the event shows it."""
+    """One target a rule holds for, as the event shows it: its summary as a key of
+    ``alerts.summaries`` and parameters (written in each reader's language), or as text
+    (another system's, such as Alertmanager's)."""
 
     fingerprint: str
     scope: str
-    summary: str
+    summary: str = ""
     labels: dict[str, Any] = field(default_factory=dict)
     tenant_id: int | None = None
+    summary_key: str = ""
+    summary_params: dict[str, Any] = field(default_factory=dict)
+
+    def summary_fields(self) -> dict[str, Any]:
+        """The event's summary columns."""
+        return {"summary_key": self.summary_key[:64], "summary_params": self.summary_params,
+                "summary": summaries.stored_text(self.summary_key, self.summary_params,
+                                                 self.summary)}  # fmt: skip
 
 
 def _due(event: Event, rule: RuleSpec, now: datetime) -> bool:
@@ -84,9 +94,11 @@ def _open_or_reopen(rule: RuleSpec, what: Occurrence, now: datetime) -> Event:
         event = _reopen_or_create(rule, what, now, events)
         live.publish_on_commit(event.pk, event.state, event.tenant_id)
         return event
-    event.last_seen_at, event.summary = now, what.summary[:2000]
-    event.labels = what.labels
-    event.save(update_fields=["last_seen_at", "summary", "labels"])
+    event.last_seen_at, event.labels = now, what.labels
+    summary = what.summary_fields()
+    for name, value in summary.items():
+        setattr(event, name, value)
+    event.save(update_fields=["last_seen_at", "labels", *summary])
     return event
 
 
@@ -100,15 +112,17 @@ def _reopen_or_create(rule: RuleSpec, what: Occurrence, now: datetime, events) -
         )  # fmt: skip
         if event is not None:
             event.state, event.resolved_at, event.last_seen_at = EventState.FIRING, None, now
-            event.summary, event.labels = what.summary[:2000], what.labels
+            event.labels = what.labels
+            for name, value in what.summary_fields().items():
+                setattr(event, name, value)
             event.acknowledged_at = event.acknowledged_by = None
             event.save()
             return event
     return Event.objects.create(
         rule_id=rule.id, rule_key=rule.key[:100], rule_name=rule.name[:200],
         severity=rule.severity, scope=what.scope[:255], fingerprint=what.fingerprint,
-        labels=what.labels, summary=what.summary[:2000], tenant_id=what.tenant_id,
-        started_at=now, last_seen_at=now,
+        labels=what.labels, tenant_id=what.tenant_id, started_at=now, last_seen_at=now,
+        **what.summary_fields(),
     )  # fmt: skip
 
 

@@ -87,9 +87,10 @@ def _event_message(delivery: Delivery) -> Message:
     if event.resolved_at:
         facts.append((_("Resolved"), _when(event.resolved_at)))
     facts += [(str(key), str(value)) for key, value in sorted(event.labels.items())[:20]]
+    summary = event.summary_text  # in the channel's language, like the rest
     return Message(
         title=title,
-        summary=event.summary,
+        summary=summary,
         severity=event.severity,
         state=event.state,
         facts=tuple((str(label), str(value)[:500]) for label, value in facts),
@@ -104,7 +105,9 @@ def _event_message(delivery: Delivery) -> Message:
                 "scope": event.scope,
                 "fingerprint": event.fingerprint,
                 "labels": event.labels,
-                "summary": event.summary,
+                "summary": summary,
+                "summary_key": event.summary_key,
+                "summary_params": event.summary_params,
                 "started_at": event.started_at.isoformat(),
                 "resolved_at": event.resolved_at.isoformat() if event.resolved_at else None,
             }

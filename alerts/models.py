@@ -18,6 +18,7 @@ from django.urls import reverse
 from django.utils.translation import gettext_lazy as _
 
 from agents.models import Node
+from alerts import summaries
 from alerts.choices import (
     CONDITION_KIND,
     OPEN_EVENT_STATES,
@@ -183,6 +184,11 @@ class Event(models.Model):
         Tenant, on_delete=models.SET_NULL, null=True, blank=True, related_name="alert_events"
     )
     labels = models.JSONField(_("labels"), default=dict, blank=True)
+    # What happened, as a key of alerts.summaries and its parameters, written in the
+    # reader's language when shown; the text column is the site language's rendering (and
+    # all there is for events from before keys, and Alertmanager's own text).
+    summary_key = models.CharField(_("summary key"), max_length=64, blank=True)
+    summary_params = models.JSONField(_("summary parameters"), default=dict, blank=True)
     summary = models.TextField(_("summary"), max_length=2000, blank=True)
     started_at = models.DateTimeField(_("started"))
     last_seen_at = models.DateTimeField(_("last seen"))
@@ -221,6 +227,12 @@ class Event(models.Model):
     def rule_label(self) -> str:
         """The rule's name in the reader's language, as the event recorded it."""
         return rule_label(self.rule_key, self.rule_name)
+
+    @property
+    def summary_text(self) -> str:
+        """The summary in the active language (alerts.summaries), else the stored text.
+        Plain text: templates escape it."""
+        return summaries.render(self.summary_key, self.summary_params, self.summary)
 
 
 class Delivery(models.Model):

@@ -90,7 +90,8 @@ if (_url := _worker_redis_url(settings.REDIS_URL)) != settings.REDIS_URL:
 # The migrations whose RunPython writes rows, and those whose RunPython changes the schema
 # only. Every RunPython is in one (tests/test_migration_data.py), so a new data migration
 # cannot be left out of what a flush gets back.
-DATA_MIGRATIONS = {("alerts", "0002_rules"), ("alerts", "0003_notice_rules")}
+DATA_MIGRATIONS = {("alerts", "0002_rules"), ("alerts", "0003_notice_rules"),
+                   ("alerts", "0006_event_summary_keys")}  # fmt: skip
 SCHEMA_MIGRATIONS = {("audit", "0001_initial")}  # its trigger outlives TRUNCATE
 
 

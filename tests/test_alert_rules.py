@@ -188,7 +188,7 @@ def test_a_process_over_its_slice_fires(node, operator_channel, django_capture_o
          allocations=[], desired_generation=1)  # fmt: skip
     event = Event.objects.get(rule_key="process-over-slice")
     assert event.labels["user"] == "mallory" and event.labels["allocation"] == "alloc-3"
-    assert event.summary == "node:gpu-07 gpu:0: 9000 MiB"  # the value says what it counts
+    assert event.summary == "node:gpu-07 gpu:0: Memory used 9000 MiB"  # what it counts, its unit
 
 
 def test_a_node_that_does_not_answer_keeps_its_cards_events_open(

@@ -124,10 +124,16 @@ class EventSerializer(serializers.ModelSerializer):
     rule_label = serializers.CharField(
         read_only=True, help_text="The rule's name in the request's language."
     )
+    summary = serializers.CharField(
+        source="summary_text", read_only=True,
+        help_text="What happened, in the request's language, with units (from summary_key "
+        "and summary_params; the stored text for events from before keys).",
+    )  # fmt: skip
 
     class Meta:
         model = Event
         fields = ["id", "rule", "rule_key", "rule_name", "rule_label", "severity", "scope",
-                  "state", "tenant", "labels", "summary", "started_at", "last_seen_at",
-                  "acknowledged_at", "acknowledged_by", "resolved_at"]  # fmt: skip
+                  "state", "tenant", "labels", "summary", "summary_key", "summary_params",
+                  "started_at", "last_seen_at", "acknowledged_at", "acknowledged_by",
+                  "resolved_at"]  # fmt: skip
         read_only_fields = fields

@@ -9,7 +9,7 @@ from datetime import datetime, timedelta
 
 from django.utils import timezone
 
-from alerts import events
+from alerts import events, summaries
 from alerts.choices import Condition
 from alerts.evaluate import RuleSpec, scope_allows
 from alerts.rules import enabled_rules, fingerprint_of
@@ -18,17 +18,16 @@ from quotas.interface import RequestFact, expiring_requests, pending_requests, q
 
 Found = dict[str, tuple[events.Occurrence, int]]  # fingerprint -> (occurrence, pool id)
 
-DIMENSIONS = {"vgpus": "vGPUs", "compute_pct": "compute %", "memory_mib": "memory MiB",
-              "gpu_hours": "GPU-hours"}  # fmt: skip
 
-
-def _request_occurrence(rule: RuleSpec, fact: RequestFact, summary: str) -> events.Occurrence:
+def _request_occurrence(rule: RuleSpec, fact: RequestFact, key: str,
+                        **params: float) -> events.Occurrence:  # fmt: skip
     labels = {"tenant": fact.tenant_slug, "pool": fact.pool_slug,
               "request": str(fact.request_id), "requester": fact.requester}  # fmt: skip
     return events.Occurrence(
         fingerprint=fingerprint_of(rule.key, f"request:{fact.request_id}", {}),
         scope=f"tenant:{fact.tenant_slug} request:{fact.request_id}",
-        summary=summary, labels=labels, tenant_id=fact.tenant_id,
+        labels=labels, tenant_id=fact.tenant_id, summary_key=key,
+        summary_params={"request": fact.request_id, "requester": fact.requester, **params},
     )  # fmt: skip
 
 
@@ -37,9 +36,7 @@ def _pending(rule: RuleSpec, now: datetime) -> Found:
     out = {}
     for fact in pending_requests(now - timedelta(hours=hours)):
         waited = (now - fact.at).total_seconds() / 3600
-        what = _request_occurrence(
-            rule, fact, f"request {fact.request_id} by {fact.requester} pending {waited:.1f} h"
-        )
+        what = _request_occurrence(rule, fact, summaries.REQUEST_PENDING, hours=waited)
         out[what.fingerprint] = (what, fact.pool_id)
     return out
 
@@ -49,9 +46,7 @@ def _expiring(rule: RuleSpec, now: datetime) -> Found:
     out = {}
     for fact in expiring_requests(now + timedelta(hours=hours)):
         left = max((fact.at - now).total_seconds() / 60, 0)
-        what = _request_occurrence(
-            rule, fact, f"request {fact.request_id} by {fact.requester} expires in {left:.0f} min"
-        )
+        what = _request_occurrence(rule, fact, summaries.REQUEST_EXPIRING, minutes=left)
         out[what.fingerprint] = (what, fact.pool_id)
     return out
 
@@ -68,10 +63,11 @@ def _quota(rule: RuleSpec, now: datetime) -> Found:
             what = events.Occurrence(
                 fingerprint=fingerprint_of(rule.key, f"quota:{quota.pk}:{key}", {}),
                 scope=f"tenant:{tenant} pool:{pool}",
-                summary=f"{tenant} in {pool}: {float(used) * 100 / limit:.0f} % of "
-                f"{DIMENSIONS[key]} used ({used} of {limit})",
                 labels={"tenant": tenant, "pool": pool, "dimension": key},
-                tenant_id=quota.tenant_id,
+                tenant_id=quota.tenant_id, summary_key=summaries.QUOTA_USED,
+                summary_params={"tenant": tenant, "pool": pool, "dimension": key,
+                                "percent": float(used) * 100 / limit, "used": float(used),
+                                "limit": float(limit)},
             )  # fmt: skip
             out[what.fingerprint] = (what, quota.pool_id)
     return out

@@ -23,7 +23,7 @@ from datetime import datetime, timedelta
 from django.utils import timezone
 
 from agents.models import GPU, Node
-from alerts import events, rules
+from alerts import events, rules, summaries
 from alerts.choices import Condition, ScopeKind
 from alerts.evaluate import (
     CYCLE_CONDITIONS,
@@ -44,12 +44,12 @@ from telemetry.interface import PollCycle, card_usage, latest
 logger = logging.getLogger(__name__)
 TOPOLOGY_TTL_S = 30.0
 WINDOW_EVERY_S = 60
-UNITS = {
-    Condition.TEMPERATURE: " °C", Condition.MEMORY_USED: " %", Condition.UTILIZATION: " %",
-    Condition.POWER: " %", Condition.ALLOCATION_UTILIZATION: " %",
-    # A process rule's value is the memory the process (or the allocation) uses.
-    Condition.PROCESS_UNALLOCATED: " MiB", Condition.PROCESS_OVER_SLICE: " MiB",
-}  # fmt: skip
+# Rules whose summary shows the threshold beside the value (a count's is not worth it).
+THRESHOLD_SHOWN = frozenset({
+    Condition.TEMPERATURE, Condition.MEMORY_USED, Condition.UTILIZATION, Condition.POWER,
+    Condition.ALLOCATION_UTILIZATION, Condition.PROCESS_UNALLOCATED,
+    Condition.PROCESS_OVER_SLICE,
+})  # fmt: skip
 
 
 def _state_key(node_id: int) -> str:
@@ -124,16 +124,16 @@ def occurrence(rule: RuleSpec, f: Finding, topo: Topology) -> events.Occurrence:
     if tenant_id is not None:
         labels["tenant"] = topo.tenant_slugs.get(tenant_id, str(tenant_id))
     labels.update(f.labels)
-    summary = f"{scope}: {Condition(rule.condition).label}"
+    # Written in each reader's language when shown (alerts.summaries), with its unit.
+    key, params = summaries.CONDITION, {"scope": scope, "condition": str(rule.condition)}
     if f.value is not None:
-        shown = f"{f.value:.0f}" if f.value >= 10 else f"{f.value:.1f}"
-        labels["value"] = shown
-        summary = f"{scope}: {shown}{UNITS.get(rule.condition, '')}"
-        if rule.threshold is not None and rule.condition in UNITS:
-            sign = ">" if rule.comparison == "gt" else "<"
-            summary += f" ({sign} {rule.threshold:g}{UNITS[rule.condition]})"
+        labels["value"] = f"{f.value:.0f}" if f.value >= 10 else f"{f.value:.1f}"
+        key, params["value"] = summaries.METRIC, f.value
+        if rule.threshold is not None and rule.condition in THRESHOLD_SHOWN:
+            params.update(threshold=rule.threshold, comparison=str(rule.comparison))
     fingerprint = fingerprint_of(rule.key, f"{f.node_id}|{f.target}", {})
-    return events.Occurrence(fingerprint, scope, summary, labels, tenant_id)
+    return events.Occurrence(fingerprint, scope, labels=labels, tenant_id=tenant_id,
+                             summary_key=key, summary_params=params)  # fmt: skip
 
 
 def evaluate_cycle(cycle: PollCycle, *, now: datetime | None = None) -> int:

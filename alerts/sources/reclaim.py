@@ -24,7 +24,7 @@ from typing import Any
 from django.contrib.auth import get_user_model
 from django.db import transaction
 
-from alerts import events
+from alerts import events, summaries
 from alerts.choices import OPEN_EVENT_STATES, Condition, NoticeTopic, Severity
 from alerts.defaults import IDLE_DIGEST_RULE, RECLAIM_NOTICE_RULE
 from alerts.evaluate import RuleSpec, scope_allows
@@ -61,13 +61,11 @@ def warning_occurrence(rule: RuleSpec, warning: ReclaimWarning) -> events.Occurr
         labels["tenant"] = tenant
     parts = (f"tenant:{tenant}" if tenant else "", f"pool:{lease.pool.slug}", f"lease:{lease.pk}")
     scope = " ".join(part for part in parts if part)
-    summary = (
-        f"lease {lease.pk} of {lease.holder.get_username()} in {lease.pool.slug} is idle "
-        f"and will be taken back after {warning.release_after:%Y-%m-%d %H:%M %Z}"
-    )
+    params = {"lease": lease.pk, "owner": lease.holder.get_username(), "pool": lease.pool.name,
+              "release_after": warning.release_after.isoformat()}  # fmt: skip
     return events.Occurrence(
-        fingerprint=warning_fingerprint(rule.key, warning.pk), scope=scope, summary=summary,
-        labels=labels, tenant_id=warning.tenant_id,
+        fingerprint=warning_fingerprint(rule.key, warning.pk), scope=scope, labels=labels,
+        tenant_id=warning.tenant_id, summary_key=summaries.RECLAIM_WARNED, summary_params=params,
     )  # fmt: skip
 
 

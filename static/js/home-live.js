@@ -1,11 +1,7 @@
 // A developer's home: one socket (/ws/home/). Its "home.use" messages carry the use of the
 // user's vGPUs, written into their rows in place; any other message is a request event,
-// on which the page fetches its live part again (through the page's own permission check).
-import { connect, setLiveStatus } from "./live-socket.js";
-
-const part = document.getElementById("live-part");
-let loading = false;
-let pending = false;
+// on which the page fetches its live part again (static/js/live-part.js).
+import { followPart } from "./live-part.js";
 
 function gib(mib) {
   return mib === null || mib === undefined ? "\u2013" : (mib / 1024).toFixed(1);
@@ -15,7 +11,7 @@ function field(row, name) {
   return row.querySelector(`[data-field="${name}"]`);
 }
 
-function applyUse(vgpus) {
+function applyUse(part, vgpus) {
   for (const use of vgpus) {
     const row = part.querySelector(`.vgpu[data-vgpu-id="${use.id}"]`);
     if (!row) continue;
@@ -30,37 +26,14 @@ function applyUse(vgpus) {
   part.dataset.updated = String(Number(part.dataset.updated || 0) + 1);
 }
 
-async function refresh() {
-  if (loading) { pending = true; return; }
-  loading = true;
-  pending = false;
-  try {
-    const response = await fetch(part.dataset.partUrl, { credentials: "same-origin",
-      headers: { "X-Requested-With": "fetch" } });
-    if (response.redirected || !response.ok) return;
-    part.innerHTML = await response.text();
-    part.dataset.refreshed = String(Number(part.dataset.refreshed || 0) + 1);
-  } finally {
-    loading = false;
-    if (pending) refresh();
-  }
-}
-
-if (part) {
-  connect("/ws/home/", {
-    onOpen: (reconnected) => {
-      if (reconnected) refresh();
-      setLiveStatus("live");
-    },
-    onMessage: (data) => {
-      let message;
-      try { message = JSON.parse(data); } catch { return; }
-      if (message.type === "home.use") {
-        applyUse(message.vgpus);
-      } else {
-        refresh();
-      }
-    },
-    onClose: () => setLiveStatus("reconnecting"),
-  });
-}
+followPart("/ws/home/", {
+  onMessage: (data, refresh, part) => {
+    let message;
+    try { message = JSON.parse(data); } catch { return; }
+    if (message.type === "home.use") {
+      applyUse(part, message.vgpus);
+    } else {
+      refresh();
+    }
+  },
+});
