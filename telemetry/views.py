@@ -55,13 +55,13 @@ def _figures(counts: heatmap.Counts, nodes: int) -> list[DashboardFigure]:
             detail=ngettext("on %(count)s node", "on %(count)s nodes", nodes) % {"count": nodes},
         ),
         DashboardFigure(_("Busy"), str(counts.busy), order=30,
-                        detail=_("at %(pct)s %% utilization or more") % threshold),
+                        detail=_("≥ %(pct)s %% utilization") % threshold),
         DashboardFigure(_("Idle"), str(counts.idle), order=40,
-                        detail=_("under %(pct)s %% utilization") % threshold),
+                        detail=_("< %(pct)s %% utilization") % threshold),
     ]  # fmt: skip
     if counts.silent:  # known before the page is drawn: the row never grows live
         figures.append(DashboardFigure(_("No reading"), str(counts.silent), order=45,
-                                       detail=_("no fresh reading from the agent"),
+                                       detail=_("agent silent"),
                                        tone="warning"))  # fmt: skip
     return figures
 

@@ -289,4 +289,6 @@ def test_the_dashboard_speaks_chinese_with_full_width_punctuation(client, alice,
     client.force_login(alice)
     body = client.get("/", HTTP_ACCEPT_LANGUAGE="zh-hans").content.decode()
     assert '<html lang="zh-hans">' in body
-    assert "Compute allocated: " not in body  # the bars' labels take the reader's colon
+    # The capacity bar's label takes the reader's colon (full-width), its unit in cards.
+    assert 'aria-label="\u5df2\u5206\u914d\u7b97\u529b\uff1a0 / 0 GPU"' in body
+    assert "Compute allocated: " not in body
