@@ -17,7 +17,12 @@ class AlertsConfig(AppConfig):
         from alerts.sources import metrics, reclaim, request_notices
         from quotas.interface import request_event
         from reports.interface import appeal_event, idle_digest, reclaim_warned, reclaimed
-        from telemetry.interface import add_dashboard_panel, poll_cycle_recorded
+        from telemetry.interface import (
+            ALERTS_ORDER,
+            add_dashboard_figures,
+            add_dashboard_panel,
+            poll_cycle_recorded,
+        )
 
         # A deleted rule leaves every process's copy, cascaded deletes included.
         post_delete.connect(on_rule_deleted, sender=Rule, dispatch_uid="alerts.rule_deleted")
@@ -34,4 +39,5 @@ class AlertsConfig(AppConfig):
                                  (idle_digest, reclaim.on_idle_digest)):  # fmt: skip
             signal.connect(receiver, weak=False, dispatch_uid=f"alerts.{receiver.__name__}")
         # Firing events on the fleet dashboard, live over /ws/alerts/.
-        add_dashboard_panel(event_views.dashboard_panel)
+        add_dashboard_panel(event_views.dashboard_panel, order=ALERTS_ORDER)
+        add_dashboard_figures(event_views.dashboard_figures)

@@ -23,6 +23,7 @@ from django.template.loader import render_to_string
 from django.urls import reverse
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.utils.translation import gettext as _
+from django.utils.translation import ngettext
 from django.views.decorators.http import require_POST
 
 from alerts import events
@@ -33,9 +34,11 @@ from alerts.models import DeliveryAttempt, Event
 from alerts.permissions import can_acknowledge, visible_channels, visible_events, visible_rules
 from audit.interface import request_address
 from quotas.permissions import visible_tenants
+from telemetry.interface import DashboardFigure
 
 PAGE_SIZE = 50
 STRIP_SIZE = 10
+RECENT_SIZE = 5
 
 
 def _visible(request: HttpRequest):
@@ -168,15 +171,39 @@ def firing_groups(request: HttpRequest) -> list[FiringGroup]:
     ]
 
 
+def recent_events(request: HttpRequest, limit: int = RECENT_SIZE) -> list[Event]:
+    """The newest events the reader may see, whatever their state: what happened lately."""
+    return list(_visible(request).order_by("-started_at", "-pk")[:limit])
+
+
+def _strip(request: HttpRequest) -> dict:
+    return {"firing": firing_groups(request), "recent": recent_events(request)}
+
+
 @login_required
 def firing_strip(request: HttpRequest) -> HttpResponse:
     """The dashboard strip's list, fetched again when the socket says something changed."""
-    return render(request, "alerts/events/_firing.html", {"firing": firing_groups(request)})
+    return render(request, "alerts/events/_firing.html", _strip(request))
 
 
 def dashboard_panel(request: HttpRequest) -> str:
     """The strip on the fleet dashboard (registered with telemetry in AppConfig.ready)."""
     if not request.user.is_authenticated:
         return ""
-    return render_to_string("alerts/events/_dashboard_panel.html",
-                            {"firing": firing_groups(request)}, request=request)  # fmt: skip
+    return render_to_string("alerts/events/_dashboard_panel.html", _strip(request),
+                            request=request)  # fmt: skip
+
+
+def dashboard_figures(request: HttpRequest) -> list[DashboardFigure]:
+    """The summary row's count of firing events the reader may see, and of their rules."""
+    if not request.user.is_authenticated:
+        return []
+    counted = _visible(request).filter(state=EventState.FIRING).aggregate(
+        events=Count("pk"), rules=Count("rule_key", distinct=True)
+    )
+    rules = counted["rules"]
+    detail = ngettext("from %(count)s rule", "from %(count)s rules", rules) % {"count": rules}
+    url = reverse("alerts:event_list") + f"?state={EventState.FIRING}"
+    return [DashboardFigure(_("Alerts firing"), str(counted["events"]), url=url, order=50,
+                            detail=detail if rules else _("Nothing is firing."),
+                            tone="danger" if counted["events"] else "")]  # fmt: skip

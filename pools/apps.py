@@ -9,11 +9,16 @@ class PoolsConfig(AppConfig):
     verbose_name = _("Pools")
 
     def ready(self) -> None:
-        from pools import receivers
+        from pools import dashboard, receivers
         from pools.metrics import PoolsCollector
         from pools.signals import desired_state_changed
         from portal.metrics import register
-        from telemetry.interface import poll_cycle_recorded
+        from telemetry.interface import (
+            POOLS_ORDER,
+            add_dashboard_figures,
+            add_dashboard_panel,
+            poll_cycle_recorded,
+        )
 
         desired_state_changed.connect(receivers.on_desired_state_changed, weak=False,
                                       dispatch_uid="pools.sync")  # fmt: skip
@@ -25,3 +30,6 @@ class PoolsConfig(AppConfig):
         desired_state_changed.connect(receivers.on_slices_changed_for_pages, weak=False,
                                       dispatch_uid="pools.live")  # fmt: skip
         register(PoolsCollector())
+        # The fleet dashboard: capacity bars in cards, and the allocated cards' count.
+        add_dashboard_panel(dashboard.dashboard_panel, order=POOLS_ORDER)
+        add_dashboard_figures(dashboard.dashboard_figures)

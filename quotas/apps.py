@@ -12,14 +12,23 @@ class QuotasConfig(AppConfig):
         # The apps below cannot import this one: they take rules instead. A member sees
         # the process owners on the cards of their tenants' allocations while they held
         # them, and the leases held for their tenants.
+        from quotas.requests import dashboard
         from quotas.requests.home import detour
         from quotas.requests.permissions import leases_visible_to, owners_visible_to
-        from telemetry.interface import add_dashboard_detour, grant_owners, poll_cycle_recorded
+        from telemetry.interface import (
+            APPROVALS_ORDER,
+            add_dashboard_detour,
+            add_dashboard_panel,
+            grant_owners,
+            poll_cycle_recorded,
+        )
 
         grant_owners(owners_visible_to)
         # "/" sends a tenant's member without the fleet's view to their home; after each
         # poll cycle, open homes get their vGPUs' use.
         add_dashboard_detour(detour)
+        # The requests waiting for the reader's decision, on the dashboard and the home.
+        add_dashboard_panel(dashboard.dashboard_panel, order=APPROVALS_ORDER)
         from quotas.requests.home_live import on_poll_cycle_recorded
 
         poll_cycle_recorded.connect(on_poll_cycle_recorded, weak=False,

@@ -7,3 +7,10 @@ class ReportsConfig(AppConfig):
 
     name = "reports"
     verbose_name = _("Reports")
+
+    def ready(self) -> None:
+        from reports import dashboard
+        from telemetry.interface import TENANTS_ORDER, add_dashboard_panel
+
+        # The fleet dashboard: the tenants holding and using the most GPU-hours.
+        add_dashboard_panel(dashboard.dashboard_panel, order=TENANTS_ORDER)

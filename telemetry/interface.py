@@ -17,11 +17,19 @@ from typing import Any
 from agents.gpu_agent.schema import GPU_FIELDS, HISTORY_GPU_FIELDS, HISTORY_PROCESS_FIELDS
 from telemetry import history, readings
 from telemetry.attributed import AttributedUse, Attribution, attributed_use, owners_seen
+from telemetry.heatmap import BUSY_UTIL_PCT
 from telemetry.interval_usage import Interval, IntervalUsage, interval_usage
 from telemetry.panels import (
+    ALERTS_ORDER,
+    APPROVALS_ORDER,
+    POOLS_ORDER,
+    TENANTS_ORDER,
     DashboardDetour,
+    DashboardFigure,
+    DashboardFigures,
     DashboardPanel,
     add_dashboard_detour,
+    add_dashboard_figures,
     add_dashboard_panel,
     dashboard_panels,
 )
@@ -29,14 +37,21 @@ from telemetry.permissions import OwnerGrant, grant_owners
 from telemetry.signals import PollCycle, poll_cycle_recorded
 
 __all__ = [
+    "ALERTS_ORDER",
+    "APPROVALS_ORDER",
+    "BUSY_UTIL_PCT",
     "GPU_FIELDS",
     "HISTORY_GPU_FIELDS",
     "HISTORY_PROCESS_FIELDS",
+    "POOLS_ORDER",
+    "TENANTS_ORDER",
     "AttributedUse",
     "Attribution",
     "CardReading",
     "CardUsage",
     "DashboardDetour",
+    "DashboardFigure",
+    "DashboardFigures",
     "DashboardPanel",
     "Interval",
     "IntervalUsage",
@@ -45,6 +60,7 @@ __all__ = [
     "OwnerUsage",
     "PollCycle",
     "add_dashboard_detour",
+    "add_dashboard_figures",
     "add_dashboard_panel",
     "attributed_use",
     "card_usage",

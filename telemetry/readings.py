@@ -165,10 +165,14 @@ def summarize(node: dict[str, Any], latest: dict[str, Any] | None, gpu_count: in
     cards = (latest or {}).get("gpus", {}).values()
     util_sum, util_n, temp_max, used, total, power, lost = 0, 0, None, 0, 0, 0.0, 0
     models: dict[str, int] = {}
+    # Each card's utilization by its index, for the dashboard's heatmap: pairs, not a
+    # dict, as JSON objects would need string keys.
+    utils = []
     # One pass per node, no intermediate lists: this runs for every node every cycle.
     for card in cards:
         get = card.get
-        if (util := get("utilization_gpu_pct")) is not None:
+        utils.append((get("index"), util := get("utilization_gpu_pct")))
+        if util is not None:
             util_sum += util
             util_n += 1
         if (temp := get("temperature_c")) is not None and (temp_max is None or temp > temp_max):
@@ -190,6 +194,7 @@ def summarize(node: dict[str, Any], latest: dict[str, Any] | None, gpu_count: in
         "temperature_max_c": temp_max,
         "power_w": round(power, 1),
         "models": models,
+        "cards_util": utils,
     }
 
 

@@ -4,13 +4,19 @@ from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.utils.translation import gettext as _
+from django.utils.translation import ngettext
 
 from agents.choices import GpuHealth, NodeState
 from agents.models import GPU, Node
 from agents.permissions import can_see_agent_details
-from telemetry import readings
+from telemetry import heatmap, readings
 from telemetry.history import RANGES
-from telemetry.panels import dashboard_detour, dashboard_panels
+from telemetry.panels import (
+    DashboardFigure,
+    dashboard_detour,
+    dashboard_figures,
+    dashboard_panels,
+)
 from telemetry.slices import may_see_owners, slices_report
 
 
@@ -33,8 +39,31 @@ def _labels() -> dict:
             "peak": _("peak"),
             "time": _("Time"),
             "agent_error": _("Agent error"),
+            "heat_cell": _("%(node)s · GPU %(index)s: %(value)s"),
+            "no_reading": _("no reading"),
+            "percent": _("%(value)s %%"),
         },
     }
+
+
+def _figures(counts: heatmap.Counts, nodes: int) -> list[DashboardFigure]:
+    """Telemetry's own numbers in the summary row; the apps add theirs (allocated, alerts)."""
+    threshold = {"pct": heatmap.BUSY_UTIL_PCT}
+    figures = [
+        DashboardFigure(
+            _("GPUs"), str(counts.cards), order=10,
+            detail=ngettext("on %(count)s node", "on %(count)s nodes", nodes) % {"count": nodes},
+        ),
+        DashboardFigure(_("Busy"), str(counts.busy), order=30,
+                        detail=_("≥ %(pct)s %% utilization") % threshold),
+        DashboardFigure(_("Idle"), str(counts.idle), order=40,
+                        detail=_("< %(pct)s %% utilization") % threshold),
+    ]  # fmt: skip
+    if counts.silent:  # known before the page is drawn: the row never grows live
+        figures.append(DashboardFigure(_("No reading"), str(counts.silent), order=45,
+                                       detail=_("agent silent"),
+                                       tone="warning"))  # fmt: skip
+    return figures
 
 
 @login_required
@@ -50,10 +79,18 @@ def dashboard(request: HttpRequest) -> HttpResponse:
         by_state[tile["state"]] = by_state.get(tile["state"], 0) + 1
         for model, count in tile["models"].items():
             models[model] = models.get(model, 0) + count
+    # The heatmap's cards: one query for the fleet's (id, node, index), none per node.
+    gpus = GPU.objects.values_list("pk", "node_id", "index")
+    nodes = heatmap.heat_nodes(tiles, gpus.iterator(chunk_size=10_000))
+    card_count = sum(len(node.cells) for node in nodes)
     return render(
         request,
         "telemetry/dashboard.html",
         {
+            "figures": dashboard_figures(request, _figures(heatmap.counts(tiles), len(tiles))),
+            "heatmap": heatmap.render(nodes),
+            "heatmap_dense": card_count > heatmap.DENSE_AFTER_CARDS,
+            "heatmap_cards": card_count,
             "tiles": tiles,
             "gpu_count": sum(t["gpu_count"] for t in tiles),
             "by_state": [(NodeState(s).label, n) for s, n in sorted(by_state.items())],

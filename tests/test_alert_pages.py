@@ -276,7 +276,9 @@ def test_the_strip_leaves_out_acknowledged_and_resolved_events(teams, happenings
     Event.objects.filter(pk=happenings["acme"].pk).update(state=EventState.ACKNOWLEDGED)
     Event.objects.filter(pk=happenings["bravo"].pk).update(state=EventState.RESOLVED)
     strip = clients.page(teams.user("alice")).get("/alerts/events/firing/").content.decode()
-    assert strip.count('class="list-group-item') == 1
+    # One firing row; the part's list of recent events (any state) comes after it.
+    assert strip.count('firing-event"') == 1
+    assert 'id="recent-events"' in strip
     assert f'data-event-id="{happenings["platform"].pk}"' in strip
 
 

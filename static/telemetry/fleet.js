@@ -1,6 +1,6 @@
 // The fleet page: one tile per node, kept current over /ws/fleet/.
 import {
-  connect, fmt, fromTemplate, initialData, keepAgesFresh, memoryText, setField, setMeter,
+  connect, fmt, fromTemplate, initialData, keepAgesFresh, labels, memoryText, setField, setMeter,
   setState, showAgentError, takeAgentErrors,
 } from "./live.js";
 
@@ -38,6 +38,30 @@ function draw(node) {
   applyFilter(tile);
 }
 
+// The heatmap's cells are the server's; a frame only swaps each cell's colour class and
+// title (utilization in tenths), so no cell changes size.
+const heatNodes = new Map(
+  [...document.querySelectorAll("#heatmap .hm-node")].map((el) => [el.dataset.node, el]),
+);
+
+function bucket(util) {
+  return util == null ? "un" : `u${Math.min(10, Math.max(0, Math.floor(util / 10)))}`;
+}
+
+function drawHeat(node) {
+  const row = heatNodes.get(String(node.id));
+  if (!row || !node.cards_util) return;
+  const ui = labels.ui;
+  for (const [index, util] of node.cards_util) {
+    const cell = row.querySelector(`a[data-i="${index}"]`);
+    if (!cell) continue;
+    const value = util == null ? ui.no_reading : ui.percent.replace("%(value)s", Number.isInteger(util) ? String(util) : util.toFixed(1)).replace("%%", "%");
+    cell.className = bucket(util);
+    cell.title = ui.heat_cell.replace("%(node)s", node.name).replace("%(index)s", index)
+      .replace("%(value)s", value);
+  }
+}
+
 function applyFilter(tile) {
   const needle = filter.value.trim().toLowerCase();
   tile.hidden = needle !== "" && !tile.dataset.search.includes(needle);
@@ -47,6 +71,10 @@ filter.addEventListener("input", () => fleet.querySelectorAll(".tile").forEach(a
 for (const node of initialData()) draw(node);
 keepAgesFresh(fleet);
 connect("/ws/fleet/", (message) => {
-  if (message.type === "fleet.nodes") for (const node of message.nodes) draw(node);
+  if (message.type === "fleet.nodes") {
+    for (const node of message.nodes) { draw(node); drawHeat(node); }
+    // How many frames were drawn: the browser tests wait on it.
+    fleet.dataset.frames = String(Number(fleet.dataset.frames || 0) + 1);
+  }
   else if (message.type === "fleet.errors") takeAgentErrors(message.errors);
 });
