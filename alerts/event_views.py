@@ -198,8 +198,10 @@ def dashboard_figures(request: HttpRequest) -> list[DashboardFigure]:
     """The summary row's count of firing events the reader may see, and of their rules."""
     if not request.user.is_authenticated:
         return []
-    counted = _visible(request).filter(state=EventState.FIRING).aggregate(
-        events=Count("pk"), rules=Count("rule_key", distinct=True)
+    counted = (
+        _visible(request)
+        .filter(state=EventState.FIRING)
+        .aggregate(events=Count("pk"), rules=Count("rule_key", distinct=True))
     )
     rules = counted["rules"]
     detail = ngettext("from %(count)s rule", "from %(count)s rules", rules) % {"count": rules}
