@@ -21,7 +21,10 @@ def _lines(text: str) -> list[str]:
 class PoolForm(forms.Form):
     name = forms.CharField(label=_("Name"), max_length=100)
     slug = forms.SlugField(
-        label=_("Slug"), max_length=100, help_text=_("The pool's name in URLs and the API.")
+        label=_("Slug"),
+        max_length=100,
+        help_text=_("The pool's name in URLs and the API."),
+        widget=forms.TextInput(attrs={"data-slug-from": "name"}),  # static/portal/base.js
     )
     description = forms.CharField(
         label=_("Description"), required=False, max_length=2000,

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from pools.agent_reports import agent_report
 from pools.failover import clear_cordon, drain_node, undrain_node
+from pools.launch import launch_settings
 from pools.placement import Ask, share_pct
 from pools.reconcile import Drift, drift
 from pools.release_plan import release_plan
@@ -40,6 +41,7 @@ __all__ = [
     "desired_state_changed",
     "drain_node",
     "drift",
+    "launch_settings",
     "place_lease",
     "release_lease",
     "release_plan",

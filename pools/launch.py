@@ -10,6 +10,7 @@ from __future__ import annotations
 import shlex
 
 from agents.gpu_agent.desired import Slice
+from pools.choices import AllocationState
 from pools.models import Allocation
 
 # The agent's per-slice limits (HAMi-core, then MPS); a whole card is not limited.
@@ -58,3 +59,16 @@ def kubernetes_snippet(allocation: Allocation) -> str:
     lines = ["resources:", "  limits:"]
     lines += [f"    {name}: {value}" for name, value in kubernetes_limits(allocation).items()]
     return "\n".join(lines)
+
+
+def launch_settings(allocation: Allocation) -> dict | None:
+    """What the launch-settings panel (``pools/_launch_settings.html``) shows of a vGPU:
+    its environment, as export lines and as a pod's limits; None while it has no card or
+    is no longer active."""
+    env = launch_env(allocation) if allocation.state == AllocationState.ACTIVE else None
+    if not env:
+        return None
+    return {
+        "allocation": allocation, "unix_user": allocation.lease.unix_user, "env": env,
+        "export_block": export_block(env), "kubernetes": kubernetes_snippet(allocation),
+    }  # fmt: skip

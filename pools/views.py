@@ -257,13 +257,10 @@ def allocation_detail(request: HttpRequest, pk: int) -> HttpResponse:
         ),
         pk=pk,
     )
-    env = launch.launch_env(allocation) if allocation.state == AllocationState.ACTIVE else None
     context = {
         "allocation": allocation,
         "lease": allocation.lease,
-        "env": env,
-        "export_block": launch.export_block(env),
-        "kubernetes": launch.kubernetes_snippet(allocation) if env else "",
+        "launch": launch.launch_settings(allocation),
         # Other people's processes on the card (violations) are named only for those who
         # may see every owner; the allocation's own processes are its reader's business.
         "agent_report": agent_report(

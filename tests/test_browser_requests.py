@@ -51,7 +51,7 @@ def test_a_developer_sees_the_gpu_placed_live_after_an_approver_approves(site, b
         dev.select_option("#id_pool", names["pool"])
         dev.fill("#id_count", "1")
         dev.fill("#id_compute_pct", "30")
-        dev.fill("#id_memory_mib", "8192")
+        dev.fill("#id_memory_mib", "8")  # GiB
         dev.fill("#id_duration_hours", "4")
         dev.fill("#id_reason", "fine-tune the detector")
         dev.click("#request-form button[type=submit]")

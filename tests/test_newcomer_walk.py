@@ -126,7 +126,7 @@ def _ask(watch: Watch, dev: Page, *, whole: bool, reason: str) -> None:
     dev.check(f"input[name=size][value={'whole' if whole else 'slice'}]")
     if not whole:
         dev.fill("#id_compute_pct", "25")
-        dev.fill("#id_memory_mib", "4096")
+        dev.fill("#id_memory_mib", "4")  # GiB
     dev.fill("#id_duration_hours", "4")
     dev.fill("#id_reason", reason)
     dev.get_by_role("button", name="Submit request").click()
@@ -154,7 +154,7 @@ def test_a_newcomer_walks_every_flow_on_the_embedded_default(demo, browser: Brow
     admin.select_option("#id_pool", label="Demo")
     admin.fill("#id_limit_vgpus", "4")
     admin.fill("#id_limit_compute_pct", "400")
-    admin.fill("#id_limit_memory_mib", "200000")
+    admin.fill("#id_limit_memory_mib", "200")  # GiB
     admin.get_by_role("button", name="Save").click()
     expect(admin).to_have_url(re.compile(r"/tenants/walk/$"))
     expect(admin.locator("body")).to_contain_text("Demo")
@@ -199,9 +199,9 @@ def test_a_newcomer_walks_every_flow_on_the_embedded_default(demo, browser: Brow
     # Beyond auto-approval, an extension waits for the approver like a request.
     expect(dev.locator("#live-part")).to_contain_text("+2 hours waiting")
     dev.fill("#resize input[name=compute_pct]", "30")
-    dev.fill("#resize input[name=memory_mib]", "8192")
+    dev.fill("#resize input[name=memory_mib]", "8")  # GiB
     dev.locator("#resize button[type=submit]").click()
-    expect(dev.locator("#live-part")).to_contain_text("1 \u00d7 30% \u00b7 8192 MiB")
+    expect(dev.locator("#live-part")).to_contain_text("1 \u00d7 30% \u00b7 8.0 GiB")
     dev.locator(f"form[action='{request_path}release/'] button[type=submit]").click()
     expect(dev.locator("#live-part")).to_contain_text(re.compile("Released|released"))
 

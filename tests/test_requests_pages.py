@@ -26,8 +26,8 @@ def team():
 def form_data(team, **changes) -> dict:
     data = {
         "tenant": team.tenant.pk, "pool": team.pool.pk, "count": 1, "size": "slice",
-        "compute_pct": 25, "memory_mib": 8192, "duration_hours": 4, "reason": "training",
-    }  # fmt: skip
+        "compute_pct": 25, "memory_mib": 8, "duration_hours": 4, "reason": "training",
+    }  # fmt: skip  # memory typed in GiB, as the pages show it
     data.update(changes)
     return {k: v for k, v in data.items() if v is not None}
 
@@ -37,6 +37,16 @@ def test_a_member_asks_for_a_slice_through_the_form(team):
     assert response.status_code == 302
     req = GpuRequest.objects.get()
     assert (req.requester, req.compute_pct, req.state) == (team.dev, 25, RequestState.PENDING)
+    assert req.memory_mib == 8192  # typed as 8 GiB, kept in MiB
+
+
+def test_the_form_takes_memory_in_gib_with_decimals_and_keeps_mib(team):
+    page = clients.page(team.dev).get("/requests/new/").content.decode()
+    assert re.search(r'name="memory_mib"[^>]*value="8"', page), "8192 MiB shown as 8 GiB"
+    assert "Memory per vGPU (GiB)" in page and "(7.5 GiB = 7680 MiB)" in page
+    response = clients.page(team.dev).post("/requests/new/", form_data(team, memory_mib="7.5"))
+    assert response.status_code == 302
+    assert GpuRequest.objects.get().memory_mib == 7680
 
 
 @pytest.mark.parametrize("slice_fields", [{}, {"compute_pct": None, "memory_mib": None}])
@@ -70,7 +80,9 @@ def test_the_form_offers_only_the_users_tenants_and_their_pools(team):
         ({"compute_pct": 101}, "compute_pct"),
         ({"memory_mib": 0}, "memory_mib"),
         ({"memory_mib": -5}, "memory_mib"),
-        ({"memory_mib": 90_000}, "memory_mib"),  # larger than any card of the pool
+        ({"memory_mib": 90}, "memory_mib"),  # GiB: larger than any card of the pool
+        ({"memory_mib": "0.001"}, "memory_mib"),  # no whole number of MiB
+        ({"memory_mib": "lots"}, "memory_mib"),
         ({"count": 3, "compute_pct": 100}, "count"),  # more cards than the pool has
         ({"pool": 999_999}, "pool"),  # unknown pool
         ({"duration_hours": 0}, "duration_hours"),
@@ -231,7 +243,7 @@ def test_a_resize_without_room_shows_the_error_on_the_field(django_capture_on_co
         other = create_request(team.admin, **team.ask(compute_pct=70))
         decide(other.pk, team.approver, approve=True)
     response = clients.page(team.dev).post(
-        f"/requests/{req.pk}/resize/", {"compute_pct": 50, "memory_mib": 8192}
+        f"/requests/{req.pk}/resize/", {"compute_pct": 50, "memory_mib": 8}
     )
     assert response.status_code == 400
     assert "no room" in " ".join(response.context["resize_form"].errors["compute_pct"])

@@ -118,7 +118,7 @@ def test_only_platform_admins_edit_a_tenant(teams, name):
 def _quota_form(**overrides) -> dict:
     data = {
         "guaranteed_vgpus": 1, "limit_vgpus": 2, "guaranteed_compute_pct": 50,
-        "limit_compute_pct": 200, "guaranteed_memory_mib": 1024, "limit_memory_mib": 4096,
+        "limit_compute_pct": 200, "guaranteed_memory_mib": 1, "limit_memory_mib": 4,
         "guaranteed_gpu_hours": 0, "limit_gpu_hours": 10, "budget_period": "month",
         "auto_approve_vgpus": 0, "auto_approve_compute_pct": 0, "auto_approve_hours": 0,
         "escalate_after_hours": 4, "expire_pending_after_hours": 72,

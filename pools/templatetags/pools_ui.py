@@ -2,6 +2,8 @@ from __future__ import annotations
 
 from django import template
 
+from portal.templatetags.portal_ui import gib
+
 register = template.Library()
 
 
@@ -15,9 +17,5 @@ def cards(pct: int | float | None) -> str:
     return text or "0"
 
 
-@register.filter
-def gib(mib: int | float | None) -> str:
-    """MiB as GiB with one decimal; a dash when unknown."""
-    if mib is None:
-        return "\u2013"  # an en dash, as the live pages show
-    return f"{mib / 1024:.1f}"
+# The one MiB-as-GiB filter lives in portal_ui (the GPU page below pools uses it too).
+register.filter("gib", gib)

@@ -16,6 +16,14 @@ from django.utils.translation import pgettext
 register = template.Library()
 
 
+@register.filter
+def gib(mib: int | float | None) -> str:
+    """MiB as GiB with one decimal; a dash when unknown."""
+    if mib is None:
+        return "\u2013"  # an en dash, as the live pages show
+    return f"{mib / 1024:.1f}"
+
+
 ICON_NAME = re.compile(r"[a-z0-9-]+")
 SVG_BODY = re.compile(r"<svg[^>]*>(.*)</svg>", re.DOTALL)
 

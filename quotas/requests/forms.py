@@ -11,6 +11,7 @@ from django.core.exceptions import ValidationError
 from django.utils.translation import gettext_lazy as _
 
 from pools.models import Pool
+from portal.forms import GiBField
 from quotas.models import Quota, Tenant
 from quotas.permissions import tenants_of
 
@@ -34,8 +35,9 @@ class GpuRequestForm(forms.Form):
     compute_pct = forms.IntegerField(
         label=_("Compute per vGPU (%)"), min_value=1, max_value=100, initial=50, required=False
     )
-    memory_mib = forms.IntegerField(
-        label=_("Memory per vGPU (MiB)"), min_value=1, max_value=10_000_000, initial=8192,
+    # Typed in GiB, cleaned to the MiB the service and the API count.
+    memory_mib = GiBField(
+        label=_("Memory per vGPU (GiB)"), min_mib=1, max_mib=10_000_000, initial=8192,
         required=False,
     )  # fmt: skip
     gpu_model = forms.CharField(
@@ -104,6 +106,4 @@ class ExtendForm(forms.Form):
 
 class ResizeForm(forms.Form):
     compute_pct = forms.IntegerField(label=_("Compute per vGPU (%)"), min_value=1, max_value=100)
-    memory_mib = forms.IntegerField(
-        label=_("Memory per vGPU (MiB)"), min_value=1, max_value=10_000_000
-    )
+    memory_mib = GiBField(label=_("Memory per vGPU (GiB)"), min_mib=1, max_mib=10_000_000)

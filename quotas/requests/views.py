@@ -19,7 +19,9 @@ from django.utils.translation import gettext as _
 from django.views.decorators.http import require_POST
 
 from audit.interface import history_of, request_address
+from pools.interface import launch_settings
 from pools.models import Allocation
+from pools.permissions import visible_allocations
 from portal.forms import add_service_errors
 from quotas import permissions
 from quotas.choices import OPEN_STATES, RequestState
@@ -115,10 +117,22 @@ def _visible(request: HttpRequest, pk: int) -> GpuRequest:
     return req
 
 
+def _launches(user, req: GpuRequest) -> list[dict]:
+    """The launch settings of the request's live vGPUs that ``user`` may open (the vGPU
+    page's panel), so the request's page shows them without a click more."""
+    if not req.lease_id:
+        return []
+    allocations = visible_allocations(user).filter(lease_id=req.lease_id, released_at=None)
+    found = (launch_settings(a) for a in allocations.select_related("lease", "gpu").order_by("pk"))
+    # "key": the panel's blocks' ids stay unique with several vGPUs on one page.
+    return [{**launch, "key": f"-{launch['allocation'].pk}"} for launch in found if launch]
+
+
 def _detail(request: HttpRequest, req: GpuRequest, *, status: int = 200, **forms) -> HttpResponse:
     user = request.user
     context = {
         "row": _rows([req])[0],
+        "launches": _launches(user, req),
         "history": history_of(req),
         "can_manage": can_manage(user, req),
         "is_open": req.state in OPEN_STATES,

@@ -8,6 +8,7 @@ from django.utils.text import capfirst
 from django.utils.translation import gettext_lazy as _
 
 from pools.models import Pool
+from portal.forms import GiBField
 from quotas.choices import Role
 from quotas.models import Quota, Tenant
 from quotas.tenancy.accounts import NewUser
@@ -22,11 +23,31 @@ class TenantForm(forms.Form):
         self.fields.update(forms.fields_for_model(Tenant, fields=TENANT_FIELDS))
         self.fields["description"].max_length = 2000
         self.fields["description"].widget.attrs.update({"rows": 3, "maxlength": 2000})
+        # The slug follows the name as it is typed (static/portal/base.js).
+        self.fields["slug"].widget.attrs["data-slug-from"] = "name"
 
 
 class QuotaForm(forms.Form):
     """The guarantees, limits and approval policy of a tenant in a pool; the pool is
-    chosen when the quota is created and stays."""
+    chosen when the quota is created and stays. Memory is typed in GiB (the model keeps
+    MiB); ``fieldsets`` groups the seventeen fields for the page."""
+
+    # The memory fields' labels in the unit they are typed in.
+    GIB_LABELS = {
+        "guaranteed_memory_mib": _("Guaranteed memory (GiB)"),
+        "limit_memory_mib": _("Memory limit (GiB)"),
+        "user_limit_memory_mib": _("Memory per member (GiB)"),
+    }
+    FIELDSETS = (
+        (_("Size"), ("guaranteed_vgpus", "limit_vgpus", "guaranteed_compute_pct",
+                     "limit_compute_pct", "guaranteed_memory_mib", "limit_memory_mib")),
+        (_("GPU-hours"), ("guaranteed_gpu_hours", "limit_gpu_hours", "budget_period")),
+        (_("Per member"), ("user_limit_vgpus", "user_limit_compute_pct",
+                           "user_limit_memory_mib")),
+        (_("Approval"), ("auto_approve_vgpus", "auto_approve_compute_pct",
+                         "auto_approve_hours", "escalate_after_hours",
+                         "expire_pending_after_hours")),
+    )  # fmt: skip
 
     def __init__(self, *args, quota: Quota | None = None, tenant: Tenant, **kwargs) -> None:
         if quota is not None:
@@ -41,6 +62,11 @@ class QuotaForm(forms.Form):
         self.fields.update(forms.fields_for_model(Quota, fields=QUOTA_FIELDS))
         for name in QUOTA_FIELDS:
             field = self.fields[name]
+            if name in self.GIB_LABELS:
+                self.fields[name] = GiBField(
+                    label=self.GIB_LABELS[name], required=field.required, initial=field.initial
+                )
+                continue
             # Django capitalises a model field's name for its label: "VGPU limit". A vGPU
             # keeps its small v, in both languages.
             label = str(Quota._meta.get_field(name).verbose_name)
@@ -48,6 +74,10 @@ class QuotaForm(forms.Form):
             if isinstance(field, forms.IntegerField):
                 field.min_value = 0
                 field.widget.attrs["min"] = 0
+
+    def fieldsets(self) -> list[tuple[str, list[forms.BoundField]]]:
+        """The fields in groups (legend, fields), in the order of FIELDSETS."""
+        return [(legend, [self[name] for name in names]) for legend, names in self.FIELDSETS]
 
 
 class NewUserFieldsMixin:
