@@ -268,5 +268,5 @@ def test_the_sort_menu_speaks_chinese(teams):
     body = clients.page(teams.user("alice")).get("/idle/", HTTP_ACCEPT_LANGUAGE="zh-hans")
     text = body.content.decode()
     menu = text[text.index('name="ordering"') :].split("</select>")[0]
-    assert "浪费的 GPU 时" in menu and "\uff08降序\uff09" in menu, menu
+    assert "浪费的 GPU 小时" in menu and "\uff08降序\uff09" in menu, menu
     assert "descending" not in menu and "Wasted" not in menu

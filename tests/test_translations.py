@@ -95,3 +95,40 @@ def test_the_po_reader_pairs_ids_with_their_translations(tmp_path):
         ("Power", "功耗"), ("Memory used", '已用"显存"'), ("one card", "%(n)s 张卡"),
         ("Memory", "显存"),
     ]  # fmt: skip
+
+
+GLOSSARY = Path(__file__).resolve().parent.parent / "docs" / "glossary.md"
+# What a term is not checked in: placeholders and code values (pools.change_pool, idle_minutes).
+NOT_WORDS = re.compile(r"%\(\w+\)\w|\b\w+(?:[._]\w+)+\b")
+
+
+def glossary() -> list[tuple[list[str], list[str]]]:
+    """(English forms, Chinese words) per row of docs/glossary.md's table."""
+    rows = []
+    for line in GLOSSARY.read_text(encoding="utf-8").splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) == 3 and cells[1] and not set(cells[0]) <= set("-") and cells[1] != "中文":
+            rows.append(([f.strip() for f in cells[0].split(",")], cells[1].split(" / ")))
+    return rows
+
+
+def test_the_glossary_lists_the_words_the_checks_use():
+    terms = {form: words for forms, words in glossary() for form in forms}
+    assert terms["memory"] == ["显存"] and terms["power"] == ["功耗"]
+    assert terms["compute"] == ["算力"] and terms["oversubscription"] == ["超分"]
+    assert len(terms) > 40
+
+
+def test_every_chinese_string_uses_the_glossarys_word_for_each_term_it_names():
+    wrong = []
+    for forms, words in glossary():
+        term = re.compile(r"\b(" + "|".join(map(re.escape, forms)) + r")\b", re.IGNORECASE)
+        for msgid, msgstr in po_entries(CATALOGUE / "django.po"):
+            if forms == ["memory"] and HOST_MEMORY.search(msgid):
+                continue
+            named = {m.group(0).lower() for m in term.finditer(NOT_WORDS.sub(" ", msgid))}
+            # A word kept in English in the Chinese too is a value (a sort key, a name).
+            named = {n for n in named if n not in msgstr.lower()}
+            if named and not any(word in msgstr for word in words):
+                wrong.append((sorted(named), words, msgid, msgstr))
+    assert not wrong, "\n".join(map(str, wrong))
