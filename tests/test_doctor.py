@@ -217,3 +217,13 @@ def test_redis_on_a_closed_port_fails_quickly_with_exit_1(db, child_env_for_test
     assert lines["channel-layer"] == "warn"  # not checked without Redis
     # Django's start-up included; the Redis checks themselves fail at once (refused).
     assert elapsed < 30, elapsed
+
+
+def test_a_check_that_hangs_is_a_fail_line_when_its_time_is_up():
+    # A host that drops packets holds a connect for minutes; the doctor gives up on it.
+    started = time.monotonic()
+    [result] = doctor.bounded("hangs", lambda: time.sleep(5) or doctor.Result("x", "ok", ""), 0.3)
+    assert result.status == doctor.FAIL and "0.3 s" in result.message
+    assert time.monotonic() - started < 2
+    [result] = doctor.bounded("breaks", lambda: 1 / 0, 5)
+    assert result.status == doctor.FAIL and "ZeroDivisionError" in result.message

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import shutil
+import threading
 import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
@@ -584,46 +585,75 @@ def _guarded(name: str, check: Callable[[], Result | list[Result]]) -> list[Resu
     return found if isinstance(found, list) else [found]
 
 
+def bounded(name: str, check: Callable[[], Result | list[Result]], seconds: float) -> list[Result]:
+    """``check`` in a thread of its own, given up after ``seconds``: a host that drops
+    packets (a firewall) would otherwise hold a connect for minutes, and a probe longer."""
+    found: list[Result] = []
+
+    def run() -> None:
+        try:
+            found.extend(_guarded(name, check))
+        finally:
+            connections.close_all()  # the thread's own connections
+
+    thread = threading.Thread(target=run, name=f"doctor-{name}", daemon=True)
+    thread.start()
+    thread.join(seconds)
+    if thread.is_alive() or not found:
+        return [
+            Result(
+                name,
+                FAIL,
+                _("no answer within %(seconds)g s") % {"seconds": seconds},
+                _("the service may be unreachable: a firewall dropping packets, a host down"),
+            )
+        ]
+    return found
+
+
 def run_checks(*, minutes: float = 5.0, timeout: float = 3.0) -> list[Result]:
+    """Every check in order; those that need a store that did not answer are skipped."""
+    bound = timeout * 2 + 5  # each check's own timeouts end it first
+
+    def each(name: str, check: Callable[[], Result | list[Result]]) -> list[Result]:
+        return bounded(name, check, bound)
+
     results: list[Result] = []
-    database = check_database()
-    results.append(database)
-    db_up = database.status == OK
+    database = each("database", check_database)
+    results += database
+    db_up = database[0].status == OK
     no_db = _("the database does not answer")
-    results += (
-        _guarded("migrations", check_migrations) if db_up else [_skipped("migrations", no_db)]
-    )
-    redis = check_cache()
-    results.append(redis)
-    redis_up = redis.status != FAIL
+    results += each("migrations", check_migrations) if db_up else [_skipped("migrations", no_db)]
+    redis = each("redis", check_cache)
+    results += redis
+    redis_up = redis[0].status != FAIL
     no_redis = _("Redis does not answer")
     results += (
-        _guarded("channel-layer", lambda: check_channel_layer(timeout))
+        each("channel-layer", lambda: check_channel_layer(timeout))
         if redis_up
         else [_skipped("channel-layer", no_redis)]
     )
-    broker = check_broker(timeout)
-    results.append(broker)
-    if broker.status == OK:
-        results += _guarded("workers", lambda: check_workers(min(timeout, 1.0)))
-    elif broker.status == FAIL:
-        results += [
-            _skipped(f"workers:{q}", _("the broker does not answer")) for q in expected_queues()
-        ]
-    results += _guarded("beat", check_beat) if redis_up else [_skipped("beat", no_redis)]
+    broker = each("broker", lambda: check_broker(timeout))
+    results += broker
+    if broker[0].status == OK:
+        results += each("workers", lambda: check_workers(min(timeout, 1.0)))
+    elif broker[0].status == FAIL:
+        no_broker = _("the broker does not answer")
+        results += [_skipped(f"workers:{q}", no_broker) for q in expected_queues()]
+    results += each("beat", check_beat) if redis_up else [_skipped("beat", no_redis)]
     results += _guarded("secret-key", check_secret_key)
     results += _guarded("debug", check_debug)
     results += _guarded("allowed-hosts", check_hosts)
     if db_up:
-        results += _guarded("agents", lambda: check_agents(minutes))
-        results += _guarded("agent-tokens", check_agent_tokens)
+        results += each("agents", lambda: check_agents(minutes))
+        results += each("agent-tokens", check_agent_tokens)
     else:
         results += [_skipped("agents", no_db), _skipped("agent-tokens", no_db)]
     if db_up and redis_up:
-        results += _guarded("clock-skew", check_clock_skew)
+        results += each("clock-skew", check_clock_skew)
     else:
         results.append(_skipped("clock-skew", no_db if not db_up else no_redis))
-    results += _guarded("smtp", lambda: check_smtp(timeout))
+    results += each("smtp", lambda: check_smtp(timeout))
     results += _guarded("disk", check_disk)
     return results
 
