@@ -97,6 +97,11 @@ def test_hosts_and_origins(settings):
     settings.PORTAL_BASE_URL = "https://portal.example.org:8443"
     hosts = by_name(doctor.check_hosts())["allowed-hosts"]
     assert hosts.status == doctor.FAIL and "portal.example.org" in hosts.message
+    settings.ALLOWED_HOSTS, settings.PORTAL_BASE_URL = (
+        ["[2001:db8::5]"],
+        "http://[2001:db8::5]:8000/portal",
+    )
+    assert by_name(doctor.check_hosts())["allowed-hosts"].status == doctor.OK
     settings.PORTAL_BASE_URL, settings.ALLOWED_HOSTS = "", ["*"]
     assert by_name(doctor.check_hosts())["allowed-hosts"].status == doctor.WARN
     settings.ALLOWED_HOSTS = []

@@ -22,7 +22,7 @@ from django.conf import settings
 from django.core.cache import cache
 from django.db import DEFAULT_DB_ALIAS, connections
 from django.db.migrations.executor import MigrationExecutor
-from django.http.request import validate_host
+from django.http.request import split_domain_port, validate_host
 from django.utils import timezone
 from django.utils.translation import gettext as _
 
@@ -363,9 +363,7 @@ def check_hosts() -> list[Result]:
                 _("list the portal's host names in ALLOWED_HOSTS"),
             )
         )
-    elif base_host and not validate_host(
-        base_host.split(":")[0] if not base_host.startswith("[") else base_host, hosts
-    ):
+    elif base_host and not validate_host(split_domain_port(base_host)[0], hosts):
         results.append(
             Result(
                 "allowed-hosts",
@@ -477,7 +475,10 @@ def check_clock_skew(limit_s: float = CLOCK_SKEW_WARN_S) -> Result:
                 "(worst %(worst)+.0f s): %(names)s"
             )
             % {"count": far, "limit": limit_s, "worst": worst, "names": ", ".join(names.values())},
-            _("run NTP (chrony, systemd-timesyncd) on the nodes and the portal's hosts"),
+            _(
+                "run NTP (chrony, systemd-timesyncd) on the nodes and the portal's hosts; a "
+                "reading far behind may also be an agent whose collection stalled"
+            ),
         )
     return Result(
         "clock-skew",
