@@ -168,7 +168,7 @@ def check_channel_layer(timeout: float = 3.0) -> Result:
             "channel-layer",
             FAIL,
             _("a group message did not come back: %(error)s") % {"error": _error(exc)},
-            _("check Redis (REDIS_URL); live pages fall back to reloading meanwhile"),
+            _("check Redis (REDIS_URL); live pages stop updating meanwhile"),
         )
     if message.get("token") != token:
         return Result(
