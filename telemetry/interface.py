@@ -15,7 +15,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from agents.gpu_agent.schema import GPU_FIELDS, HISTORY_GPU_FIELDS, HISTORY_PROCESS_FIELDS
-from telemetry import history, readings
+from telemetry import history, metrics, readings
 from telemetry.attributed import AttributedUse, Attribution, attributed_use, owners_seen
 from telemetry.heatmap import BUSY_UTIL_PCT
 from telemetry.interval_usage import Interval, IntervalUsage, interval_usage
@@ -67,6 +67,7 @@ __all__ = [
     "dashboard_panels",
     "grant_owners",
     "interval_usage",
+    "last_poll_cycle",
     "latest",
     "owner_usage",
     "owners_seen",
@@ -131,6 +132,14 @@ def latest(node_ids: Iterable[int]) -> dict[int, NodeReading]:
             desired_generation=stored.get("desired_generation"),
         )
     return out
+
+
+def last_poll_cycle() -> datetime | None:
+    """When the poller last finished a cycle (or a chunk of one), in any worker; None when
+    none is recorded (no poll yet, or Redis lost its data). Beat queues a poll every
+    GPU_POLL_INTERVAL, so an old answer means beat or the ``polls`` worker is not running."""
+    at = metrics.last_poll_at()
+    return None if at is None else datetime.fromtimestamp(at, tz=UTC)
 
 
 def card_usage(gpu_ids: Iterable[int], start: datetime, end: datetime) -> dict[int, CardUsage]:

@@ -29,6 +29,12 @@ def record_poll(duration_s: float, polled: int, failed: int) -> None:
     cache.set(_POLL_STATS, stats, timeout=None)
 
 
+def last_poll_at() -> float | None:
+    """When a poll chunk last finished (seconds since the epoch), from any process."""
+    stats = cache.get(_POLL_STATS) or {}
+    return stats.get("last_at")
+
+
 class FleetCollector:
     def collect(self) -> Iterator[Metric]:
         nodes = Counter(Node.objects.values_list("state", "source"))
