@@ -129,7 +129,7 @@ def check_cache() -> Result:
             "redis",
             FAIL,
             _("Redis answered, but a value written was not read back"),
-            _("check that Redis is not out of memory (maxmemory, eviction)"),
+            _("check that Redis has not run out of RAM (maxmemory, eviction)"),
         )
     return Result("redis", OK, _("Redis answers (the cache: written, read and deleted)"))
 
