@@ -44,12 +44,14 @@ class Occurrence:
     tenant_id: int | None = None
     summary_key: str = ""
     summary_params: dict[str, Any] = field(default_factory=dict)
+    state_key: str = ""
 
     def summary_fields(self) -> dict[str, Any]:
-        """The event's summary columns."""
+        """The event's summary columns (and its evaluation key, which moves with them)."""
         return {"summary_key": self.summary_key[:64], "summary_params": self.summary_params,
                 "summary": summaries.stored_text(self.summary_key, self.summary_params,
-                                                 self.summary)}  # fmt: skip
+                                                 self.summary),
+                "state_key": self.state_key[:200]}  # fmt: skip
 
 
 def _due(event: Event, rule: RuleSpec, now: datetime) -> bool:
@@ -124,6 +126,15 @@ def _reopen_or_create(rule: RuleSpec, what: Occurrence, now: datetime, events) -
         labels=what.labels, tenant_id=what.tenant_id, started_at=now, last_seen_at=now,
         **what.summary_fields(),
     )  # fmt: skip
+
+
+def open_with_state_keys() -> list[tuple[int, str]]:
+    """(id, evaluation key) of each open event that a per-cycle rule keeps state for."""
+    return list(
+        Event.objects.filter(state__in=OPEN_EVENT_STATES)
+        .exclude(state_key="")
+        .values_list("pk", "state_key")
+    )
 
 
 def clear(event_id: int, *, now: datetime | None = None) -> bool:

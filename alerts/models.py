@@ -190,6 +190,9 @@ class Event(models.Model):
     summary_key = models.CharField(_("summary key"), max_length=64, blank=True)
     summary_params = models.JSONField(_("summary parameters"), default=dict, blank=True)
     summary = models.TextField(_("summary"), max_length=2000, blank=True)
+    # Where a rule checked each poll cycle keeps this event's state in Redis
+    # ("<node id>|<rule id>|<target>"), so that state can be rebuilt after Redis lost it.
+    state_key = models.CharField(_("evaluation key"), max_length=200, blank=True)
     started_at = models.DateTimeField(_("started"))
     last_seen_at = models.DateTimeField(_("last seen"))
     acknowledged_at = models.DateTimeField(_("acknowledged"), null=True, blank=True)

@@ -301,3 +301,39 @@ def test_a_rule_deleted_with_what_it_is_scoped_to_leaves_every_process_copy(
             delete_node(target.pk)
     assert not Rule.objects.filter(key="scoped-hot").exists()
     assert "scoped-hot" not in {r.key for r in metrics.enabled_rules()}
+
+
+def _fire_hot(node, capture) -> Event:
+    Rule.objects.filter(key="gpu-temperature").update(for_seconds=0)
+    bump_rules_version()
+    poll(node, T0, card("GPU-HOT", 0, 95), capture=capture)
+    return Event.objects.get(rule_key="gpu-temperature", state=EventState.FIRING)
+
+
+def test_an_event_firing_when_redis_lost_its_data_resolves_when_the_card_cools(
+    node, operator_channel, django_capture_on_commit_callbacks
+):
+    from portal import redis_client
+
+    capture = django_capture_on_commit_callbacks
+    event = _fire_hot(node, capture)
+    assert event.state_key == f"{node.pk}|{event.rule_id}|GPU-HOT"
+    redis_client.client().flushdb()  # a restart without persistence
+    poll(node, T0 + timedelta(seconds=30), card("GPU-HOT", 0, 60), capture=capture)
+    event.refresh_from_db()
+    assert event.state == EventState.RESOLVED
+    assert len(deliveries(operator_channel)) == 2  # the firing and its resolution
+
+
+def test_an_event_still_holding_after_redis_lost_its_data_stays_one_event(
+    node, operator_channel, django_capture_on_commit_callbacks
+):
+    from portal import redis_client
+
+    capture = django_capture_on_commit_callbacks
+    event = _fire_hot(node, capture)
+    redis_client.client().flushdb()
+    for second in (30, 60, 90):
+        poll(node, T0 + timedelta(seconds=second), card("GPU-HOT", 0, 96), capture=capture)
+    assert list(Event.objects.values_list("pk", "state")) == [(event.pk, EventState.FIRING)]
+    assert len(deliveries(operator_channel)) == 1

@@ -7,7 +7,9 @@ their version in Redis changes. How long each rule has held for each target is k
 Redis, one hash per node (``<rule id>|<target>`` -> ``p|<since>`` pending, or
 ``f|<event id>|<look again at>`` firing) and a set of the nodes that have one: a quiet
 cycle costs the evaluation, two Redis round trips (one more for nodes with state) and
-no query.
+no query. Each event keeps its place in that state (``Event.state_key``): after Redis
+lost its data, the first cycle writes the open events back (``rebuild_state``), and a
+pending for-duration starts again.
 
 Windowed rules (an allocated card's utilization over hours) read ``card_usage`` at most
 once a WINDOW_EVERY_S, from whichever worker's cycle comes first.
@@ -58,6 +60,30 @@ def _state_key(node_id: int) -> str:
 
 def _nodes_key() -> str:
     return redis_client.key("alerts", "state-nodes")
+
+
+def _kept_key() -> str:
+    # Present while Redis keeps the state; absent after a restart without persistence.
+    return redis_client.key("alerts", "state-kept")
+
+
+def rebuild_state() -> int:
+    """Write the state of every open event of a per-cycle rule back into Redis, as
+    firing and due for a look: the next cycle keeps or resolves each one. Without it an
+    event that fired before Redis lost its data would never resolve. How many."""
+    redis = redis_client.client()
+    pipe = redis.pipeline(transaction=False)
+    nodes = set()
+    open_events = events.open_with_state_keys()
+    for event_id, state_key in open_events:
+        node_id, _, name = state_key.partition("|")
+        if node_id.isdigit() and "|" in name:
+            pipe.hsetnx(_state_key(int(node_id)), name, f"f|{event_id}|0")
+            nodes.add(int(node_id))
+    if nodes:
+        pipe.sadd(_nodes_key(), *nodes)
+    pipe.execute()
+    return len(nodes)
 
 
 @dataclass(slots=True)
@@ -133,7 +159,8 @@ def occurrence(rule: RuleSpec, f: Finding, topo: Topology) -> events.Occurrence:
             params.update(threshold=rule.threshold, comparison=str(rule.comparison))
     fingerprint = fingerprint_of(rule.key, f"{f.node_id}|{f.target}", {})
     return events.Occurrence(fingerprint, scope, labels=labels, tenant_id=tenant_id,
-                             summary_key=key, summary_params=params)  # fmt: skip
+                             summary_key=key, summary_params=params,
+                             state_key=f"{f.node_id}|{f.rule_id}|{f.target}")  # fmt: skip
 
 
 def evaluate_cycle(cycle: PollCycle, *, now: datetime | None = None) -> int:
@@ -151,9 +178,16 @@ def evaluate_cycle(cycle: PollCycle, *, now: datetime | None = None) -> int:
         for f in findings(rules, readings, topo.cards, cycle.failed)
     }
     redis = redis_client.client()
-    # Only nodes with some state have a hash: one round trip tells which of the chunk's.
-    with_state = [n for n, on in zip(node_ids, redis.smismember(_nodes_key(), node_ids),
-                                     strict=True) if on]  # fmt: skip
+    # Only nodes with some state have a hash: one round trip tells which of the chunk's,
+    # and whether Redis still keeps the state at all (the first cycle after it lost it
+    # writes the open events back, then asks again).
+    pipe = redis.pipeline(transaction=False)
+    pipe.set(_kept_key(), 1, nx=True)
+    pipe.smismember(_nodes_key(), node_ids)
+    lost, members = pipe.execute()
+    if lost and rebuild_state():
+        members = redis.smismember(_nodes_key(), node_ids)
+    with_state = [n for n, on in zip(node_ids, members, strict=True) if on]
     stored: dict[int, dict] = {node_id: {} for node_id in node_ids}
     if with_state:
         pipe = redis.pipeline(transaction=False)
