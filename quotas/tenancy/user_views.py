@@ -73,6 +73,9 @@ def user_list(request: HttpRequest) -> HttpResponse:
         return render(request, "quotas/user_list.html", context, status=400)
     users = accounts.search_users(form.cleaned_data["q"], form.active())
     page = Paginator(users, PAGE_SIZE).get_page(request.GET.get("page"))
+    sources = accounts.sources_of(person.pk for person in page)
+    for person in page:
+        person.account_source = sources[person.pk]
     query = request.GET.copy()
     query.pop("page", None)
     context = {"form": form, "page": page, "query": query.urlencode()}
@@ -110,8 +113,11 @@ def user_detail(request: HttpRequest, pk: int) -> HttpResponse:
     _users_admin_only(request)
     person = _managed_user(pk)
     memberships = Membership.objects.of(person).select_related("tenant").order_by("tenant__name")
+    source, owned = accounts.source_of(person)
     context = {
         "person": person,
+        "source": source,
+        "directory_owned": bool(owned),
         "memberships": memberships,
         "is_self": person.pk == request.user.pk,
         "password_link": pop_password_link(request, f"user:{person.pk}"),

@@ -72,14 +72,23 @@ class UserSerializer(serializers.ModelSerializer):
         model = get_user_model()
         fields = [
             "id", "username", "first_name", "last_name", "email", "is_active",
-            "password_chosen", "date_joined", "last_login",
+            "password_chosen", "source", "date_joined", "last_login",
         ]  # fmt: skip
         read_only_fields = ["id", "is_active", "date_joined", "last_login"]
         # The name's uniqueness (whatever its case) is said by the service, per field.
         extra_kwargs = {"username": {"validators": []}}
 
+    source = serializers.SerializerMethodField(
+        help_text="Where the account comes from: local (the portal's own), or ldap (a "
+        "company directory, which owns the name, e-mail, password and whether active: "
+        "deactivate, reactivate and password-link are refused with 403 for it)."
+    )
+
     def get_password_chosen(self, user) -> bool:
         return user.has_usable_password()
+
+    def get_source(self, user) -> str:
+        return accounts.source_of(user)[0]
 
 
 class NewUserSerializer(UserSerializer):
