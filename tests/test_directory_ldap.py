@@ -332,3 +332,49 @@ def test_a_group_mapping_names_a_tenant_exactly_when_it_is_a_tenant_role(quant):
     with pytest.raises(ValidationError):
         GroupMapping(group_dn="cn=x", role=MappedRole.PLATFORM_ADMIN, tenant=quant).full_clean()
     GroupMapping(group_dn="cn=x", role=MappedRole.PLATFORM_ADMIN).full_clean()
+
+
+SETTINGS_PROBE = """
+import json, django
+from django.conf import settings
+django.setup()
+print(json.dumps({
+    "backends": settings.AUTHENTICATION_BACKENDS,
+    "beat": "check-directory-accounts" in settings.CELERY_BEAT_SCHEDULE,
+    "uri": getattr(settings, "AUTH_LDAP_SERVER_URI", None),
+    "local": settings.LOCAL_LOGIN,
+}))
+"""
+
+
+def _settings_in_child(**env: str | None):
+    import subprocess
+
+    from tests import procs
+
+    return subprocess.run(
+        [procs.PYTHON, "-c", SETTINGS_PROBE], cwd=procs.REPO, capture_output=True, text=True,
+        env=procs.child_env(DJANGO_SETTINGS_MODULE="portal.settings", **env), timeout=60,
+        check=False,
+    )  # fmt: skip
+
+
+def test_the_environment_turns_the_directory_on_in_the_settings(slapd):
+    import json
+
+    off = _settings_in_child(LDAP_SERVER_URI=None)
+    assert off.returncode == 0, off.stderr
+    seen = json.loads(off.stdout)
+    assert "directory.backends.PortalLDAPBackend" not in seen["backends"]
+    assert not seen["beat"] and seen["uri"] is None and seen["local"] == "all"
+    on = _settings_in_child(
+        LDAP_SERVER_URI=slapd.uri, LDAP_USER_SEARCH_BASE=ldap_server.PEOPLE,
+        LOCAL_LOGIN="superusers",
+    )  # fmt: skip
+    assert on.returncode == 0, on.stderr
+    seen = json.loads(on.stdout)
+    # Between the lockout check and the portal's own passwords.
+    assert seen["backends"][1] == "directory.backends.PortalLDAPBackend"
+    assert seen["beat"] and seen["uri"] == slapd.uri and seen["local"] == "superusers"
+    bad = _settings_in_child(LOCAL_LOGIN="sometimes")
+    assert bad.returncode != 0 and "LOCAL_LOGIN" in bad.stderr
