@@ -72,6 +72,7 @@ def _free_port() -> int:
 class Slapd:
     uri: str
     process: subprocess.Popen
+    ca_file: Path  # the CA slapd's certificate (for 127.0.0.1, StartTLS) is signed by
 
     def connect(self) -> Any:
         import ldap
@@ -144,6 +145,63 @@ class Slapd:
             conn.unbind_s()
 
 
+def make_ca(folder: Path, name: str) -> tuple[Path, Any, Any]:
+    """A certificate authority of the tests' own: its certificate's file, key and cert."""
+    from datetime import UTC, datetime, timedelta
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)])
+    now = datetime.now(UTC)
+    cert = (
+        x509.CertificateBuilder().subject_name(subject).issuer_name(subject)
+        .public_key(key.public_key()).serial_number(x509.random_serial_number())
+        .not_valid_before(now - timedelta(days=1)).not_valid_after(now + timedelta(days=30))
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(key, hashes.SHA256())
+    )  # fmt: skip
+    path = folder / f"{name}.pem"
+    path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    return path, key, cert
+
+
+def _server_certificate(folder: Path) -> tuple[Path, Path, Path]:
+    """The CA file clients trust, and slapd's certificate for 127.0.0.1 and its key."""
+    import ipaddress
+    from datetime import UTC, datetime, timedelta
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    ca_file, ca_key, ca_cert = make_ca(folder, "directory-ca")
+    key = ec.generate_private_key(ec.SECP256R1())
+    now = datetime.now(UTC)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")]))
+        .issuer_name(ca_cert.subject).public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - timedelta(days=1)).not_valid_after(now + timedelta(days=30))
+        .add_extension(x509.SubjectAlternativeName(
+            [x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), critical=False)
+        .sign(ca_key, hashes.SHA256())
+    )  # fmt: skip
+    cert_file, key_file = folder / "slapd-cert.pem", folder / "slapd-key.pem"
+    cert_file.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_file.write_bytes(key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.TraditionalOpenSSL,
+        serialization.NoEncryption(),
+    ))  # fmt: skip
+    key_file.chmod(0o600)
+    return ca_file, cert_file, key_file
+
+
 def start(folder: Path) -> Slapd:
     if not Path(SLAPD).is_file():
         _unavailable(
@@ -156,10 +214,14 @@ def start(folder: Path) -> Slapd:
         _unavailable("python-ldap / django-auth-ldap not installed: pip install -e '.[ldap]'")
     data = folder / "data"
     data.mkdir(parents=True)
+    ca_file, cert_file, key_file = _server_certificate(folder)
     schemas = "\n".join(
         f"include {SCHEMA / name}.schema" for name in ("core", "cosine", "inetorgperson")
     )
     (folder / "slapd.conf").write_text(f"""{schemas}
+TLSCACertificateFile {ca_file}
+TLSCertificateFile {cert_file}
+TLSCertificateKeyFile {key_file}
 modulepath /usr/lib/ldap
 moduleload back_mdb
 pidfile {folder / "slapd.pid"}
@@ -179,7 +241,7 @@ directory {data}
             [SLAPD, "-f", str(folder / "slapd.conf"), "-h", f"{uri}/", "-d", "0"],
             stdout=subprocess.DEVNULL, stderr=out,
         )  # fmt: skip
-    server = Slapd(uri, process)
+    server = Slapd(uri, process, ca_file)
     deadline = time.monotonic() + 20
     while True:
         try:

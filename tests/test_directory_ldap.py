@@ -378,3 +378,17 @@ def test_the_environment_turns_the_directory_on_in_the_settings(slapd):
     assert seen["beat"] and seen["uri"] == slapd.uri and seen["local"] == "superusers"
     bad = _settings_in_child(LOCAL_LOGIN="sometimes")
     assert bad.returncode != 0 and "LOCAL_LOGIN" in bad.stderr
+
+
+def test_start_tls_checks_the_directorys_certificate(slapd, settings, monkeypatch, tmp_path):
+    slapd.reset()
+    monkeypatch.setenv("LDAP_START_TLS", "1")
+    monkeypatch.setenv("LDAP_CA_FILE", str(slapd.ca_file))
+    _configure(settings, monkeypatch, slapd.uri)
+    assert _log_in("dana", "dana-secret")[1].status_code == 302
+    # A certificate from a CA the portal was not told to trust: no sign-in.
+    other, _key, _cert = ldap_server.make_ca(tmp_path, "someone-else")
+    monkeypatch.setenv("LDAP_CA_FILE", str(other))
+    _configure(settings, monkeypatch, slapd.uri)
+    assert _log_in("erik", "erik-secret")[1].status_code == 200
+    assert not get_user_model().objects.filter(username="erik").exists()
