@@ -16,6 +16,11 @@ class DirectoryConfig(AppConfig):
     def ready(self) -> None:
         from django.db.models import Q
 
+        from directory import lookup
         from quotas.interface import own_accounts
+        from tokens.interface import add_user_check
 
         own_accounts(Q(directory_account__isnull=False), "ldap", OWNED_FIELDS)
+        # A token of a user the directory disabled is refused at its next use once the
+        # account's last answer is LDAP_TOKEN_RECHECK_S old, even between periodic checks.
+        add_user_check(lookup.still_enabled)

@@ -227,6 +227,9 @@ LOCAL_LOGIN = local_login()
 # How often directory accounts are checked (disabled or gone: deactivated, API tokens
 # refused from then on; groups applied again), in seconds.
 LDAP_SYNC_EVERY_S = env_int("LDAP_SYNC_EVERY_S", 60, minimum=5)
+# At an API token's use, a directory user's account is asked about again when its last
+# answer is older than this, in seconds (0: at every use; directory/lookup.py).
+LDAP_TOKEN_RECHECK_S = env_int("LDAP_TOKEN_RECHECK_S", 60, minimum=0)
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "telemetry:dashboard"
 LOGOUT_REDIRECT_URL = "login"

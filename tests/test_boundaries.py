@@ -45,6 +45,7 @@ PUBLIC = {
     "pools": {"pools.models", "pools.choices", "pools.interface", "pools.permissions"},
     "quotas": {"quotas.models", "quotas.choices", "quotas.interface", "quotas.permissions"},
     "reports": {"reports.models", "reports.choices", "reports.interface"},
+    "tokens": {"tokens.interface"},
 }  # fmt: skip
 # The project package wires each app's URLs and websocket routes in; that is not use.
 WIRING = {

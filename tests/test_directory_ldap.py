@@ -17,8 +17,8 @@ from django.core.exceptions import ImproperlyConfigured
 from django.test import Client
 
 from audit.interface import AuditEntry
+from directory.lookup import check_accounts
 from directory.models import DirectoryAccount, GroupMapping, MappedRole
-from directory.tasks import check_accounts
 from portal.ldap_config import ldap_settings
 from quotas.choices import Role
 from quotas.models import Membership, Tenant
@@ -392,3 +392,29 @@ def test_start_tls_checks_the_directorys_certificate(slapd, settings, monkeypatc
     _configure(settings, monkeypatch, slapd.uri)
     assert _log_in("erik", "erik-secret")[1].status_code == 200
     assert not get_user_model().objects.filter(username="erik").exists()
+
+
+def test_a_token_is_refused_at_its_next_use_once_the_account_is_disabled(directory, quant,
+                                                                          settings):  # fmt: skip
+    settings.LDAP_TOKEN_RECHECK_S = 0  # ask the directory at every use
+    _log_in("dana", "dana-secret")
+    dana = _user("dana")
+    _token, key = issue(dana, name="ci")
+    assert clients.bearer(key).get("/api/v1/nodes/").status_code == 200
+    directory.set_attribute("dana", "employeeType", ["disabled"])
+    # No periodic check has run: the token's own use asks the directory.
+    assert clients.bearer(key).get("/api/v1/nodes/").status_code == 401
+    dana.refresh_from_db()
+    assert not dana.is_active
+
+
+def test_a_token_is_let_through_on_the_last_answer_while_the_directory_is_away(
+    directory, quant, settings, monkeypatch
+):
+    settings.LDAP_TOKEN_RECHECK_S = 0
+    _log_in("dana", "dana-secret")
+    _token, key = issue(_user("dana"), name="ci")
+    with socket_closed() as uri:
+        _configure(settings, monkeypatch, uri)
+        assert clients.bearer(key).get("/api/v1/nodes/").status_code == 200
+    assert _user("dana").is_active
