@@ -73,9 +73,6 @@ def user_list(request: HttpRequest) -> HttpResponse:
         return render(request, "quotas/user_list.html", context, status=400)
     users = accounts.search_users(form.cleaned_data["q"], form.active())
     page = Paginator(users, PAGE_SIZE).get_page(request.GET.get("page"))
-    sources = accounts.sources_of(person.pk for person in page)
-    for person in page:
-        person.account_source = sources[person.pk]
     query = request.GET.copy()
     query.pop("page", None)
     context = {"form": form, "page": page, "query": query.urlencode()}

@@ -88,7 +88,8 @@ class UserSerializer(serializers.ModelSerializer):
         return user.has_usable_password()
 
     def get_source(self, user) -> str:
-        return accounts.source_of(user)[0]
+        found = getattr(user, "account_source", None)  # annotated by the list's queryset
+        return found or accounts.source_of(user)[0]
 
 
 class NewUserSerializer(UserSerializer):
@@ -125,7 +126,7 @@ class UserViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, ApiGenericVi
     idempotency_refused_message = SECRET_LINK
 
     def get_queryset(self):
-        return accounts.managed_users().order_by("username")
+        return accounts.with_source(accounts.managed_users()).order_by("username")
 
     def _answer(self, user, *, link: str | None = None, code: int = status.HTTP_200_OK):
         data = dict(UserSerializer(user).data)
