@@ -16,12 +16,26 @@ COPY telemetry ./telemetry
 COPY pools ./pools
 COPY quotas ./quotas
 COPY alerts ./alerts
+COPY audit ./audit
+COPY reports ./reports
+COPY tokens ./tokens
+COPY directory ./directory
 COPY templates ./templates
 COPY static ./static
 COPY locale ./locale
 COPY manage.py ./
 COPY --from=frontend /app/node_modules ./node_modules
-RUN pip install --no-cache-dir -e . \
+# --build-arg WITH_LDAP=1: with the company-directory sign-in (the ldap extra); python-ldap
+# is built against Debian's LDAP and SASL headers and keeps their runtime libraries.
+ARG WITH_LDAP=0
+RUN if [ "$WITH_LDAP" = 1 ]; then \
+        apt-get update -qq \
+        && apt-get install -y -qq --no-install-recommends build-essential libldap2-dev \
+           libsasl2-dev \
+        && pip install --no-cache-dir -e ".[ldap]" \
+        && apt-get purge -y build-essential && apt-get autoremove -y \
+        && rm -rf /var/lib/apt/lists/*; \
+    else pip install --no-cache-dir -e .; fi \
     && useradd --system --home /var/lib/gpu-portal --create-home portal
 USER portal
 

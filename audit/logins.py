@@ -19,6 +19,8 @@ from audit.choices import AuditAction
 from audit.interface import record, request_address
 
 USER_TYPE = "auth.user"
+# Where a password was checked when no directory backend says otherwise.
+LOCAL = "local"
 
 
 def _user_id(username: str) -> str:
@@ -36,8 +38,17 @@ def _refused_before_password(request: HttpRequest) -> bool:
     return bool(getattr(request, "refused_by_lockout", False))
 
 
+def _directories(request: HttpRequest) -> list[str]:
+    # Each backend that checked the password notes its directory on the request
+    # (directory.backends for LDAP, tokens.backends for the portal's own passwords).
+    return list(getattr(request, "login_directories", None) or [LOCAL])
+
+
 def logged_in(sender: Any, request: HttpRequest | None, user, **kwargs: Any) -> None:
-    record(AuditAction.LOGIN, user, actor=user, address=request_address(request))
+    # The directory backend marks the user it signed in; any other sign-in is local.
+    directory = getattr(user, "login_directory", "") or LOCAL
+    record(AuditAction.LOGIN, user, actor=user, address=request_address(request),
+           after={"directory": directory})  # fmt: skip
 
 
 def logged_out(sender: Any, request: HttpRequest | None, user=None, **kwargs: Any) -> None:
@@ -60,7 +71,11 @@ def login_failed(
         target_id=_user_id(username),
         target_repr=username,
         address=request_address(request),
-        after={"username": username, "path": request.path[:200]},
+        after={
+            "username": username,
+            "path": request.path[:200],
+            "directories": _directories(request),
+        },
     )
 
 

@@ -24,6 +24,7 @@ from kombu import Queue
 from portal import embedded_db
 from portal.env import env_bool, env_float, env_int, env_list, env_networks, env_rate, env_str
 from portal.files import make_private_dir, private_secret
+from portal.ldap_config import ldap_settings, local_login
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(env_str("PORTAL_VAR_DIR") or BASE_DIR / "var")
@@ -84,6 +85,8 @@ INSTALLED_APPS = [
     "reports",
     "alerts",
     "tokens",
+    # Sign-in through a company directory (LDAP / Active Directory): directory/.
+    "directory",
 ]
 
 MIDDLEWARE = [
@@ -212,6 +215,21 @@ AUTHENTICATION_BACKENDS = [
     # Django's ModelBackend that refuses service accounts (tokens only, never pages).
     "tokens.backends.PortalModelBackend",
 ]
+# A company directory (README "Connect a company directory"): LDAP_SERVER_URI and the
+# LDAP_* settings (portal/ldap_config.py). Unset: none, and only local accounts.
+LDAP = ldap_settings()
+globals().update(LDAP)
+if LDAP:
+    AUTHENTICATION_BACKENDS.insert(1, "directory.backends.PortalLDAPBackend")
+# Who may sign in with a password the portal keeps: all (default), superusers (break-glass
+# admins only, once a directory signs everyone else in) or off.
+LOCAL_LOGIN = local_login()
+# How often directory accounts are checked (disabled or gone: deactivated, API tokens
+# refused from then on; groups applied again), in seconds.
+LDAP_SYNC_EVERY_S = env_int("LDAP_SYNC_EVERY_S", 60, minimum=5)
+# At an API token's use, a directory user's account is asked about again when its last
+# answer is older than this, in seconds (0: at every use; directory/lookup.py).
+LDAP_TOKEN_RECHECK_S = env_int("LDAP_TOKEN_RECHECK_S", 60, minimum=0)
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "telemetry:dashboard"
 LOGOUT_REDIRECT_URL = "login"
@@ -597,6 +615,12 @@ CELERY_BEAT_SCHEDULE = {
         "options": {"expires": 3600},
     },
 }
+if LDAP:
+    CELERY_BEAT_SCHEDULE["check-directory-accounts"] = {
+        "task": "directory.tasks.check_accounts_task",
+        "schedule": timedelta(seconds=LDAP_SYNC_EVERY_S),
+        "options": {"expires": LDAP_SYNC_EVERY_S},
+    }
 if PROMETHEUS_URL:
     CELERY_BEAT_SCHEDULE["poll-prometheus"] = {
         "task": "telemetry.tasks.poll_prometheus",

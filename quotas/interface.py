@@ -20,6 +20,8 @@ from quotas.requests.notices import announce_id
 from quotas.requests.notices import text_of as notice_text
 from quotas.requests.services import demand_of
 from quotas.requests.signals import request_event
+from quotas.tenancy.accounts import is_managed as is_managed_user
+from quotas.tenancy.accounts import own_accounts, source_of
 from quotas.tenancy.accounts import set_apart as set_apart_users
 from quotas.tenancy.preferences import (
     Preferences,
@@ -28,7 +30,7 @@ from quotas.tenancy.preferences import (
     set_preferences,
     time_zones,
 )
-from quotas.tenancy.services import add_member
+from quotas.tenancy.services import add_member, apply_directory_roles
 from quotas.tenancy.usage import (
     REQUESTER,
     TENANT,
@@ -50,11 +52,14 @@ __all__ = [
     "add_member",
     "administered_tenant_ids",
     "announce_id",
+    "apply_directory_roles",
     "demand_of",
     "expiring_requests",
     "held_hours",
+    "is_managed_user",
     "language_of_user",
     "notice_text",
+    "own_accounts",
     "pending_requests",
     "preferences_of",
     "quota_usage",
@@ -62,6 +67,7 @@ __all__ = [
     "request_event",
     "set_apart_users",
     "set_preferences",
+    "source_of",
     "tenant_admin_ids",
     "tenant_admins",
     "tenant_members",

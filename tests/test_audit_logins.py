@@ -46,7 +46,7 @@ def test_a_failed_login_is_recorded_with_the_name_tried_and_the_address(bob):
     assert entry.actor_id is None and entry.actor_name == ""
     assert entry.address == "203.0.113.9"
     assert (entry.target_id, entry.target_repr) == (str(bob.pk), "bob")
-    assert entry.after == {"username": "bob", "path": LOGIN}
+    assert entry.after == {"username": "bob", "path": LOGIN, "directories": ["local"]}
     # The password tried is nowhere in the entry.
     assert "wrong" not in str(AuditEntry.objects.filter(pk=entry.pk).values().get())
 

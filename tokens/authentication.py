@@ -68,6 +68,8 @@ class BearerTokenAuthentication(BaseAuthentication):
                 token = interface.find(parts[1].decode("ascii"))
             except UnicodeDecodeError:
                 token = None
+        if token is not None and not interface.user_may_use_tokens(token.user):
+            token = None  # e.g. disabled in the company directory a moment ago
         if token is None:
             log.warning("api token refused: address=%s path=%s", address, request.path)
             _record_failure(address)

@@ -1,4 +1,5 @@
-"""What other code may do with API tokens: issue one, find the token for a key, revoke it.
+"""What other code may do with API tokens: issue one, find the token for a key, revoke it,
+and ask more of a token's user at each use (``add_user_check``: a company directory).
 
 Everything that changes a token is audited (``api_token.created`` / ``api_token.revoked``).
 """
@@ -8,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import secrets
+from collections.abc import Callable
 from datetime import datetime, timedelta
 
 from django.contrib.auth.models import AbstractBaseUser
@@ -21,6 +23,20 @@ from tokens.models import ApiToken
 KEY_PREFIX = "gpp_"
 # last_used_at is written at most this often per token: an API call must not cost a write.
 LAST_USED_RESOLUTION = timedelta(minutes=1)
+
+
+# Checks a token's user must pass at each use, besides being active (``add_user_check``).
+_user_checks: list[Callable[[AbstractBaseUser], bool]] = []
+
+
+def add_user_check(check: Callable[[AbstractBaseUser], bool]) -> None:
+    """Register ``check(user)``, asked at each use of a token: False refuses the token (the
+    same 401 as any bad token). From an app above's ``AppConfig.ready``."""
+    _user_checks.append(check)
+
+
+def user_may_use_tokens(user: AbstractBaseUser) -> bool:
+    return all(check(user) for check in _user_checks)
 
 
 def _digest(key: str) -> str:

@@ -10,7 +10,10 @@ works until its user sets a password (the token is made from the password hash) 
 ``PASSWORD_RESET_TIMEOUT`` passes; the admin never knows the password.
 
 Users another app manages (service accounts: ``tokens``) are set apart by that app with
-``set_apart`` from its ``AppConfig.ready``: nothing here lists or changes them.
+``set_apart`` from its ``AppConfig.ready``: nothing here lists or changes them. Users whose
+account a company directory keeps (``directory``, registered with ``own_accounts``) are
+listed, with where they come from, but what the directory owns (their name, e-mail, whether
+active, their password) is refused here: it is changed in the directory.
 
 The rules, whoever asks:
 
@@ -37,7 +40,7 @@ from django.contrib.auth.models import AbstractBaseUser
 from django.contrib.auth.tokens import default_token_generator
 from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
-from django.db.models import Q, QuerySet
+from django.db.models import Case, CharField, Q, QuerySet, Value, When
 from django.urls import reverse
 from django.utils.encoding import force_bytes
 from django.utils.http import urlsafe_base64_encode
@@ -53,6 +56,9 @@ NAME_MAX = 150
 EMAIL_MAX = 254
 
 _set_apart: list[Q] = []
+# (rule over users, the source's name, the fields it owns), from ``own_accounts``.
+_owned: list[tuple[Q, str, frozenset[str]]] = []
+LOCAL = "local"
 
 
 @dataclass(frozen=True)
@@ -70,6 +76,40 @@ def set_apart(rule: Q) -> Q:
     ``AppConfig.ready``. They are left out of ``managed_users`` and every change here."""
     _set_apart.append(rule)
     return rule
+
+
+def own_accounts(rule: Q, source: str, fields: tuple[str, ...]) -> None:
+    """Register users whose ``fields`` another system keeps (a company directory: source
+    "ldap"); call it from ``AppConfig.ready``. "password" and "is_active" among ``fields``
+    refuse the set-password link and (de)activation here."""
+    _owned.append((rule, source, frozenset(fields)))
+
+
+def source_of(user: AbstractBaseUser) -> tuple[str, frozenset[str]]:
+    """Where the account comes from ("local", or a registered source) and what it owns."""
+    for rule, source, fields in _owned:
+        if get_user_model().objects.filter(rule, pk=user.pk).exists():
+            return source, fields
+    return LOCAL, frozenset()
+
+
+def with_source(users: QuerySet) -> QuerySet:
+    """``users`` with ``account_source``: where each account comes from, in the same query."""
+    if not _owned:
+        return users.annotate(account_source=Value(LOCAL))
+    cases = [When(rule, then=Value(source)) for rule, source, _fields in _owned]
+    return users.annotate(
+        account_source=Case(*cases, default=Value(LOCAL), output_field=CharField())
+    )
+
+
+def _refuse_owned(user: AbstractBaseUser, field: str) -> None:
+    source, fields = source_of(user)
+    if field in fields:
+        raise PermissionError(
+            _("This account comes from the company directory (%(source)s): change it there.")
+            % {"source": source}
+        )
 
 
 def managed_users() -> QuerySet:
@@ -166,8 +206,12 @@ def set_password_path(user: AbstractBaseUser) -> str:
 
 
 def may_set_password(user: AbstractBaseUser | None) -> bool:
-    """Whether a set-password link may be used by ``user``: active and managed here."""
-    return user is not None and user.is_active and is_managed(user)
+    """Whether a set-password link may be used by ``user``: active, managed here, and not
+    an account whose password a directory keeps."""
+    return (
+        user is not None and user.is_active and is_managed(user)
+        and "password" not in source_of(user)[1]
+    )  # fmt: skip
 
 
 def record_password_set(user: AbstractBaseUser, *, address: str | None = None) -> None:
@@ -221,6 +265,7 @@ def deactivate_user(user_id: int, actor, *, address: str | None = None) -> Abstr
     with transaction.atomic():
         user = _managed(user_id, lock=True)
         _refuse_over(actor, user)
+        _refuse_owned(user, "is_active")
         if user.pk == actor.pk:
             raise ValidationError({"user": [_("You cannot deactivate yourself.")]})
         if not user.is_active:
@@ -245,6 +290,7 @@ def reactivate_user(user_id: int, actor, *, address: str | None = None) -> Abstr
     with transaction.atomic():
         user = _managed(user_id, lock=True)
         _refuse_over(actor, user)
+        _refuse_owned(user, "is_active")
         if user.is_active:
             return user
         before = snapshot(user, USER_FIELDS)
@@ -262,6 +308,7 @@ def new_password_link(user_id: int, actor, *, address: str | None = None) -> str
     with transaction.atomic():
         user = _managed(user_id, lock=True)
         _refuse_over(actor, user)
+        _refuse_owned(user, "password")
         if not user.is_active:
             raise ValidationError({"user": [_("Reactivate this user first.")]})
         if user.has_usable_password():
@@ -282,4 +329,4 @@ def search_users(query: str = "", active: bool | None = None) -> QuerySet:
         )  # fmt: skip
     if active is not None:
         users = users.filter(is_active=active)
-    return users.order_by("username")
+    return with_source(users).order_by("username")

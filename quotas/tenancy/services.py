@@ -315,3 +315,62 @@ def delete_quota(quota_id: int, actor, *, address: str | None = None) -> None:
         record("quota.delete", None, actor=actor, address=address, tenant_id=before["tenant_id"],
                before=before, target_type="quotas.quota", target_id=str(quota_id),
                target_repr=text)  # fmt: skip
+
+
+# --- a company directory's roles ---------------------------------------------------------
+
+
+def apply_directory_roles(
+    user, roles: dict[int, str], governed: set[int], *, source: str,
+    address: str | None = None,
+) -> list[str]:  # fmt: skip
+    """Make ``user``'s memberships in the ``governed`` tenants (those a directory's group
+    mapping names) what the directory says, ``roles`` (tenant id: role): added, changed, or
+    removed where the directory gives none. Tenants no mapping names are left to their
+    admins. Done by the system (no actor), recorded with ``source``, one transaction.
+
+    The one rule still holds: a change that would leave a tenant without an active admin
+    is not made; the names of those tenants are returned (the directory page shows them).
+    """
+    kept: list[str] = []
+    message = _("Applied from the company directory (%(source)s).") % {"source": source}
+    with transaction.atomic():
+        tenants = {
+            t.pk: t
+            for t in Tenant.objects.select_for_update()
+            .filter(pk__in=set(governed) | set(roles))
+            .order_by("pk")
+        }
+        current = {
+            m.tenant_id: m for m in Membership.objects.of(user).filter(tenant_id__in=tenants)
+        }
+        for tenant_id, tenant in tenants.items():
+            want, have = roles.get(tenant_id), current.get(tenant_id)
+            if have is not None and have.role == want:
+                continue
+            if (
+                have is not None
+                and have.role == Role.ADMIN
+                and user.is_active
+                and not _admins_left(tenant_id, have.pk)
+            ):
+                kept.append(tenant.name)
+                continue
+            if want is None:
+                before = snapshot(have)
+                have.delete()
+                record("membership.delete", None, address=address, tenant_id=tenant_id,
+                       before=before, target_type="quotas.membership",
+                       target_id=str(before["id"]), target_repr=f"{user} · {tenant}",
+                       message=message)  # fmt: skip
+            elif have is None:
+                made = Membership.objects.create(tenant_id=tenant_id, user=user, role=want)
+                record("membership.create", made, address=address, tenant_id=tenant_id,
+                       after=snapshot(made), message=message)  # fmt: skip
+            else:
+                before = snapshot(have)
+                have.role = want
+                have.save(update_fields=["role"])
+                record("membership.update", have, address=address, tenant_id=tenant_id,
+                       before=before, after=snapshot(have), message=message)  # fmt: skip
+    return kept

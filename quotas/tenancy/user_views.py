@@ -110,8 +110,11 @@ def user_detail(request: HttpRequest, pk: int) -> HttpResponse:
     _users_admin_only(request)
     person = _managed_user(pk)
     memberships = Membership.objects.of(person).select_related("tenant").order_by("tenant__name")
+    source, owned = accounts.source_of(person)
     context = {
         "person": person,
+        "source": source,
+        "directory_owned": bool(owned),
         "memberships": memberships,
         "is_self": person.pk == request.user.pk,
         "password_link": pop_password_link(request, f"user:{person.pk}"),

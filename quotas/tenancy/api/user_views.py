@@ -72,14 +72,24 @@ class UserSerializer(serializers.ModelSerializer):
         model = get_user_model()
         fields = [
             "id", "username", "first_name", "last_name", "email", "is_active",
-            "password_chosen", "date_joined", "last_login",
+            "password_chosen", "source", "date_joined", "last_login",
         ]  # fmt: skip
         read_only_fields = ["id", "is_active", "date_joined", "last_login"]
         # The name's uniqueness (whatever its case) is said by the service, per field.
         extra_kwargs = {"username": {"validators": []}}
 
+    source = serializers.SerializerMethodField(
+        help_text="Where the account comes from: local (the portal's own), or ldap (a "
+        "company directory, which owns the name, e-mail, password and whether active: "
+        "deactivate, reactivate and password-link are refused with 403 for it)."
+    )
+
     def get_password_chosen(self, user) -> bool:
         return user.has_usable_password()
+
+    def get_source(self, user) -> str:
+        found = getattr(user, "account_source", None)  # annotated by the list's queryset
+        return found or accounts.source_of(user)[0]
 
 
 class NewUserSerializer(UserSerializer):
@@ -116,7 +126,7 @@ class UserViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, ApiGenericVi
     idempotency_refused_message = SECRET_LINK
 
     def get_queryset(self):
-        return accounts.managed_users().order_by("username")
+        return accounts.with_source(accounts.managed_users()).order_by("username")
 
     def _answer(self, user, *, link: str | None = None, code: int = status.HTTP_200_OK):
         data = dict(UserSerializer(user).data)

@@ -1,0 +1,26 @@
+from django.apps import AppConfig
+from django.utils.translation import gettext_lazy as _
+
+# What a company directory keeps of its users: the Users pages refuse to change these.
+OWNED_FIELDS = ("first_name", "last_name", "email", "is_active", "password")
+
+
+class DirectoryConfig(AppConfig):
+    # Sign-in through a company directory (LDAP / Active Directory): its accounts, the
+    # mapping of its groups to tenants and roles, and the periodic check of its users. The
+    # top app beside tokens: it reaches quotas through quotas.interface and audit through
+    # audit.interface; nothing imports it but the settings and the project's URLs.
+    name = "directory"
+    verbose_name = _("Company directory")
+
+    def ready(self) -> None:
+        from django.db.models import Q
+
+        from directory import lookup
+        from quotas.interface import own_accounts
+        from tokens.interface import add_user_check
+
+        own_accounts(Q(directory_account__isnull=False), "ldap", OWNED_FIELDS)
+        # A token of a user the directory disabled is refused at its next use once the
+        # account's last answer is LDAP_TOKEN_RECHECK_S old, even between periodic checks.
+        add_user_check(lookup.still_enabled)
