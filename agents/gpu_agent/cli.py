@@ -12,6 +12,7 @@ import argparse
 import hashlib
 import logging
 import os
+import shutil
 import signal
 import socket
 import sys
@@ -24,6 +25,8 @@ from typing import Any
 
 from agents.gpu_agent import __version__
 from agents.gpu_agent.backends.base import Backend, BackendUnavailable
+from agents.gpu_agent.backends.smi.tool import BACKENDS as TOOL_BACKENDS
+from agents.gpu_agent.backends.smi.tool import DEFAULT_TIMEOUT_S
 from agents.gpu_agent.collector import Collector
 from agents.gpu_agent.desired import DesiredStateStore
 from agents.gpu_agent.logs import configure_logging
@@ -67,7 +70,21 @@ def build_parser() -> argparse.ArgumentParser:
         prog="gpu-agent", description="Serve this node's GPU readings to the GPU Portal."
     )
     p.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
-    p.add_argument("--backend", choices=("sim", "nvml"), default="nvml")
+    p.add_argument(
+        "--backend",
+        choices=("sim", "nvml", "auto", *TOOL_BACKENDS),
+        default="nvml",
+        help="nvml (NVIDIA), a vendor tool (npu-smi: Ascend, hy-smi: Hygon DCU, rocm-smi, "
+        "amd-smi), auto (whichever this node has) or sim (default nvml)",
+    )
+    p.add_argument(
+        "--tool-timeout",
+        type=_positive_float,
+        default=DEFAULT_TIMEOUT_S,
+        metavar="SECONDS",
+        help=f"how long a vendor tool may take before its cards are reported lost "
+        f"(default {DEFAULT_TIMEOUT_S:g})",
+    )
     p.add_argument(
         "--listen",
         type=parse_listen,
@@ -163,6 +180,28 @@ def node_hostnames(hostname: str, nodes: int) -> list[str]:
     return [hostname] if nodes == 1 else [f"{hostname}-{i + 1:02d}" for i in range(nodes)]
 
 
+# --backend auto: NVML first, then the vendor tools in this order.
+AUTO_ORDER = ("npu-smi", "hy-smi", "rocm-smi", "amd-smi")
+
+
+def auto_backend(hostname: str, timeout_s: float = DEFAULT_TIMEOUT_S) -> Backend:
+    """What this node has: NVML where nvidia-ml-py loads and finds a driver, else the first
+    vendor tool on PATH (hy-smi before rocm-smi: on a Hygon node rocm-smi is DTK's)."""
+    problems = []
+    try:
+        from agents.gpu_agent.backends.nvml import NvmlBackend
+
+        return NvmlBackend(hostname)
+    except BackendUnavailable as exc:
+        problems.append(f"nvml: {exc}")
+    for tool in AUTO_ORDER:
+        if shutil.which(tool):
+            log.info("--backend auto: %s found on PATH", tool)
+            return TOOL_BACKENDS[tool](hostname, timeout_s=timeout_s)
+    problems.append(f"none of {', '.join(AUTO_ORDER)} is on PATH")
+    raise BackendUnavailable("; ".join(problems))
+
+
 def make_backends(
     args: argparse.Namespace, clock: Callable[[], float] = time.time
 ) -> list[Backend]:
@@ -170,6 +209,10 @@ def make_backends(
         from agents.gpu_agent.backends.nvml import NvmlBackend
 
         return [NvmlBackend(args.hostname)]
+    if args.backend == "auto":
+        return [auto_backend(args.hostname, args.tool_timeout)]
+    if args.backend in TOOL_BACKENDS:
+        return [TOOL_BACKENDS[args.backend](args.hostname, timeout_s=args.tool_timeout)]
     from agents.gpu_agent.backends.scenario import ScenarioError, load_scenario
     from agents.gpu_agent.backends.sim import SimulatedBackend
 
@@ -222,7 +265,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
     if args.no_auth and args.token:
         log.warning("--no-auth given: the token is ignored and /v1/snapshot is open")
-    if args.backend == "nvml" and any(
+    if args.backend != "sim" and any(
         v is not None
         for v in (args.gpus, args.model, args.nodes, args.seed, args.scenario, args.idle_owner)
     ):
