@@ -22,6 +22,7 @@ from agents.gpu_agent.backends.smi.tool import (
     ToolFailed,
 )
 from agents.gpu_agent.cli import auto_backend, build_parser, make_backends
+from agents.gpu_agent.metrics import render
 from agents.gpu_agent.model import NodeSnapshot
 from agents.gpu_agent.schema import check_snapshot
 from tests.anchors import accelerator_file
@@ -238,3 +239,54 @@ def test_cli_builds_the_named_tool_backend(bin_dir, monkeypatch) -> None:
     assert isinstance(backend, AscendBackend) and backend.timeout_s == 3.0
     snap = backend.collect()
     assert isinstance(snap, NodeSnapshot) and len(snap.gpus) == 4
+
+
+def _series(text: str, name: str) -> list[str]:
+    return [line for line in text.splitlines() if line.startswith(name + "{")]
+
+
+def test_metrics_write_npu_exporter_names_beside_dcgm_names(bin_dir, no_proc) -> None:
+    exe = printing(bin_dir, "npu-smi", accelerator_file("ascend", ASCEND_910B))
+    snap = AscendBackend("npu-node-1", executable=str(exe), inspector=no_proc).collect()
+    text = render(snap)
+    uuid0 = snap.gpus[0].uuid
+    assert _series(text, "npu_chip_info_hbm_used_memory")[0] == (
+        f'npu_chip_info_hbm_used_memory{{id="0",model_name="Ascend 910B2C",vdie_id="{uuid0}",'
+        'pcie_bus_info="0000:D9:00.0",namespace="",pod_name="",container_name=""} 52675'
+    )
+    assert [s.rsplit(" ", 1)[1] for s in _series(text, "npu_chip_info_power")] == [
+        "91.3", "100.7", "92.8", "92.9"
+    ]  # fmt: skip
+    assert [s.rsplit(" ", 1)[1] for s in _series(text, "npu_chip_info_health_status")] == ["1"] * 4
+    assert _series(text, "machine_npu_nums") == ['machine_npu_nums{node="npu-node-1"} 4']
+    # DDR is 0 / 0 on a 910B: no DDR series rather than a zero total.
+    assert _series(text, "npu_chip_info_total_memory") == []
+    # The common names too, with the card's device file.
+    (used,) = [s for s in _series(text, "DCGM_FI_DEV_FB_USED") if 'gpu="1"' in s]
+    assert 'device="davinci1"' in used and used.endswith(" 52665")
+    assert "dcu_temp" not in text and "gpu_gfx_activity" not in text
+
+
+def test_metrics_write_dcu_exporter_names_for_hygon(bin_dir) -> None:
+    printing(bin_dir, "hy-smi", accelerator_file("hygon", HYGON_JSON))
+    snap = HygonBackend("dcu-1", executable=str(bin_dir / "hy-smi")).collect()
+    text = render(snap)
+    assert _series(text, "dcu_usedmemory_bytes") == [
+        f'dcu_usedmemory_bytes{{device_id="7100fa8866904061",minor_number="0",node="dcu-1"}} '
+        f"{2 * 1024 * 1024}"
+    ]
+    assert [s.rsplit(" ", 1)[1] for s in _series(text, "dcu_power_usage")] == ["80.0"]
+    # The capture shows no power cap: no dcu_powercap family at all.
+    assert "dcu_powercap" not in text
+    assert "npu_chip_info" not in text
+
+
+def test_lost_cards_write_no_vendor_readings(bin_dir, tmp_path) -> None:
+    flag = tmp_path / "fail"
+    exe = printing(bin_dir, "npu-smi", accelerator_file("ascend", ASCEND_910B), flag)
+    backend = AscendBackend("n", executable=str(exe), inspector=ProcessInspector(tmp_path))
+    backend.collect()
+    flag.touch()
+    text = render(backend.collect())
+    assert "npu_chip_info" not in text
+    assert [s.rsplit(" ", 1)[1] for s in _series(text, "gpu_agent_gpu_lost")] == ["1"] * 4
