@@ -74,8 +74,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--backend",
         choices=("sim", "nvml", "auto", *TOOL_BACKENDS),
         default="nvml",
-        help="nvml (NVIDIA), a vendor tool (npu-smi: Ascend, hy-smi: Hygon DCU, rocm-smi, "
-        "amd-smi), auto (whichever this node has) or sim (default nvml)",
+        help="nvml (NVIDIA), a vendor tool (npu-smi: Ascend, hy-smi: Hygon DCU, rocm-smi and "
+        "amd-smi: AMD, mx-smi: MetaX, mthreads-gmi: Moore Threads, cnmon: Cambricon), auto "
+        "(whichever this node has) or sim (default nvml)",
     )
     p.add_argument(
         "--tool-timeout",
@@ -181,7 +182,7 @@ def node_hostnames(hostname: str, nodes: int) -> list[str]:
 
 
 # --backend auto: NVML first, then the vendor tools in this order.
-AUTO_ORDER = ("npu-smi", "hy-smi", "rocm-smi", "amd-smi")
+AUTO_ORDER = ("npu-smi", "hy-smi", "rocm-smi", "amd-smi", "mx-smi", "mthreads-gmi", "cnmon")
 
 
 def auto_backend(hostname: str, timeout_s: float = DEFAULT_TIMEOUT_S) -> Backend:

@@ -1,10 +1,11 @@
 """Vendor exporters' own series for cards that are not NVIDIA's, beside the DCGM names.
 
 So dashboards built on Huawei's npu-exporter (``npu_chip_info_*``), Hygon's dcu-exporter
-(``dcu_*``) or AMD's device-metrics-exporter (``gpu_*``) keep working against this agent.
+(``dcu_*``), Cambricon's mlu-exporter (``mlu_*``) or AMD's device-metrics-exporter
+(``gpu_*``) keep working against this agent.
 Names and label names are the exporters' (listed in shared/anchors/accelerators/*/SOURCE.md);
 units are theirs where known: npu-exporter's memory in MB (npu-smi's binary MB), the DCU
-exporter's in bytes, AMD's in MB. A reading the tool did not show writes no sample.
+and mlu-exporter's in bytes, AMD's in MB. A reading the tool did not show writes no sample.
 """
 
 from __future__ import annotations
@@ -83,6 +84,21 @@ def _amd_labels(gpu: GpuReading, snapshot: NodeSnapshot) -> list[tuple[str, str]
     return pairs
 
 
+def _cambricon_labels(gpu: GpuReading, snapshot: NodeSnapshot) -> list[tuple[str, str]]:
+    # mlu-exporter's common labels; mcu, node_ip and type are not in cnmon's table.
+    return [
+        ("driver", snapshot.driver_version or ""),
+        ("mcu", ""),
+        ("mlu", str(gpu.index)),
+        ("model", gpu.name or ""),
+        ("node", snapshot.hostname),
+        ("node_ip", ""),
+        ("sn", gpu.serial or ""),
+        ("type", ""),
+        ("uuid", gpu.uuid or ""),
+    ]
+
+
 # vendor -> (labels, [(series, help, value)])
 SERIES: dict[str, tuple[Callable[..., list[tuple[str, str]]], list[tuple[str, str, Value]]]] = {
     "ascend": (
@@ -112,6 +128,20 @@ SERIES: dict[str, tuple[Callable[..., list[tuple[str, str]]], list[tuple[str, st
              _field("memory_used_mib", MIB)),
             ("dcu_memory_remaining", "DCU memory free (in bytes).",
              _field("memory_free_mib", MIB)),
+        ],
+    ),
+    "cambricon": (
+        _cambricon_labels,
+        [
+            ("mlu_utilization", "MLU utilization (in %).", _field("utilization_gpu_pct")),
+            ("mlu_memory_used", "MLU memory used (in bytes).", _field("memory_used_mib", MIB)),
+            ("mlu_memory_total", "MLU memory total (in bytes).",
+             _field("memory_total_mib", MIB)),
+            ("mlu_memory_free", "MLU memory free (in bytes).", _field("memory_free_mib", MIB)),
+            ("mlu_temperature", "Board temperature (in C).", _field("temperature_c")),
+            ("mlu_power_usage", "Power (in W).", _field("power_w")),
+            ("mlu_power_current_limit", "Power limit (in W).", _field("power_limit_w")),
+            ("mlu_health", "1 when the card is healthy, else 0.", _healthy),
         ],
     ),
     "amd": (

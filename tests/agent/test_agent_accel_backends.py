@@ -17,7 +17,10 @@ from agents.gpu_agent.backends.procinfo import ProcessInspector
 from agents.gpu_agent.backends.smi.tool import (
     AmdSmiBackend,
     AscendBackend,
+    CambriconBackend,
     HygonBackend,
+    MetaxBackend,
+    MooreThreadsBackend,
     RocmBackend,
     ToolFailed,
 )
@@ -225,7 +228,10 @@ def test_auto_with_nothing_says_what_it_looked_for(tmp_path, monkeypatch) -> Non
     try:
         backend = auto_backend("n")
     except BackendUnavailable as exc:
-        assert "none of npu-smi, hy-smi, rocm-smi, amd-smi is on PATH" in str(exc)
+        assert (
+            "none of npu-smi, hy-smi, rocm-smi, amd-smi, mx-smi, mthreads-gmi, cnmon is on PATH"
+            in str(exc)
+        )
     else:
         backend.close()
         pytest.skip("this machine has a working NVIDIA driver")
@@ -290,3 +296,55 @@ def test_lost_cards_write_no_vendor_readings(bin_dir, tmp_path) -> None:
     text = render(backend.collect())
     assert "npu_chip_info" not in text
     assert [s.rsplit(" ", 1)[1] for s in _series(text, "gpu_agent_gpu_lost")] == ["1"] * 4
+
+
+@pytest.mark.parametrize(
+    ("backend", "vendor", "capture", "driver", "first"),
+    [
+        (MetaxBackend, "metax", "real_mx-smi_MXC500x4_v2.1.6_vllm-loaded_wang-junjian-blog.txt",
+         "2.5.014", ("MXC500", 60982, 65536, 71.0, "ok", [(15652, "python", 60032)])),
+        (MooreThreadsBackend, "moorethreads",
+         "real_mthreads-gmi_MTT-S80_gmi1.14.0_drv2.7.0_llama-box-98pct_gpustack-docs.txt",
+         "2.7.0", ("MTT S80", 1339, 16384, None, "ok",
+                   [(120, "...ird_party/bin/llama-box/llama-box", 2),
+                    (2022, "...ird_party/bin/llama-box/llama-box", 1333)])),
+        (CambriconBackend, "cambricon", "doc_cnmon_MLU370-X8x2_v5.10.13_paddle-docs.txt",
+         "5.10.13", ("MLU370-X8", 0, 23374, 106.0, "ok", None)),
+    ],
+)  # fmt: skip
+def test_table_backends(bin_dir, no_proc, backend, vendor, capture, driver, first) -> None:
+    exe = printing(bin_dir, backend.tool, accelerator_file(vendor, capture))
+    snap = backend("n", executable=str(exe), inspector=no_proc).collect()
+    gpu = snap.gpus[0]
+    procs = None if gpu.processes is None else [
+        (p.pid, p.command, p.memory_used_mib) for p in gpu.processes
+    ]  # fmt: skip
+    assert snap.driver_version == driver
+    assert (gpu.name, gpu.memory_used_mib, gpu.memory_total_mib, gpu.power_w, gpu.health,
+            procs) == first  # fmt: skip
+    assert gpu.vendor == vendor and gpu.uuid.startswith(f"{vendor}-")
+
+
+def test_moore_threads_memory_over_total_is_flagged(bin_dir) -> None:
+    capture = "doc_mthreads-gmi_MTT-S4000_gmi1.12.2_drv1.2.0_FAQ-memory-shown-32768-fault.txt"
+    exe = printing(bin_dir, "mthreads-gmi", accelerator_file("moorethreads", capture))
+    (gpu,) = MooreThreadsBackend("n", executable=str(exe)).collect().gpus
+    assert (gpu.health, gpu.health_detail) == (
+        "unhealthy", "reports more memory used than its total"
+    )  # fmt: skip
+    # No negative free memory is made up from the impossible pair.
+    assert gpu.memory_free_mib == 0
+
+
+def test_metrics_write_mlu_exporter_names_for_cambricon(bin_dir) -> None:
+    capture = accelerator_file("cambricon", "doc_cnmon_MLUXXX-x8_v5.10.31_masked_paddlenlp.txt")
+    exe = printing(bin_dir, "cnmon", capture)
+    snap = CambriconBackend("mlu-1", executable=str(exe)).collect()
+    text = render(snap)
+    assert _series(text, "mlu_power_usage")[0] == (
+        f'mlu_power_usage{{driver="5.10.31",mcu="",mlu="0",model="MLUXXX-XX",node="mlu-1",'
+        f'node_ip="",sn="",type="",uuid="{snap.gpus[0].uuid}"}} 105.0'
+    )
+    # Total memory is masked in the capture: no total, no free, but used (0 B) is there.
+    assert _series(text, "mlu_memory_total") == [] and _series(text, "mlu_memory_free") == []
+    assert len(_series(text, "mlu_memory_used")) == 8

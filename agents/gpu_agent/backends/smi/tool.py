@@ -18,7 +18,15 @@ from dataclasses import dataclass
 
 from agents.gpu_agent.backends.base import BackendUnavailable
 from agents.gpu_agent.backends.procinfo import ProcessInspector
-from agents.gpu_agent.backends.smi import amd_smi, hy_smi, npu_smi, rocm_smi
+from agents.gpu_agent.backends.smi import (
+    amd_smi,
+    cnmon,
+    hy_smi,
+    mthreads_gmi,
+    mx_smi,
+    npu_smi,
+    rocm_smi,
+)
 from agents.gpu_agent.backends.smi.common import SmiCard
 from agents.gpu_agent.model import GpuReading, NodeSnapshot, ProcessReading
 
@@ -259,9 +267,45 @@ class AmdSmiBackend(SmiBackend):
         return Reading(cards)
 
 
+class _TableBackend(SmiBackend):
+    """A tool whose default table is the whole reading (mx-smi, mthreads-gmi, cnmon)."""
+
+    parse: Callable[[str], mx_smi.MxSmiInfo | mthreads_gmi.GmiInfo | cnmon.CnmonInfo]
+
+    def read(self) -> Reading:
+        info = type(self).parse(self.run())
+        if not info.cards:
+            raise ToolFailed(f"{self.tool} printed no device table")
+        return Reading(info.cards, info.driver_version)
+
+
+class MetaxBackend(_TableBackend):
+    name = "mx-smi"
+    vendor = "metax"
+    tool = "mx-smi"
+    parse = staticmethod(mx_smi.parse)
+
+
+class MooreThreadsBackend(_TableBackend):
+    name = "mthreads-gmi"
+    vendor = "moorethreads"
+    tool = "mthreads-gmi"
+    parse = staticmethod(mthreads_gmi.parse)
+
+
+class CambriconBackend(_TableBackend):
+    name = "cnmon"
+    vendor = "cambricon"
+    tool = "cnmon"
+    parse = staticmethod(cnmon.parse)
+
+
 BACKENDS: dict[str, type[SmiBackend]] = {
     "npu-smi": AscendBackend,
     "hy-smi": HygonBackend,
     "rocm-smi": RocmBackend,
     "amd-smi": AmdSmiBackend,
+    "mx-smi": MetaxBackend,
+    "mthreads-gmi": MooreThreadsBackend,
+    "cnmon": CambriconBackend,
 }
