@@ -25,6 +25,7 @@ from typing import Any
 
 from agents.gpu_agent import __version__
 from agents.gpu_agent.backends.base import Backend, BackendUnavailable
+from agents.gpu_agent.backends.sim_vendor import VENDORS
 from agents.gpu_agent.backends.smi.tool import BACKENDS as TOOL_BACKENDS
 from agents.gpu_agent.backends.smi.tool import DEFAULT_TIMEOUT_S
 from agents.gpu_agent.collector import Collector
@@ -147,6 +148,15 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"GPU model, repeatable: node i gets model i mod count (default {DEFAULT_MODEL!r})",
     )
     sim.add_argument(
+        "--vendor",
+        action="append",
+        choices=("nvidia", *VENDORS),
+        metavar="VENDOR",
+        help="repeatable: node i impersonates vendor i mod count, reporting only what that "
+        f"vendor's tool shows ({', '.join(('nvidia', *VENDORS))}; default nvidia); "
+        "without --model each gets its vendor's usual card",
+    )
+    sim.add_argument(
         "--nodes", type=_count(1), help="virtual nodes on consecutive ports (default 1)"
     )
     sim.add_argument("--seed", type=int, help="random seed (default: derived from --hostname)")
@@ -230,10 +240,16 @@ def make_backends(
         gpus = scenario.gpus if scenario and scenario.gpus is not None else 8
     names = node_hostnames(args.hostname, args.nodes or 1)
     kwargs = {"clock": clock, "scenario": scenario, "idle_owners": args.idle_owner or ()}
-    return [
-        SimulatedBackend(name, gpus, models[i % len(models)], seed, **kwargs)
-        for i, name in enumerate(names)
-    ]
+    vendors = args.vendor or ["nvidia"]
+    backends: list[Backend] = []
+    for i, name in enumerate(names):
+        vendor = vendors[i % len(vendors)]
+        vendor = None if vendor == "nvidia" else vendor
+        model = models[i % len(models)]
+        if vendor is not None and not args.model:
+            model = VENDORS[vendor].model
+        backends.append(SimulatedBackend(name, gpus, model, seed, vendor=vendor, **kwargs))
+    return backends
 
 
 def desired_store(state_dir: Path | None, hostname: str) -> DesiredStateStore:
@@ -268,11 +284,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         log.warning("--no-auth given: the token is ignored and /v1/snapshot is open")
     if args.backend != "sim" and any(
         v is not None
-        for v in (args.gpus, args.model, args.nodes, args.seed, args.scenario, args.idle_owner)
+        for v in (
+            args.gpus,
+            args.model,
+            args.nodes,
+            args.seed,
+            args.scenario,
+            args.idle_owner,
+            args.vendor,
+        )
     ):
         parser.error(
-            "--gpus, --model, --nodes, --seed, --scenario and --idle-owner only apply to "
-            "--backend sim"
+            "--gpus, --model, --nodes, --seed, --scenario, --vendor and --idle-owner only "
+            "apply to --backend sim"
         )
     host, port = args.listen
     if port and port + (args.nodes or 1) - 1 > 65535:
