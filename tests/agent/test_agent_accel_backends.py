@@ -8,6 +8,7 @@ import json
 import os
 import shlex
 import stat
+import time
 from pathlib import Path
 
 import pytest
@@ -348,3 +349,49 @@ def test_metrics_write_mlu_exporter_names_for_cambricon(bin_dir) -> None:
     # Total memory is masked in the capture: no total, no free, but used (0 B) is there.
     assert _series(text, "mlu_memory_total") == [] and _series(text, "mlu_memory_free") == []
     assert len(_series(text, "mlu_memory_used")) == 8
+
+
+def _wait_for(check, timeout: float = 10.0):
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if value or time.monotonic() > deadline:
+            return value
+        time.sleep(0.1)
+
+
+def test_the_agent_serves_an_ascend_node_and_survives_its_tool_failing(
+    bin_dir, tmp_path, monkeypatch, start_agent, get
+) -> None:
+    flag = tmp_path / "fail"
+    flag.touch()  # the tool fails from the start: the agent must start anyway
+    printing(bin_dir, "npu-smi", accelerator_file("ascend", ASCEND_910B), flag)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}")
+    agent = start_agent("--backend", "npu-smi", "--no-auth", "--interval", "0.2")
+    url = agent.urls[0]
+    assert get(f"{url}/healthz").status == 503
+    flag.unlink()
+
+    def snapshot():
+        answer = get(f"{url}/v1/snapshot")
+        return answer.json() if answer.status == 200 else None
+
+    snap = _wait_for(snapshot)
+    assert snap is not None, agent.stderr()
+    assert snap["agent"]["backend"] == "npu-smi"
+    assert [(g["name"], g["vendor"], g["memory_used_mib"]) for g in snap["gpus"]] == [
+        ("Ascend 910B2C", "ascend", used) for used in (52675, 52665, 52667, 52665)
+    ]
+    metrics = get(f"{url}/metrics").body.decode()
+    assert "npu_chip_info_hbm_used_memory{" in metrics and "DCGM_FI_DEV_FB_USED{" in metrics
+    flag.touch()
+
+    def lost():
+        gpus = (snapshot() or {}).get("gpus", [])
+        return gpus if gpus and all(g["health"] == "lost" for g in gpus) else None
+
+    gpus = _wait_for(lost)
+    assert gpus, agent.stderr()
+    assert "exited with status 3: dcmi module initialize failed" in gpus[0]["health_detail"]
+    assert agent.proc.poll() is None  # still serving
+    assert get(f"{url}/healthz").status == 200
