@@ -395,3 +395,26 @@ def test_the_agent_serves_an_ascend_node_and_survives_its_tool_failing(
     assert "exited with status 3: dcmi module initialize failed" in gpus[0]["health_detail"]
     assert agent.proc.poll() is None  # still serving
     assert get(f"{url}/healthz").status == 200
+
+
+def test_a_chip_not_ok_gets_its_error_codes_from_the_health_query(bin_dir, no_proc) -> None:
+    table = accelerator_file("ascend", "doc_npu-smi-info_910_v24.1.RC2_with-processes.txt")
+    alarm = accelerator_file(
+        "ascend", "mindcluster-test_npu-smi-health-alarm_910A_driver23.0.7_collect-log.txt"
+    )
+    exe = tool(
+        bin_dir,
+        "npu-smi",
+        f'case "$*" in "info -i 3 -c 0 -t health") cat {shlex.quote(str(alarm))};;\n'
+        '  *"-t health"*) echo "Invalid card id." >&2; exit 1;;\n'
+        f"  *) cat {shlex.quote(str(table))};; esac",
+    )
+    gpus = AscendBackend("n", executable=str(exe), inspector=no_proc).collect().gpus
+    assert [(g.index, g.health, g.health_detail) for g in gpus if g.health != "ok"] == [
+        (3, "unhealthy", "Alarm: A4025021 8C03A000 8C084E00: ascend_monitor adda heart beat "
+         "lost error node type=process-manager, sensor type=General Software, event state="
+         "The process start failed or exit abnormally node type=adda, sensor type=Heartbeat "
+         "Sensor, event state=Heartbeat Lost."),
+        # The health query failed for this one: the table's word stays.
+        (7, "warning", "Warning"),
+    ]  # fmt: skip

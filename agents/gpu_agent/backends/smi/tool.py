@@ -196,9 +196,10 @@ class SmiBackend:
 
 
 def _health(word: str | None) -> tuple[str, str | None]:
+    """The model's health for a tool's word; the word (with any detail after ``:``) kept."""
     if word is None or word.lower() in ("ok", "normal", "healthy"):
         return "ok", None
-    if word.lower() in ("warning", "warn"):
+    if word.split(":", 1)[0].strip().lower() in ("warning", "warn"):
         return "warning", word
     return "unhealthy", word
 
@@ -215,7 +216,32 @@ class AscendBackend(SmiBackend):
         info = npu_smi.parse_info(self.run("info"))
         if not info.cards:
             raise ToolFailed("npu-smi info printed no NPU table")
+        for card in info.cards:
+            if card.health and card.health.lower() != "ok":
+                card.health = self._health_detail(card)
         return Reading(info.cards, info.version)
+
+    def _health_detail(self, card: SmiCard) -> str:
+        """A chip the table shows not OK: its status with the error codes and text from
+        ``npu-smi info -i N -c C -t health`` (one more run, only for such chips); the
+        table's word alone when that run fails."""
+        word = card.health or ""
+        try:
+            output = self.run(
+                "info", "-i", str(card.index), "-c", str(card.chip or 0), "-t", "health"
+            )
+        except ToolFailed as exc:
+            log.debug("npu-smi health of NPU %s chip %s: %s", card.index, card.chip, exc)
+            return word
+        health = npu_smi.parse_health(output)
+        if health is None or health.status is None:
+            return word
+        parts = [health.status]
+        if health.error_codes:
+            parts.append(" ".join(health.error_codes))
+        if health.information:
+            parts.append(health.information)
+        return ": ".join(parts)
 
 
 class HygonBackend(SmiBackend):
