@@ -457,3 +457,39 @@ def test_every_capture_has_its_test(vendor: str) -> None:
     folder = anchor_dir("accelerators") / vendor
     files = {p.name for p in folder.iterdir() if p.is_file() and p.name != "SOURCE.md"}
     assert files == COVERED[vendor]
+
+
+TEXT_PARSERS = {
+    "ascend": lambda t: npu_smi.parse_info(t).cards + npu_smi.parse_mapping(t)
+    + npu_smi.parse_chip_stats(t),
+    "hygon": lambda t: hy_smi.parse_table(t) + list(hy_smi.parse_keyed(t)),
+    "amd": amd_smi.parse_text,
+    **TABLE_PARSERS,
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("vendor", sorted(TEXT_PARSERS))
+def test_cut_off_output_never_raises(vendor: str) -> None:
+    """A tool killed by the timeout prints half a table: every prefix of every capture, cut
+    at a line or mid-line, parses to fewer readings, never to an exception."""
+    folder = anchor_dir("accelerators") / vendor
+    parse = TEXT_PARSERS[vendor]
+    for path in sorted(folder.glob("*.txt")):
+        text = path.read_text(encoding="utf-8")
+        lines = text.splitlines(keepends=True)
+        for cut in range(len(lines) + 1):
+            prefix = "".join(lines[:cut])
+            parse(prefix)
+            parse(prefix + (lines[cut][: len(lines[cut]) // 2] if cut < len(lines) else ""))
+
+
+@pytest.mark.parametrize(
+    ("vendor", "name"), [(v, n) for v, n in sorted(ROCM_SMI_JSON)]
+)  # fmt: skip
+def test_cut_off_json_is_a_value_error(vendor: str, name: str) -> None:
+    """Half a JSON document is refused as ValueError, which the backend turns into the
+    tool's failure (cards lost), never read as fewer cards."""
+    text = _read(vendor, name)
+    for cut in range(1, len(text) - 1, max(1, len(text) // 40)):
+        with pytest.raises(ValueError):
+            rocm_smi.parse_json(text[:cut])
