@@ -418,3 +418,29 @@ def test_a_chip_not_ok_gets_its_error_codes_from_the_health_query(bin_dir, no_pr
         # The health query failed for this one: the table's word stays.
         (7, "warning", "Warning"),
     ]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("backend", "vendor", "capture", "argv"),
+    [
+        (HygonBackend, "hygon", HYGON_JSON,
+         "--showid --showmeminfo vram --showpower --showserial --showuse --showtemp "
+         "--showproductname --showuniqueid --json"),
+        (RocmBackend, "amd", "telegraf-test_rocm-smi-json_mi100_rocm602.json",
+         "--showid --showmeminfo vram --showpower --showserial --showuse --showtemp "
+         "--showproductname --showuniqueid --showbus --showmemuse --json"),
+        (AscendBackend, "ascend", ASCEND_910B, "info"),
+    ],
+)  # fmt: skip
+def test_the_tool_gets_the_arguments_its_capture_was_made_with(
+    bin_dir, tmp_path, backend, vendor, capture, argv
+) -> None:
+    record = tmp_path / "argv"
+    path = accelerator_file(vendor, capture)
+    tool(
+        bin_dir,
+        backend.tool,
+        f'echo "$*" >> {shlex.quote(str(record))}\ncat {shlex.quote(str(path))}',
+    )
+    backend("n", executable=str(bin_dir / backend.tool)).collect()
+    assert record.read_text().splitlines() == [argv]

@@ -37,11 +37,14 @@ MESSAGE_MAX_CHARS = 200
 # A stable name for a card whose tool prints no UUID (npu-smi, hy-smi's table): derived
 # from the node and the card's bus id (or its tool index), so it survives restarts.
 _UUID_NAMESPACE = uuid.UUID("5b0e3f2c-3c2b-4a57-9d5e-6a1f0c2e7d41")
-# The rocm-smi / hy-smi flags gpustack and HAMi use: identity, VRAM, power, use, temps.
-ROCM_JSON_FLAGS = (
+# The flags gpustack runs on both DTK's hy-smi / rocm-smi and AMD's rocm-smi (the captures
+# in shared/anchors were made with them): identity, VRAM, power, use, temperatures.
+HYGON_JSON_FLAGS = (
     "--showid", "--showmeminfo", "vram", "--showpower", "--showserial", "--showuse",
-    "--showtemp", "--showproductname", "--showuniqueid", "--showbus", "--showmemuse", "--json",
+    "--showtemp", "--showproductname", "--showuniqueid", "--json",
 )  # fmt: skip
+# AMD's rocm-smi also answers --showbus and --showmemuse (telegraf runs both).
+ROCM_JSON_FLAGS = (*HYGON_JSON_FLAGS[:-1], "--showbus", "--showmemuse", "--json")
 
 
 class ToolFailed(RuntimeError):
@@ -254,7 +257,7 @@ class HygonBackend(SmiBackend):
 
     def read(self) -> Reading:
         try:
-            cards = rocm_smi.parse_json(self.run(*ROCM_JSON_FLAGS))
+            cards = rocm_smi.parse_json(self.run(*HYGON_JSON_FLAGS))
         except (ToolFailed, ValueError) as exc:
             log.debug("%s --json failed (%s); reading its table", self.tool, exc)
             cards = hy_smi.parse_table(self.run())
