@@ -444,3 +444,28 @@ def test_the_tool_gets_the_arguments_its_capture_was_made_with(
     )
     backend("n", executable=str(bin_dir / backend.tool)).collect()
     assert record.read_text().splitlines() == [argv]
+
+
+def test_the_health_query_is_run_once_a_minute_not_every_collection(bin_dir, tmp_path) -> None:
+    record = tmp_path / "argv"
+    table = accelerator_file("ascend", "doc_npu-smi-info_910_v24.1.RC2_with-processes.txt")
+    exe = tool(
+        bin_dir,
+        "npu-smi",
+        f'echo "$*" >> {shlex.quote(str(record))}\n'
+        'case "$*" in *"-t health"*) exit 1;; esac\n'
+        f"cat {shlex.quote(str(table))}",
+    )
+    now = [1000.0]
+    backend = AscendBackend("n", executable=str(exe), clock=lambda: now[0])
+    for _ in range(3):
+        backend.collect()
+        now[0] += 1
+    now[0] += 60
+    backend.collect()
+    runs = record.read_text().splitlines()
+    assert runs.count("info") == 4
+    # Two chips not OK (NPUs 3 and 7): asked at the first collection and after a minute.
+    assert sorted(r for r in runs if "health" in r) == sorted(
+        ["info -i 3 -c 0 -t health", "info -i 7 -c 0 -t health"] * 2
+    )

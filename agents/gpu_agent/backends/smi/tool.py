@@ -34,6 +34,7 @@ log = logging.getLogger(__name__)
 
 DEFAULT_TIMEOUT_S = 10.0
 MESSAGE_MAX_CHARS = 200
+HEALTH_DETAIL_TTL_S = 60.0
 # A stable name for a card whose tool prints no UUID (npu-smi, hy-smi's table): derived
 # from the node and the card's bus id (or its tool index), so it survives restarts.
 _UUID_NAMESPACE = uuid.UUID("5b0e3f2c-3c2b-4a57-9d5e-6a1f0c2e7d41")
@@ -215,13 +216,24 @@ class AscendBackend(SmiBackend):
     vendor = "ascend"
     tool = "npu-smi"
 
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self._health_cache: dict[tuple[int, int, str], tuple[str, float]] = {}
+
     def read(self) -> Reading:
         info = npu_smi.parse_info(self.run("info"))
         if not info.cards:
             raise ToolFailed("npu-smi info printed no NPU table")
+        now = self._clock()
         for card in info.cards:
             if card.health and card.health.lower() != "ok":
-                card.health = self._health_detail(card)
+                # One more tool run per such chip; kept a while, the agent collecting every
+                # second and a chip's alarm rarely changing faster.
+                key = (card.index, card.chip or 0, card.health)
+                cached = self._health_cache.get(key)
+                if cached is None or now - cached[1] > HEALTH_DETAIL_TTL_S:
+                    cached = self._health_cache[key] = (self._health_detail(card), now)
+                card.health = cached[0]
         return Reading(info.cards, info.version)
 
     def _health_detail(self, card: SmiCard) -> str:
