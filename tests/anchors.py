@@ -25,6 +25,11 @@ CONTENTS = {
         " (https://github.com/NVIDIA/dcgm-exporter) and sample-series.txt, series lines quoted"
         " in its issues; SOURCE.md there names the commits"
     ),
+    "accelerators": (
+        "captures of npu-smi, hy-smi, rocm-smi, amd-smi, mx-smi, mthreads-gmi and cnmon output"
+        " from vendor docs, issues and other projects' tests, one folder per vendor; SOURCE.md"
+        " in each names the upstream file and commit"
+    ),
 }
 
 
@@ -55,6 +60,15 @@ def anchor_dir(name: str) -> Path:
 
 def dcgm_exporter() -> Path:
     return anchor_dir("dcgm-exporter")
+
+
+def accelerator_file(vendor: str, name: str) -> Path:
+    """One captured vendor-tool output, ``accelerators/<vendor>/<name>`` (skips or fails as
+    ``anchor_dir`` when the folder is absent; a missing file always fails)."""
+    path = anchor_dir("accelerators") / vendor / name
+    if not path.is_file():
+        pytest.fail(f"{path} is missing from the anchors folder")
+    return path
 
 
 @pytest.fixture(scope="session")

@@ -12,6 +12,7 @@ import argparse
 import hashlib
 import logging
 import os
+import shutil
 import signal
 import socket
 import sys
@@ -24,6 +25,9 @@ from typing import Any
 
 from agents.gpu_agent import __version__
 from agents.gpu_agent.backends.base import Backend, BackendUnavailable
+from agents.gpu_agent.backends.sim_vendor import VENDORS
+from agents.gpu_agent.backends.smi.tool import BACKENDS as TOOL_BACKENDS
+from agents.gpu_agent.backends.smi.tool import DEFAULT_TIMEOUT_S
 from agents.gpu_agent.collector import Collector
 from agents.gpu_agent.desired import DesiredStateStore
 from agents.gpu_agent.logs import configure_logging
@@ -67,7 +71,22 @@ def build_parser() -> argparse.ArgumentParser:
         prog="gpu-agent", description="Serve this node's GPU readings to the GPU Portal."
     )
     p.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
-    p.add_argument("--backend", choices=("sim", "nvml"), default="nvml")
+    p.add_argument(
+        "--backend",
+        choices=("sim", "nvml", "auto", *TOOL_BACKENDS),
+        default="nvml",
+        help="nvml (NVIDIA), a vendor tool (npu-smi: Ascend, hy-smi: Hygon DCU, rocm-smi and "
+        "amd-smi: AMD, mx-smi: MetaX, mthreads-gmi: Moore Threads, cnmon: Cambricon), auto "
+        "(whichever this node has) or sim (default nvml)",
+    )
+    p.add_argument(
+        "--tool-timeout",
+        type=_positive_float,
+        default=DEFAULT_TIMEOUT_S,
+        metavar="SECONDS",
+        help=f"how long a vendor tool may take before its cards are reported lost "
+        f"(default {DEFAULT_TIMEOUT_S:g})",
+    )
     p.add_argument(
         "--listen",
         type=parse_listen,
@@ -129,6 +148,15 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"GPU model, repeatable: node i gets model i mod count (default {DEFAULT_MODEL!r})",
     )
     sim.add_argument(
+        "--vendor",
+        action="append",
+        choices=("nvidia", *VENDORS),
+        metavar="VENDOR",
+        help="repeatable: node i impersonates vendor i mod count, reporting only what that "
+        f"vendor's tool shows ({', '.join(('nvidia', *VENDORS))}; default nvidia); "
+        "without --model each gets its vendor's usual card",
+    )
+    sim.add_argument(
         "--nodes", type=_count(1), help="virtual nodes on consecutive ports (default 1)"
     )
     sim.add_argument("--seed", type=int, help="random seed (default: derived from --hostname)")
@@ -163,6 +191,28 @@ def node_hostnames(hostname: str, nodes: int) -> list[str]:
     return [hostname] if nodes == 1 else [f"{hostname}-{i + 1:02d}" for i in range(nodes)]
 
 
+# --backend auto: NVML first, then the vendor tools in this order.
+AUTO_ORDER = ("npu-smi", "hy-smi", "rocm-smi", "amd-smi", "mx-smi", "mthreads-gmi", "cnmon")
+
+
+def auto_backend(hostname: str, timeout_s: float = DEFAULT_TIMEOUT_S) -> Backend:
+    """What this node has: NVML where nvidia-ml-py loads and finds a driver, else the first
+    vendor tool on PATH (hy-smi before rocm-smi: on a Hygon node rocm-smi is DTK's)."""
+    problems = []
+    try:
+        from agents.gpu_agent.backends.nvml import NvmlBackend
+
+        return NvmlBackend(hostname)
+    except BackendUnavailable as exc:
+        problems.append(f"nvml: {exc}")
+    for tool in AUTO_ORDER:
+        if shutil.which(tool):
+            log.info("--backend auto: %s found on PATH", tool)
+            return TOOL_BACKENDS[tool](hostname, timeout_s=timeout_s)
+    problems.append(f"none of {', '.join(AUTO_ORDER)} is on PATH")
+    raise BackendUnavailable("; ".join(problems))
+
+
 def make_backends(
     args: argparse.Namespace, clock: Callable[[], float] = time.time
 ) -> list[Backend]:
@@ -170,6 +220,10 @@ def make_backends(
         from agents.gpu_agent.backends.nvml import NvmlBackend
 
         return [NvmlBackend(args.hostname)]
+    if args.backend == "auto":
+        return [auto_backend(args.hostname, args.tool_timeout)]
+    if args.backend in TOOL_BACKENDS:
+        return [TOOL_BACKENDS[args.backend](args.hostname, timeout_s=args.tool_timeout)]
     from agents.gpu_agent.backends.scenario import ScenarioError, load_scenario
     from agents.gpu_agent.backends.sim import SimulatedBackend
 
@@ -186,10 +240,16 @@ def make_backends(
         gpus = scenario.gpus if scenario and scenario.gpus is not None else 8
     names = node_hostnames(args.hostname, args.nodes or 1)
     kwargs = {"clock": clock, "scenario": scenario, "idle_owners": args.idle_owner or ()}
-    return [
-        SimulatedBackend(name, gpus, models[i % len(models)], seed, **kwargs)
-        for i, name in enumerate(names)
-    ]
+    vendors = args.vendor or ["nvidia"]
+    backends: list[Backend] = []
+    for i, name in enumerate(names):
+        vendor = vendors[i % len(vendors)]
+        vendor = None if vendor == "nvidia" else vendor
+        model = models[i % len(models)]
+        if vendor is not None and not args.model:
+            model = VENDORS[vendor].model
+        backends.append(SimulatedBackend(name, gpus, model, seed, vendor=vendor, **kwargs))
+    return backends
 
 
 def desired_store(state_dir: Path | None, hostname: str) -> DesiredStateStore:
@@ -222,13 +282,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
     if args.no_auth and args.token:
         log.warning("--no-auth given: the token is ignored and /v1/snapshot is open")
-    if args.backend == "nvml" and any(
+    if args.backend != "sim" and any(
         v is not None
-        for v in (args.gpus, args.model, args.nodes, args.seed, args.scenario, args.idle_owner)
+        for v in (
+            args.gpus,
+            args.model,
+            args.nodes,
+            args.seed,
+            args.scenario,
+            args.idle_owner,
+            args.vendor,
+        )
     ):
         parser.error(
-            "--gpus, --model, --nodes, --seed, --scenario and --idle-owner only apply to "
-            "--backend sim"
+            "--gpus, --model, --nodes, --seed, --scenario, --vendor and --idle-owner only "
+            "apply to --backend sim"
         )
     host, port = args.listen
     if port and port + (args.nodes or 1) - 1 > 65535:

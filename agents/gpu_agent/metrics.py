@@ -15,6 +15,7 @@ from collections import Counter
 from agents.gpu_agent.backends.xid import xid_message
 from agents.gpu_agent.exposition import escape_label_value, family, labels, number
 from agents.gpu_agent.metrics_agent import render_agent_series
+from agents.gpu_agent.metrics_vendor import render_vendor_series
 from agents.gpu_agent.model import GpuReading, MigDevice, NodeSnapshot
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -132,6 +133,10 @@ DCGM_EXTRA: tuple[tuple[str, str, str, str], ...] = (
 
 # Per MIG instance, dcgm-exporter repeats the memory series with the instance's labels;
 # the whole-card series stay. (series, MigDevice field)
+# The device label names the card's device file, as dcgm-exporter's "nvidia0" does:
+# /dev/davinciN on Ascend, the DRM card (/dev/dri/cardN) on Hygon and AMD.
+DEVICE_PREFIX = {"nvidia": "nvidia", "ascend": "davinci", "hygon": "card", "amd": "card"}
+
 MIG_SERIES = {
     "DCGM_FI_DEV_FB_FREE": "memory_free_mib",
     "DCGM_FI_DEV_FB_USED": "memory_used_mib",
@@ -149,7 +154,7 @@ def gpu_label_pairs(
         ("gpu", str(gpu.index)),
         ("UUID", gpu.uuid or ""),
         ("pci_bus_id", gpu.pci_bus_id or ""),
-        ("device", f"nvidia{gpu.index}"),
+        ("device", f"{DEVICE_PREFIX.get(gpu.vendor or 'nvidia', gpu.vendor)}{gpu.index}"),
         ("modelName", gpu.name or ""),
     ]
     if mig is not None:
@@ -227,6 +232,7 @@ def render(snapshot: NodeSnapshot) -> str:
     ]
     family(lines, *XID_SERIES, xid_samples)
     render_agent_series(lines, snapshot, gpu_labels)
+    render_vendor_series(lines, snapshot)
     return "\n".join(lines) + "\n"
 
 

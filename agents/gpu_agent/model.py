@@ -18,7 +18,10 @@ from typing import Any, Literal
 
 from agents.gpu_agent import schema
 
-Health = Literal["ok", "lost"]
+# "lost": the card stopped answering, or its vendor tool failed (the portal flags it).
+# "warning" / "unhealthy": a vendor tool's own health word (npu-smi's Warning, Alarm ...),
+# in ``health_detail``; the portal shows these as ok until it learns them (issue #25).
+Health = Literal["ok", "warning", "unhealthy", "lost"]
 
 # The portal view: per card, the fields of the reading schema (identity, live readings,
 # health) and the processes; per process, the schema's process fields. The portal's
@@ -175,6 +178,13 @@ class GpuReading:
     mig_devices: list[MigDevice] | None = None
     processes: list[ProcessReading] | None = None
     pods: list[PodRef] | None = None
+    # Added by the accelerators issue (#25): who made the card ("nvidia", "ascend", "hygon",
+    # "amd"), and why it is not ok, in the vendor tool's words.
+    vendor: str | None = None
+    health_detail: str | None = None
+    # Readings a vendor tool shows that NVML has no field for (Ascend's DDR beside its HBM,
+    # hugepages; Hygon's VRAM%), by name; /metrics writes them under the vendor's names.
+    vendor_readings: dict[str, float] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return _present(self)

@@ -45,7 +45,8 @@ def test_the_agent_builds_and_installs_alone_without_django(tmp_path: Path) -> N
     # Outside the checkout, so nothing but the installed wheel can be imported.
     help_text = run(venv / "bin" / "gpu-agent", "--help", cwd=tmp_path)
     assert help_text.returncode == 0, help_text.stderr
-    assert "--backend {sim,nvml}" in help_text.stdout
+    backends = "{sim,nvml,auto,npu-smi,hy-smi,rocm-smi,amd-smi,mx-smi,mthreads-gmi,cnmon}"
+    assert f"--backend {backends}" in help_text.stdout
     assert "--kubelet-socket" in help_text.stdout
     no_django = run(python, "-c", "import django", cwd=tmp_path)
     assert no_django.returncode != 0

@@ -27,6 +27,7 @@ from agents.gpu_agent.backends.sim_specs import (
     random_profile,
     spec_for,
 )
+from agents.gpu_agent.backends.sim_vendor import VENDORS, impersonate, vendor_uuid
 from agents.gpu_agent.backends.xid import XidTally
 from agents.gpu_agent.desired import Slice
 from agents.gpu_agent.model import NodeSnapshot
@@ -58,6 +59,7 @@ class SimulatedBackend:
         profiles: Sequence[LoadProfile] | None = None,
         scenario: Scenario | None = None,
         idle_owners: Collection[str] = (),
+        vendor: str | None = None,
     ) -> None:
         if gpu_count < 0:
             raise ValueError("gpu_count must not be negative")
@@ -80,6 +82,13 @@ class SimulatedBackend:
             SimGpu(i, model, seed, hostname, profile, self._last_t, self._xids, scenario is None)
             for i, profile in enumerate(profiles)
         ]
+        # Another vendor's cards (sim_vendor): the same model, reported as that vendor's tool.
+        if vendor is not None and vendor not in VENDORS:
+            raise ValueError(f"unknown vendor {vendor!r}: one of {', '.join(VENDORS)}")
+        self.vendor = vendor
+        if vendor is not None:
+            for gpu in self._gpus:
+                gpu.uuid = vendor_uuid(vendor, gpu.uuid)
         self._runner = ScenarioRunner(scenario, self._last_t) if scenario else None
         if self._runner is not None:
             self._runner.advance(self._last_t, self._gpus)  # the events at 0 s
@@ -116,10 +125,18 @@ class SimulatedBackend:
         self._last_t = now
         if self._runner is not None:
             self._runner.advance(now, self._gpus)
+        gpus = [gpu.step(now, dt) for gpu in self._gpus]
+        if self.vendor is not None:
+            return NodeSnapshot(
+                hostname=self.hostname,
+                collected_at=now,
+                gpus=[impersonate(g, self.vendor) for g in gpus],
+                driver_version=VENDORS[self.vendor].driver_version,
+            )
         return NodeSnapshot(
             hostname=self.hostname,
             collected_at=now,
-            gpus=[gpu.step(now, dt) for gpu in self._gpus],
+            gpus=gpus,
             driver_version=SIM_DRIVER_VERSION,
             cuda_version=SIM_CUDA_VERSION,
         )

@@ -42,6 +42,20 @@ SPECS: dict[str, GpuSpec] = {
         24564, 450.0, 22.0, 2520, 10501, idle_mem_clock_mhz=405, idle_temp_c=35.0, fan=True
     ),
 }
+# The vendors' cards for the physical model: memory as their tools report it, power caps
+# as printed (hy-smi's PwrCap, cnmon's Pwr Cap, mx-smi's Pwr:Usage/Cap); idle power and
+# clocks are guesses (in the simulator's 15 MHz steps), the tools not showing clocks.
+VENDOR_SPECS: dict[str, GpuSpec] = {
+    "Ascend 910B2C": GpuSpec(65536, 400.0, 90.0, 1800, 1600),
+    "Ascend 910A": GpuSpec(32768, 310.0, 65.0, 990, 1200),
+    "DCU K100_AI": GpuSpec(65520, 800.0, 118.0, 1500, 1800),
+    "Arcturus GL-XL [Instinct MI100]": GpuSpec(32752, 290.0, 36.0, 1500, 1200),
+    "MXC500": GpuSpec(65536, 450.0, 71.0, 1590, 1800),
+    "MTT S4000": GpuSpec(49152, 450.0, 60.0, 1755, 1750),
+    "MLU370-X8": GpuSpec(23374, 250.0, 106.0, 1305, 1600),
+}
+
+SPECS.update(VENDOR_SPECS)
 DEFAULT_SPEC = GpuSpec(24576, 300.0, 40.0, 1800, 5001, idle_mem_clock_mhz=405)
 
 

@@ -1,0 +1,102 @@
+"""MetaX ``mx-smi`` (default table). Two lines per GPU inside ``|`` columns:
+``GPU NAME | Bus-id | GPU-Util`` then ``Temp Power | Memory-Usage | [GPU-State]``. 2.2.x
+prints ``Pwr:Usage/Cap`` (``53W / 450W``) and a GPU-State; 2.1.x power alone. Process box:
+``GPU PID Process Name GPU Memory Usage(MiB)``, or ``no process found``.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from agents.gpu_agent.backends.smi.common import (
+    SmiCard,
+    SmiProcess,
+    integer,
+    mib,
+    number,
+    percent,
+    text,
+)
+
+VENDOR = "metax"
+_BUS = re.compile(r"^[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7]$")
+_MEMORY = re.compile(r"^(\S+)\s*/\s*(\S+)\s*(MiB|MB|KB|GiB|B)?$", re.I)
+_POWER = re.compile(r"^(\S+?)\s*(?:/\s*(\S+))?$")
+_DRIVER = re.compile(r"Kernel Mode Driver Version:\s*(\S+)")
+_VERSION = re.compile(r"MX-SMI\s+(\S+)")
+
+
+@dataclass
+class MxSmiInfo:
+    version: str | None
+    driver_version: str | None
+    cards: list[SmiCard]
+
+
+def _cells(line: str) -> list[str]:
+    return [c.strip() for c in line.strip().strip("|").split("|")]
+
+
+def parse(output: str) -> MxSmiInfo:
+    cards: list[SmiCard] = []
+    by_index: dict[int, SmiCard] = {}
+    pending: list[str] | None = None
+    in_processes = False
+    for line in output.splitlines():
+        stripped = line.strip()
+        if "Process:" in stripped:
+            in_processes = True
+            continue
+        if not stripped.startswith("|"):
+            continue
+        cells = _cells(line)
+        if in_processes:
+            _process(cells[0].split(), by_index)
+            continue
+        if pending is None:
+            words = cells[0].split(None, 1)
+            if len(cells) >= 3 and words and words[0].isdigit() and _BUS.match(cells[1]):
+                pending = cells
+            continue
+        card = _card(pending, cells)
+        pending = None
+        cards.append(card)
+        by_index[card.index] = card
+    version = _VERSION.search(output)
+    driver = _DRIVER.search(output)
+    return MxSmiInfo(
+        version.group(1) if version else None, driver.group(1) if driver else None, cards
+    )
+
+
+def _card(first: list[str], second: list[str]) -> SmiCard:
+    index, _, name = first[0].partition(" ")
+    card = SmiCard(vendor=VENDOR, index=int(index), name=text(name), pci_bus_id=first[1])
+    card.utilization_gpu_pct = percent(first[2])
+    temp, _, power = second[0].partition(" ")
+    card.temperature_c = integer(temp)
+    match = _POWER.match(power.strip())
+    if match:
+        card.power_w = number(match.group(1))
+        card.power_limit_w = number(match.group(2))
+    memory = _MEMORY.match(second[1]) if len(second) > 1 else None
+    if memory:
+        unit = memory.group(3) or "MiB"
+        card.memory_used_mib = mib(memory.group(1), unit)
+        card.memory_total_mib = mib(memory.group(2), unit)
+    card.health = text(second[2]) if len(second) > 2 else None
+    if card.health and card.health.lower() == "available":
+        card.health = "OK"
+    return card
+
+
+def _process(words: list[str], by_index: dict[int, SmiCard]) -> None:
+    if len(words) < 4 or not words[0].isdigit() or not words[1].isdigit():
+        return  # the header, the rule, "no process found"
+    card = by_index.get(int(words[0]))
+    if card is None:
+        return
+    if card.processes is None:
+        card.processes = []
+    card.processes.append(SmiProcess(int(words[1]), " ".join(words[2:-1]), mib(words[-1])))
