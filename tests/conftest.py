@@ -83,7 +83,9 @@ if (_url := _worker_redis_url(settings.REDIS_URL)) != settings.REDIS_URL:
     # Redis user at the worker's database, and the processes the tests start too.
     os.environ["REDIS_URL"] = settings.REDIS_URL = _url
     settings.CACHES["default"]["LOCATION"] = _url
-    settings.CHANNEL_LAYERS["default"]["CONFIG"]["hosts"] = [_url]
+    # Only the address: the layer's connection options (no read timeout) stay as set.
+    for host in settings.CHANNEL_LAYERS["default"]["CONFIG"]["hosts"]:
+        host["address"] = _url
     settings.CELERY_BROKER_URL = settings.CELERY_RESULT_BACKEND = _url
 
 
