@@ -145,6 +145,34 @@ def test_each_vendor_receives_its_own_payload_signed_as_it_checks(db, receiver, 
     assert "GPU too hot" in text and "node:gpu-" in text
 
 
+HOSTILE = "See [the fix](http://evil.example/x) **now** <!channel>\n# pwned"
+
+
+@pytest.mark.parametrize("kind", ["dingtalk", "feishu", "wecom"])
+def test_a_summary_with_markdown_reaches_im_as_text_not_markup(db, receiver, kind):
+    # Alertmanager's summaries and agents' labels come from outside the portal.
+    url, rx = receiver
+    event = EventFactory(summary=HOSTILE, rule_name="R_1 *x*")
+    assert deliver_one(channel(kind, url), event).status == DeliveryStatus.DELIVERED
+    [got] = rx.received
+    text = got.body.decode("unicode_escape")
+    assert r"\[the fix\](http://evil.example/x)" in text and r"\*\*now\*\*" in text
+    assert r"\<!channel\>" in text and "\\# pwned" in text
+    # Feishu's card shows the title in its header, as plain text.
+    assert (r"R\_1 \*x\*" if kind != "feishu" else "R_1 *x*") in text
+    assert "[the fix](" not in text.replace("\\[the fix\\](", "")
+
+
+def test_a_summary_with_mrkdwn_reaches_slack_as_text(db, receiver):
+    url, rx = receiver
+    event = EventFactory(summary="<!channel> <http://evil.example|click> & co")
+    assert deliver_one(channel("slack", url), event).status == DeliveryStatus.DELIVERED
+    [got] = rx.received
+    blocks = got.json()["blocks"][0]["text"]["text"]
+    assert "&lt;!channel&gt; &lt;http://evil.example|click&gt; &amp; co" in blocks
+    assert "<!channel>" not in got.body.decode()
+
+
 def test_the_webhook_carries_the_event_and_the_delivery_id(db, receiver):
     url, rx = receiver
     delivery = deliver_one(channel("webhook", url))

@@ -6,6 +6,7 @@ the API and the check before saving all read that declaration."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
@@ -134,13 +135,37 @@ def severity_marker(severity: str) -> str:
     return {"critical": "🔴", "warning": "🟠"}.get(severity, "🔵")
 
 
-def markdown(message: Message, *, bold: str = "**", link: str = "[{text}]({url})") -> str:
-    """The message as markdown in the dialect given (Slack's mrkdwn bolds with one star
-    and links as <url|text>)."""
-    lines = [f"{bold}{severity_marker(message.severity)} {message.title}{bold}", ""]
+# Markdown's own characters, escaped with a backslash in the text a message carries: a
+# summary from Alertmanager or a label from an agent is text, never a link, an image or
+# emphasis. Block marks (#, >, -, +) matter only at the start of a line.
+_INLINE_MARKS = re.compile(r"([\\`*_\[\]<>~])")
+_LINE_MARKS = re.compile(r"^(\s*)([#>+-])", re.MULTILINE)
+
+
+def escape_markdown(text: str) -> str:
+    return _LINE_MARKS.sub(r"\1\\\2", _INLINE_MARKS.sub(r"\\\1", text))
+
+
+def escape_mrkdwn(text: str) -> str:
+    # Slack's mrkdwn has no backslash escape: its markup (links, @channel) needs <, > and &.
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def markdown(
+    message: Message,
+    *,
+    bold: str = "**",
+    link: str = "[{text}]({url})",
+    escape=escape_markdown,
+) -> str:
+    """The message as markdown in the dialect given (Slack's mrkdwn bolds with one star,
+    links as <url|text> and escapes with entities), its texts escaped."""
+    title = escape(message.title)
+    lines = [f"{bold}{severity_marker(message.severity)} {title}{bold}", ""]
     if message.summary:
-        lines += [message.summary, ""]
-    lines += [f"- {bold}{label}{bold}: {value}" for label, value in message.facts]
+        lines += [escape(message.summary), ""]
+    lines += [f"- {bold}{escape(str(label))}{bold}: {escape(str(value))}"
+              for label, value in message.facts]  # fmt: skip
     if message.url:
         lines += ["", link.format(text=_("Open in GPU Portal"), url=message.url)]
     return "\n".join(lines).strip()

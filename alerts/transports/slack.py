@@ -8,7 +8,14 @@ from django.utils.translation import gettext_lazy as _
 
 from alerts.choices import ChannelKind
 from alerts.transports import http
-from alerts.transports.base import Message, SettingField, Transport, markdown, severity_marker
+from alerts.transports.base import (
+    Message,
+    SettingField,
+    Transport,
+    escape_mrkdwn,
+    markdown,
+    severity_marker,
+)
 
 SECTION_MAX_CHARS = 3000  # Slack's limit for a section's text
 
@@ -28,9 +35,10 @@ class SlackTransport(Transport):
         return http.check_url(value)
 
     def notify(self, message: Message) -> None:
-        text = markdown(message, bold="*", link="<{url}|{text}>")[:SECTION_MAX_CHARS]
+        text = markdown(message, bold="*", link="<{url}|{text}>", escape=escape_mrkdwn)
+        section = {"type": "mrkdwn", "text": text[:SECTION_MAX_CHARS]}
         payload = {
-            "text": f"{severity_marker(message.severity)} {message.title}",
-            "blocks": [{"type": "section", "text": {"type": "mrkdwn", "text": text}}],
+            "text": f"{severity_marker(message.severity)} {escape_mrkdwn(message.title)}",
+            "blocks": [{"type": "section", "text": section}],
         }
         http.raise_for_status(http.post_json(self.value("url"), payload))
