@@ -639,10 +639,13 @@ LOGGING = {
     "formatters": {
         "plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"},
     },
+    "filters": {"client_errors": {"()": "portal.log_filters.ClientErrorsWithoutTraceback"}},
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
     "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
     "loggers": {
         "django.channels.server": {"level": "WARNING"},
+        # A 4xx is the portal refusing as it should: its line, not a traceback.
+        "django.request": {"filters": ["client_errors"]},
         "daphne": {"level": "WARNING"},
         # portal.security logs each failed login itself, with the address.
         "axes": {"level": "ERROR"},
