@@ -1,5 +1,6 @@
 from django.core.exceptions import ValidationError
-from drf_spectacular.utils import extend_schema
+from django.utils.translation import gettext_lazy as _
+from drf_spectacular.utils import extend_schema, extend_schema_view
 from rest_framework import mixins, permissions, status
 from rest_framework.decorators import action
 from rest_framework.exceptions import ValidationError as ApiValidationError
@@ -7,6 +8,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from clusters import services
+from clusters.api.docs import CLUSTER_OPERATIONS
 from clusters.api.serializers import ClusterSerializer, NamespaceMappingSerializer
 from clusters.models import Cluster
 from portal.api_views import ApiGenericViewSet
@@ -18,6 +20,9 @@ class PlatformAdminOnly(permissions.BasePermission):
         return is_platform_admin(request.user)
 
 
+@extend_schema_view(
+    **{name: extend_schema(description=text) for name, text in CLUSTER_OPERATIONS.items()}
+)
 class ClusterViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin,
                      mixins.CreateModelMixin, ApiGenericViewSet):  # fmt: skip
     queryset = Cluster.objects.select_related("pool").prefetch_related("namespaces")
@@ -33,7 +38,8 @@ class ClusterViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin,
         except ValidationError as exc:
             raise ApiValidationError(exc.message_dict) from exc
 
-    @extend_schema(request=NamespaceMappingSerializer, responses={201: NamespaceMappingSerializer})
+    @extend_schema(summary=_("Map a namespace of a cluster"), request=NamespaceMappingSerializer,
+                   responses={201: NamespaceMappingSerializer})  # fmt: skip
     @action(detail=True, methods=["post"])
     def namespaces(self, request: Request, pk=None) -> Response:
         cluster = self.get_object()
