@@ -25,3 +25,4 @@ class SyncOutcome(models.TextChoices):
     UPDATED = "updated", _("updated")
     REPAIRED = "repaired", _("drift repaired")
     UNCHANGED = "unchanged", _("in step")
+    DELETED = "deleted", _("deleted: no longer wanted")

@@ -38,11 +38,18 @@ def dns_name(*parts: str) -> str:
     return name[:63].rstrip("-")
 
 
-def _labels(quota: PoolQuota | None = None) -> dict[str, str]:
-    labels = {MANAGED_BY: MANAGER}
+POOL_LABEL, TENANT_LABEL = "gpu-portal.io/pool", "gpu-portal.io/tenant"
+
+
+def owned_by(pool_slug: str) -> str:
+    """The label selector of every object the portal writes for the pool."""
+    return f"{MANAGED_BY}={MANAGER},{POOL_LABEL}={dns_name(pool_slug)}"
+
+
+def _labels(pool_slug: str, quota: PoolQuota | None = None) -> dict[str, str]:
+    labels = {MANAGED_BY: MANAGER, POOL_LABEL: dns_name(pool_slug)}
     if quota is not None:
-        labels["gpu-portal.io/tenant"] = dns_name(quota.tenant_slug)
-        labels["gpu-portal.io/pool"] = dns_name(quota.pool_slug)
+        labels[TENANT_LABEL] = dns_name(quota.tenant_slug)
     return labels
 
 
@@ -76,7 +83,7 @@ def render(target: Target, quotas: list[PoolQuota]) -> list[dict]:
         flavor = dns_name("gp", target.pool_slug)
         objects.append(
             {"apiVersion": KUEUE_API, "kind": "ResourceFlavor",
-             "metadata": {"name": flavor, "labels": _labels()}, "spec": {}}
+             "metadata": {"name": flavor, "labels": _labels(target.pool_slug)}, "spec": {}}
         )  # fmt: skip
     for q in quotas:
         namespaces = sorted(target.namespaces.get(q.tenant_id, []))
@@ -87,7 +94,7 @@ def render(target: Target, quotas: list[PoolQuota]) -> list[dict]:
         queue = cluster_queue_name(q)
         objects.append({
             "apiVersion": KUEUE_API, "kind": "ClusterQueue",
-            "metadata": {"name": queue, "labels": _labels(q)},
+            "metadata": {"name": queue, "labels": _labels(q.pool_slug, q)},
             "spec": {
                 "cohortName": dns_name("gp", q.pool_slug),
                 # Only the tenant's namespaces submit here (an empty list admits none).
@@ -103,7 +110,7 @@ def render(target: Target, quotas: list[PoolQuota]) -> list[dict]:
         })  # fmt: skip
         objects.extend(
             {"apiVersion": KUEUE_API, "kind": "LocalQueue",
-             "metadata": {"name": queue, "namespace": ns, "labels": _labels(q)},
+             "metadata": {"name": queue, "namespace": ns, "labels": _labels(q.pool_slug, q)},
              "spec": {"clusterQueue": queue}}
             for ns in namespaces
         )  # fmt: skip
@@ -126,6 +133,6 @@ def _resource_quota(enforcement: str, q: PoolQuota, namespace: str) -> dict:
     return {
         "apiVersion": "v1", "kind": "ResourceQuota",
         "metadata": {"name": dns_name("gp", q.pool_slug), "namespace": namespace,
-                     "labels": _labels(q)},
+                     "labels": _labels(q.pool_slug, q)},
         "spec": {"hard": hard},
     }  # fmt: skip

@@ -4,7 +4,8 @@ Each object is read; missing, it is created; different from what the portal want
 replaced with the resourceVersion just read (a 409 Conflict, someone wrote in between, reads
 again and retries). The annotation ``gpu-portal.io/spec-hash`` says what the portal last
 wrote: an object that differs although its hash matches what the portal wants now was
-edited in the cluster, and that is drift, reported and repaired.
+edited in the cluster, and that is drift, reported and repaired. The portal's objects for
+the pool (by label) that it no longer wants are deleted.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from kubernetes import client as k8s
 
 from clusters.choices import SyncOutcome
 from clusters.models import Cluster
-from clusters.render import Target, render
+from clusters.render import Target, owned_by, render
 from quotas.interface import pool_quotas
 
 logger = logging.getLogger(__name__)
@@ -121,6 +122,23 @@ class Kube:
         )  # fmt: skip
         return json.loads(response.data or b"{}")
 
+    def owned(self, api_version: str, plural: str, selector: str) -> list[dict]:
+        """Every object of the collection, in all namespaces, the selector picks; none where
+        the cluster does not serve the collection (no Kueue installed: 404)."""
+        root = "/api/v1" if api_version == "v1" else f"/apis/{api_version}"
+        try:
+            answer = self.api.call_api(
+                f"{root}/{plural}", "GET", query_params=[("labelSelector", selector)],
+                header_params={"Accept": "application/json"}, auth_settings=["BearerToken"],
+                _preload_content=False, _request_timeout=settings.CLUSTER_TIMEOUT_S,
+                _return_http_data_only=True,
+            )  # fmt: skip
+        except k8s.ApiException as exc:
+            if exc.status == 404:
+                return []
+            raise
+        return json.loads(answer.data).get("items", [])
+
     def read(self, obj: dict) -> dict | None:
         try:
             return self.call("GET", _path(obj, named=True))
@@ -173,6 +191,34 @@ class SyncError(Exception):
     pass
 
 
+# What the portal may have written in some mode, so a change of mode or a quota or namespace
+# gone leaves nothing behind.
+WRITTEN = [("kueue.x-k8s.io/v1beta2", "ClusterQueue"), ("kueue.x-k8s.io/v1beta2", "LocalQueue"),
+           ("kueue.x-k8s.io/v1beta2", "ResourceFlavor"), ("v1", "ResourceQuota")]  # fmt: skip
+
+
+def prune(kube: Kube, wanted: list[dict], pool_slug: str) -> list[Applied]:
+    """Delete the portal's objects for the pool that it no longer wants; the cluster's
+    other objects (no portal label) are never touched."""
+    keep = {(o["kind"], o["metadata"].get("namespace", ""), o["metadata"]["name"]) for o in wanted}
+    removed = []
+    for api_version, kind in WRITTEN:
+        for live in kube.owned(api_version, PLURALS[kind], owned_by(pool_slug)):
+            meta = live["metadata"]
+            key = (kind, meta.get("namespace", ""), meta["name"])
+            if key in keep:
+                continue
+            obj = {"apiVersion": api_version, "kind": kind, "metadata": meta}
+            try:
+                kube.call("DELETE", _path(obj, named=True))
+            except k8s.ApiException as exc:
+                if exc.status != 404:  # gone already: what was wanted
+                    raise
+            removed.append(Applied(kind, meta["name"], meta.get("namespace", ""),
+                                   SyncOutcome.DELETED))  # fmt: skip
+    return removed
+
+
 def _error_text(exc: Exception) -> str:
     if isinstance(exc, k8s.ApiException):
         return f"HTTP {exc.status} {exc.reason}: {(exc.body or '')[:300]}".strip()
@@ -187,8 +233,10 @@ def sync_cluster(cluster: Cluster) -> list[Applied]:
     api = api_client(cluster)
     try:
         kube = Kube(api)
-        for obj in desired_objects(cluster):
+        wanted = desired_objects(cluster)
+        for obj in wanted:
             applied.append(apply(kube, obj))
+        applied += prune(kube, wanted, cluster.pool.slug)
     except Exception as exc:
         logger.warning("cluster %s: sync failed: %s", cluster.name, exc)
         error = _error_text(exc)

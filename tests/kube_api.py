@@ -3,7 +3,8 @@ to by the official ``kubernetes`` client, with the parts of the API's contract t
 relies on. Objects are kept per (collection, namespace, name); every write gives a new
 ``metadata.resourceVersion``; a PUT whose resourceVersion is not the stored one answers
 409 Conflict, as the API server's optimistic concurrency does; POST of an existing name
-409 AlreadyExists; GET of a missing one 404 NotFound, each as a ``Status`` object. A bearer
+409 AlreadyExists; GET of a missing one 404 NotFound, each as a ``Status`` object; a GET of
+a collection lists it (all namespaces without one) by an equality ``labelSelector``. A bearer
 token is required. kmock 0.8 was tried first: it keeps no resourceVersion, answers no
 409 on a stale one and merges a PUT instead of replacing, so it could not test the sync's
 conflict handling; its pytest plugin also needs pytest-asyncio, which this project lacks.
@@ -23,6 +24,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import parse_qs, urlsplit
 
 # The collections the sync writes: /api/v1/... for core, /apis/<group>/<version>/... else.
 PATH = re.compile(
@@ -30,6 +32,10 @@ PATH = re.compile(
     r"(?:/namespaces/(?P<namespace>[^/]+))?/(?P<plural>[a-z]+)(?:/(?P<name>[^/?]+))?/?$"
 )
 COLLECTIONS = {"resourcequotas", "clusterqueues", "localqueues", "resourceflavors"}
+
+
+def _query(path: str) -> dict[str, str]:
+    return {k: v[0] for k, v in parse_qs(urlsplit(path).query).items()}
 
 
 def status(code: int, reason: str, message: str) -> dict:
@@ -71,6 +77,29 @@ class KubeApi:
                 if obj is None:
                     return 404, status(404, "NotFound", f'{plural} "{name}" not found')
                 return 200, copy.deepcopy(obj)
+            if method == "GET" and not name:  # a list, in one namespace or all of them
+                wanted = dict(
+                    pair.split("=", 1)
+                    for pair in _query(path).get("labelSelector", "").split(",")
+                    if pair
+                )
+                items = [
+                    copy.deepcopy(o)
+                    for (p, ns, _n), o in sorted(self.objects.items())
+                    if p == plural
+                    and (not namespace or ns == namespace)
+                    and wanted.items() <= (o["metadata"].get("labels") or {}).items()
+                ]
+                return 200, {
+                    "kind": "List",
+                    "apiVersion": "v1",
+                    "items": items,
+                    "metadata": {"resourceVersion": str(next(self.versions))},
+                }
+            if method == "DELETE" and name:
+                if self.objects.pop((plural, namespace, name), None) is None:
+                    return 404, status(404, "NotFound", f'{plural} "{name}" not found')
+                return 200, status(200, "", "deleted") | {"status": "Success"}
             if method == "POST" and not name:
                 name = body["metadata"]["name"]
                 if (plural, namespace, name) in self.objects:
@@ -118,7 +147,7 @@ def _handler(api: KubeApi) -> type[BaseHTTPRequestHandler]:
             self.end_headers()
             self.wfile.write(data)
 
-        do_GET = do_POST = do_PUT = _serve
+        do_GET = do_POST = do_PUT = do_DELETE = _serve
 
         def log_message(self, *args) -> None:
             pass

@@ -272,9 +272,10 @@ def test_the_first_sync_creates_the_objects_and_the_next_finds_them_in_step(worl
         assert api.get("resourceflavors", "gp-train") is not None
         assert api.get("localqueues", "gp-train-acme", namespace="acme-infer")
         assert _nominal(api, "gp-train-acme")["nominalQuota"] == 4
+        before = len(api.requests)
         second = sync.sync_cluster(cluster)
         assert {a.outcome for a in second} == {"unchanged"}
-        assert not [r for r in api.requests[len(first) * 2 :] if r[0] != "GET"]
+        assert {r[0] for r in api.requests[before:]} == {"GET"}  # nothing written
     cluster.refresh_from_db()
     assert cluster.synced_at and not cluster.sync_error
 
@@ -390,3 +391,31 @@ def test_a_wrong_token_is_reported_as_the_clusters_answer(world):
         assert not api.objects
     cluster.refresh_from_db()
     assert cluster.sync_error.startswith("HTTP 401")
+
+
+def test_what_the_portal_no_longer_wants_is_deleted_and_nothing_else(world):
+    pool, acme, bravo = world
+    with serving(TOKEN) as api:
+        cluster = _cluster(pool, acme, bravo, url=api.url)
+        sync.sync_cluster(cluster)
+        api.objects[("clusterqueues", "", "theirs")] = {  # the cluster's own, not the portal's
+            "apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ClusterQueue",
+            "metadata": {"name": "theirs", "resourceVersion": "1", "labels": {"team": "x"}},
+            "spec": {}}  # fmt: skip
+        bravo.quotas.get(pool=pool).delete()
+        cluster.namespaces.filter(namespace="acme-infer").delete()
+        deleted = {(a.kind, a.namespace, a.name) for a in sync.sync_cluster(cluster)
+                   if a.outcome == "deleted"}  # fmt: skip
+        assert deleted == {("ClusterQueue", "", "gp-train-bravo"),
+                           ("LocalQueue", "bravo", "gp-train-bravo"),
+                           ("LocalQueue", "acme-infer", "gp-train-acme")}  # fmt: skip
+        assert api.get("clusterqueues", "theirs") is not None
+        selector = api.get("clusterqueues", "gp-train-acme")["spec"]["namespaceSelector"]
+        assert selector["matchExpressions"][0]["values"] == ["acme-train"]
+        # Without Kueue now: the queues go, a ResourceQuota takes their place.
+        Cluster.objects.filter(pk=cluster.pk).update(kueue=False)
+        cluster.refresh_from_db()
+        outcomes = {(a.kind, a.outcome) for a in sync.sync_cluster(cluster)}
+        assert outcomes == {("ResourceQuota", "created"), ("ClusterQueue", "deleted"),
+                            ("LocalQueue", "deleted"), ("ResourceFlavor", "deleted")}  # fmt: skip
+        assert sorted(k[0] for k in api.objects) == ["clusterqueues", "resourcequotas"]
