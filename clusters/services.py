@@ -8,6 +8,7 @@ from django.db import transaction
 
 from audit.interface import record
 from clusters.models import Cluster, NamespaceMapping
+from clusters.tasks import sync_pool_clusters
 
 
 @transaction.atomic
@@ -27,6 +28,8 @@ def map_namespace(cluster: Cluster, *, actor, namespace: str, tenant) -> Namespa
     mapping.save()
     record("cluster.namespace_mapped", cluster, actor=actor, tenant_id=tenant.pk,
            after={"namespace": namespace, "tenant": tenant.slug})  # fmt: skip
+    # The new namespace gets its queue now, not at the next periodic sync.
+    transaction.on_commit(lambda: sync_pool_clusters.delay(cluster.pool_id))
     return mapping
 
 

@@ -302,10 +302,13 @@ def test_a_quota_change_shows_in_the_cluster_queue(
             quota.save()  # the receiver runs the task once the change commits
         assert _nominal(api, "gp-train-acme") == {
             "name": "nvidia.com/gpu", "nominalQuota": 6, "borrowingLimit": 4}  # fmt: skip
+        with django_capture_on_commit_callbacks(execute=True):  # a namespace mapped: at once
+            map_namespace(cluster, actor=None, namespace="bravo-2", tenant=bravo)
+        assert api.get("localqueues", "gp-train-bravo", namespace="bravo-2") is not None
     cluster.refresh_from_db()
-    outcomes = {(a["name"], a["outcome"]) for a in cluster.sync_report}
-    assert ("gp-train-acme", "updated") in outcomes
-    assert ("gp-train-bravo", "unchanged") in outcomes
+    outcomes = {(a["name"], a["namespace"], a["outcome"]) for a in cluster.sync_report}
+    assert ("gp-train-bravo", "", "updated") in outcomes  # its namespaceSelector
+    assert ("gp-train-acme", "", "unchanged") in outcomes
 
 
 def test_a_conflict_on_update_is_read_again_and_retried(world):
