@@ -63,7 +63,8 @@ def test_the_admin_registers_a_cluster_and_its_token_is_never_shown_again(client
     page = client.get(cluster.get_absolute_url()).content.decode()
     assert TOKEN not in page and cluster.token_hint in page
     assert TOKEN not in client.get(reverse("clusters:add")).content.decode()
-    assert "prod" in client.get(reverse("clusters:list")).content.decode()
+    listing = client.get(reverse("clusters:list")).content.decode()
+    assert "prod" in listing and 'aria-current="page"' in listing  # its menu entry
 
 
 @pytest.mark.parametrize(
