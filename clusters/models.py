@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from cryptography import x509
+from django.core.exceptions import ValidationError
 from django.core.validators import RegexValidator
 from django.db import models
 from django.urls import reverse
@@ -21,12 +23,23 @@ namespace_name = RegexValidator(
 )  # fmt: skip
 
 
+def pem_certificates(value: str) -> None:
+    """A CA bundle: one or more PEM certificates, nothing the TLS client would choke on later."""
+    try:
+        x509.load_pem_x509_certificates(value.encode())
+    except ValueError:
+        raise ValidationError(
+            _("Not a PEM certificate bundle (-----BEGIN CERTIFICATE----- ...)."), code="pem"
+        ) from None
+
+
 class Cluster(models.Model):
     name = models.CharField(_("name"), max_length=100, unique=True)
     api_url = models.URLField(_("API URL"), max_length=500)
     ca_bundle = models.TextField(
-        _("CA bundle (PEM)"), blank=True, help_text=_("Blank: the system's trusted authorities.")
-    )
+        _("CA bundle (PEM)"), blank=True, validators=[pem_certificates],
+        help_text=_("Blank: the system's trusted authorities."),
+    )  # fmt: skip
     # The portal presents the token to the API server, so it is kept encrypted as agent
     # tokens are (portal.crypto), never hashed, and only its hint is ever shown.
     token_encrypted = models.TextField(_("service-account token (encrypted)"), blank=True)

@@ -219,10 +219,19 @@ def prune(kube: Kube, wanted: list[dict], pool_slug: str) -> list[Applied]:
     return removed
 
 
-def _error_text(exc: Exception) -> str:
-    if isinstance(exc, k8s.ApiException):
-        return f"HTTP {exc.status} {exc.reason}: {(exc.body or '')[:300]}".strip()
-    return f"{type(exc).__name__}: {exc}"[:500]
+def _error_text(exc: BaseException) -> str:
+    # The client wraps a TLS or connection failure in an ApiException with status 0 and
+    # then fails decoding its empty body: the ApiException underneath says what happened.
+    found: BaseException | None = exc
+    while found is not None and not isinstance(found, k8s.ApiException):
+        found = found.__context__
+    if found is None:
+        return f"{type(exc).__name__}: {exc}"[:500]
+    reason = " ".join(str(found.reason or "").split())
+    if not found.status:
+        return reason[:500]
+    body = found.body.decode() if isinstance(found.body, bytes) else str(found.body or "")
+    return f"HTTP {found.status} {reason}: {body[:300]}".strip()
 
 
 def sync_cluster(cluster: Cluster) -> list[Applied]:

@@ -16,9 +16,12 @@ is judged, it may change it and return True (a new resourceVersion: the PUT is t
 from __future__ import annotations
 
 import copy
+import datetime
+import ipaddress
 import itertools
 import json
 import re
+import ssl
 import threading
 import uuid
 from collections.abc import Callable, Iterator
@@ -155,11 +158,47 @@ def _handler(api: KubeApi) -> type[BaseHTTPRequestHandler]:
     return Handler
 
 
+def self_signed(directory) -> tuple[str, str, str]:
+    """A certificate for 127.0.0.1 signed by itself: (its PEM, the cert file, the key file)."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "kube-api-test")])
+    now = datetime.datetime.now(datetime.UTC)
+    cert = (
+        x509.CertificateBuilder().subject_name(name).issuer_name(name)
+        .public_key(key.public_key()).serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(hours=1))
+        .add_extension(x509.SubjectAlternativeName(
+            [x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), critical=False)
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(key, hashes.SHA256())
+    )  # fmt: skip
+    pem = cert.public_bytes(serialization.Encoding.PEM).decode()
+    cert_file, key_file = directory / "api.crt", directory / "api.key"
+    cert_file.write_text(pem)
+    key_file.write_bytes(key.private_bytes(serialization.Encoding.PEM,
+                                           serialization.PrivateFormat.PKCS8,
+                                           serialization.NoEncryption()))  # fmt: skip
+    return pem, str(cert_file), str(key_file)
+
+
 @contextmanager
-def serving(token: str) -> Iterator[KubeApi]:
+def serving(token: str, tls: tuple[str, str] | None = None) -> Iterator[KubeApi]:
+    """The server on a free port; with ``tls`` (cert file, key file) it speaks HTTPS."""
     api = KubeApi(token)
     server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(api))
-    api.url = f"http://127.0.0.1:{server.server_address[1]}"
+    scheme = "http"
+    if tls:
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.load_cert_chain(*tls)
+        server.socket = context.wrap_socket(server.socket, server_side=True)
+        scheme = "https"
+    api.url = f"{scheme}://127.0.0.1:{server.server_address[1]}"
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:

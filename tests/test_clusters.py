@@ -5,6 +5,8 @@ that writes them over HTTP to tests/kube_api.py with the official client."""
 from __future__ import annotations
 
 import socket
+import tempfile
+from pathlib import Path
 
 import jsonschema
 import kubernetes_validate
@@ -21,7 +23,7 @@ from portal.celery import app as celery_app
 from quotas.interface import pool_quotas
 from tests import anchors
 from tests.factories import PoolFactory, QuotaFactory, TenantFactory
-from tests.kube_api import serving
+from tests.kube_api import self_signed, serving
 
 pytestmark = pytest.mark.django_db
 TOKEN = "sa-token-0123456789"
@@ -68,7 +70,14 @@ def test_the_admin_registers_a_cluster_and_its_token_is_never_shown_again(client
 
 
 @pytest.mark.parametrize(
-    "change", [{"token": ""}, {"api_url": "not a url"}, {"enforcement": "mig"}, {"pool": 0}]
+    "change",
+    [
+        {"token": ""},
+        {"api_url": "not a url"},
+        {"enforcement": "mig"},
+        {"pool": 0},
+        {"ca_bundle": "-----BEGIN CERTIFICATE-----\nnot base64\n-----END CERTIFICATE-----"},
+    ],
 )
 def test_a_bad_registration_is_a_400_and_changes_nothing(client, alice, world, change):
     pool, *_ = world
@@ -423,3 +432,21 @@ def test_what_the_portal_no_longer_wants_is_deleted_and_nothing_else(world):
         assert outcomes == {("ResourceQuota", "created"), ("ClusterQueue", "deleted"),
                             ("LocalQueue", "deleted"), ("ResourceFlavor", "deleted")}  # fmt: skip
         assert sorted(k[0] for k in api.objects) == ["clusterqueues", "resourcequotas"]
+
+
+def test_the_ca_bundle_is_what_the_client_trusts(world, tmp_path, settings):
+    pool, acme, bravo = world
+    settings.CLUSTER_TIMEOUT_S = 5
+    pem, cert, key = self_signed(tmp_path)
+    ca_files = set(Path(tempfile.gettempdir()).glob("gp-cluster-ca-*"))
+    with serving(TOKEN, tls=(cert, key)) as api:
+        trusted = _cluster(pool, acme, bravo, name="trusted", url=api.url, ca_bundle=pem)
+        unknown = _cluster(pool, acme, bravo, name="unknown", url=api.url)
+        sync.sync_cluster(unknown)  # the system's authorities do not know this certificate
+        unknown.refresh_from_db()
+        assert "CERTIFICATE_VERIFY_FAILED" in unknown.sync_error and not api.objects
+        sync.sync_cluster(trusted)
+        trusted.refresh_from_db()
+        assert not trusted.sync_error and api.get("clusterqueues", "gp-train-acme")
+    # The bundle's file, written for the client, is gone again.
+    assert set(Path(tempfile.gettempdir()).glob("gp-cluster-ca-*")) == ca_files
