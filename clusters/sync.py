@@ -21,6 +21,7 @@ from django.conf import settings
 from django.utils import timezone
 from kubernetes import client as k8s
 
+from audit.interface import record
 from clusters.choices import SyncOutcome
 from clusters.models import Cluster
 from clusters.render import Target, owned_by, render
@@ -162,7 +163,12 @@ def apply(kube: Kube, obj: dict) -> Applied:
     for _ in range(CONFLICT_RETRIES):
         live = kube.read(obj)
         if live is None:
-            kube.call("POST", _path(obj, named=False), _with_hash(obj))
+            try:
+                kube.call("POST", _path(obj, named=False), _with_hash(obj))
+            except k8s.ApiException as exc:
+                if exc.status != 409:
+                    raise
+                continue  # created by someone in between: read it and compare
             result.outcome = SyncOutcome.CREATED
             return result
         drift = differences(obj.get("spec", {}), live.get("spec", {}), "spec")
@@ -253,6 +259,11 @@ def sync_cluster(cluster: Cluster) -> list[Applied]:
         api.close()
         if cluster.ca_bundle:
             os.unlink(api.configuration.ssl_ca_cert)
+    for repaired in (a for a in applied if a.outcome == SyncOutcome.REPAIRED):
+        # Someone changed the portal's quota in the cluster: the log says what, and when.
+        where = f"{repaired.namespace}/{repaired.name}" if repaired.namespace else repaired.name
+        record("cluster.drift_repaired", cluster, after=repaired.as_dict(),
+               message=f"{repaired.kind} {where}")  # fmt: skip
     Cluster.objects.filter(pk=cluster.pk).update(
         synced_at=timezone.now(), sync_error=error,
         sync_report=[a.as_dict() for a in applied],

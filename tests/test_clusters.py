@@ -14,6 +14,7 @@ import pytest
 import yaml
 from django.urls import reverse
 
+from audit.interface import history_of
 from clusters import sync
 from clusters.choices import Enforcement
 from clusters.models import Cluster, NamespaceMapping
@@ -364,6 +365,8 @@ def test_drift_in_the_cluster_is_shown_and_repaired(client, alice, world):
             "spec.resourceGroups[0].flavors[0].resources[0].nominalQuota"]  # fmt: skip
         assert applied["gp-train-acme"].outcome == "unchanged"
         assert _nominal(api, "gp-train-bravo")["nominalQuota"] == 1
+    (logged,) = history_of(cluster).filter(action="cluster.drift_repaired")
+    assert logged.actor is None and logged.message == "ClusterQueue gp-train-bravo"
     client.force_login(alice)
     page = client.get(cluster.get_absolute_url()).content.decode()
     assert 'data-object="ClusterQueue/gp-train-bravo" data-outcome="repaired"' in page
@@ -450,3 +453,26 @@ def test_the_ca_bundle_is_what_the_client_trusts(world, tmp_path, settings):
         assert not trusted.sync_error and api.get("clusterqueues", "gp-train-acme")
     # The bundle's file, written for the client, is gone again.
     assert set(Path(tempfile.gettempdir()).glob("gp-cluster-ca-*")) == ca_files
+
+
+def test_an_object_created_between_the_read_and_the_create_is_compared_not_failed(world):
+    pool, acme, bravo = world
+    with serving(TOKEN) as api:
+        cluster = _cluster(pool, acme, bravo, url=api.url, kueue=False)
+        wanted = sync.desired_objects(cluster)[0]
+        real_handle = api.handle
+
+        def racing(method, path, auth, body):  # another writer creates it just before us
+            if method == "POST":
+                api.handle = real_handle
+                theirs = {**body, "metadata": {"name": body["metadata"]["name"]},
+                          "spec": {"hard": {}}}  # fmt: skip
+                real_handle(method, path, auth, theirs)
+            return real_handle(method, path, auth, body)
+
+        api.handle = racing
+        with sync.api_client(cluster) as client:
+            applied = sync.apply(sync.Kube(client), wanted)
+        assert applied.outcome == "updated"
+        stored = api.get("resourcequotas", wanted["metadata"]["name"], namespace="acme-infer")
+        assert stored["spec"] == wanted["spec"]
