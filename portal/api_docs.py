@@ -86,14 +86,19 @@ ALERT_SUBSCRIPTIONS = Tag(_("Alert subscriptions"), _(
 ALERTMANAGER = Tag(_("Alertmanager webhook"), _(
     "Where Prometheus Alertmanager sends its notifications, with its own bearer token."
 ))  # fmt: skip
+CLUSTERS = Tag(_("Kubernetes clusters"), _(
+    "Clusters the portal writes its quotas into (platform admins), their namespaces' tenants "
+    "and what the last sync found."
+))  # fmt: skip
 AUDIT = Tag(_("Audit log"), _("Who changed what, when and from where."))
 
 # The order of the documentation's sections: what a CI job uses first, then the fleet, the
-# tenancy, access, the reports, the alerts, and the log.
+# tenancy, access, the reports, the alerts, the clusters, and the log.
 TAGS: tuple[Tag, ...] = (
     GPU_REQUESTS, ALLOCATIONS, POOLS, POOL_CARDS, NODES, GPUS, HISTORY, TENANTS, MEMBERSHIPS,
     QUOTAS, USERS, PREFERENCES, API_TOKENS, SERVICE_ACCOUNTS, IDLE_REPORT, RECLAIM, ACCOUNTING,
-    ALERT_CHANNELS, ALERT_RULES, ALERT_EVENTS, ALERT_SUBSCRIPTIONS, ALERTMANAGER, AUDIT,
+    ALERT_CHANNELS, ALERT_RULES, ALERT_EVENTS, ALERT_SUBSCRIPTIONS, ALERTMANAGER, CLUSTERS,
+    AUDIT,
 )  # fmt: skip
 
 
@@ -198,6 +203,11 @@ RESOURCES: dict[str, Resource] = {
         pgettext_lazy("API resource", "alert subscriptions"),
     ),
     "alertmanager": Resource(ALERTMANAGER),
+    "clusters": Resource(
+        CLUSTERS,
+        pgettext_lazy("API resource", "a cluster"),
+        pgettext_lazy("API resource", "clusters"),
+    ),
     "audit": Resource(
         AUDIT,
         pgettext_lazy("API resource", "an audit entry"),

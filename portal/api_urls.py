@@ -9,6 +9,7 @@ from rest_framework.response import Response
 from agents.api.urls import urlpatterns as agents_urls
 from alerts.api.urls import urlpatterns as alerts_urls
 from audit.api.urls import urlpatterns as audit_urls
+from clusters.api.urls import urlpatterns as clusters_urls
 from pools.api.operation_urls import urlpatterns as pool_operation_urls
 from pools.api.urls import urlpatterns as pools_urls
 from quotas.requests.api.urls import urlpatterns as requests_urls
@@ -20,6 +21,7 @@ from tokens.api.urls import urlpatterns as tokens_urls
 urlpatterns = [
     *agents_urls, *telemetry_urls, *pools_urls, *pool_operation_urls, *quotas_urls,
     *requests_urls, *reports_urls, *alerts_urls, *audit_urls, *tokens_urls,
+    *clusters_urls,
 ]  # fmt: skip
 
 

@@ -87,6 +87,8 @@ INSTALLED_APPS = [
     "tokens",
     # Sign-in through a company directory (LDAP / Active Directory): directory/.
     "directory",
+    # Kubernetes clusters the portal writes its quotas into: clusters/ (docs/kubernetes.md).
+    "clusters",
 ]
 
 MIDDLEWARE = [
@@ -521,6 +523,8 @@ CELERY_TASK_ROUTES = {
     "telemetry.tasks.*": {"queue": CELERY_QUEUE_POLLS},
     "pools.tasks.sync_desired_state": {"queue": CELERY_QUEUE_POLLS},
     "pools.tasks.after_poll_cycle": {"queue": CELERY_QUEUE_POLLS},
+    # Writing quotas into Kubernetes clusters: slow API servers must not hold up polls.
+    "clusters.tasks.*": {"queue": CELERY_TASK_DEFAULT_QUEUE},
 }
 # A worker lost (SIGKILL, OOM, the machine) leaves its late-acknowledged messages unacked in
 # Redis; they are handed out again once this old. It must be longer than any task runs and
@@ -544,6 +548,10 @@ CELERY_BROKER_TRANSPORT_OPTIONS = {
 CELERY_WORKER_CANCEL_LONG_RUNNING_TASKS_ON_CONNECTION_LOSS = False
 # The whole beat schedule, in one place: `celery beat` reads it (as beat_schedule) and so
 # does the embedded scheduler (portal.embedded), so the demo runs every entry too.
+# Kubernetes clusters (clusters/): how often every cluster is synced, and how long one API
+# call may take before the cluster is reported as not answering.
+CLUSTER_SYNC_EVERY_S = env_int("CLUSTER_SYNC_EVERY_S", 300, minimum=10)
+CLUSTER_TIMEOUT_S = env_float("CLUSTER_TIMEOUT_S", 10.0, minimum=0.1)
 CELERY_BEAT_SCHEDULE = {
     "poll-agents": {
         "task": "telemetry.tasks.poll_agents",
@@ -609,6 +617,12 @@ CELERY_BEAT_SCHEDULE = {
         "schedule": crontab(hour=8, minute=0),
     },
     # The API: forget Idempotency-Keys older than IDEMPOTENCY_KEY_HOURS.
+    # Kubernetes clusters: their quota objects put back in step (drift repaired).
+    "sync-clusters": {
+        "task": "clusters.tasks.sync_clusters",
+        "schedule": timedelta(seconds=CLUSTER_SYNC_EVERY_S),
+        "options": {"expires": CLUSTER_SYNC_EVERY_S},
+    },
     "prune-idempotency-keys": {
         "task": "portal.tasks.prune_idempotency_keys",
         "schedule": timedelta(hours=1),

@@ -34,6 +34,7 @@ urlpatterns = [
     path("", include("reports.urls")),
     path("", include("tokens.urls")),  # the Account page, service accounts
     path("", include("directory.urls")),  # the company directory page
+    path("", include("clusters.urls")),  # Kubernetes clusters
     path("accounts/login/", auth_views.LoginView.as_view(), name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("healthz", views.healthz, name="healthz"),

@@ -1,4 +1,4 @@
-"""Quotas' public interface for the apps above it (alerts, reports, tokens).
+"""Quotas' public interface for the apps above it (clusters, alerts, reports, tokens).
 
 Models and choices are public too (``quotas.models``, ``quotas.choices``), and the
 capability rules (``quotas.permissions``). Everything else in quotas is private. The apps
@@ -23,6 +23,7 @@ from quotas.requests.signals import request_event
 from quotas.tenancy.accounts import is_managed as is_managed_user
 from quotas.tenancy.accounts import own_accounts, source_of
 from quotas.tenancy.accounts import set_apart as set_apart_users
+from quotas.tenancy.pool_quotas import PoolQuota, pool_quotas
 from quotas.tenancy.preferences import (
     Preferences,
     language_of_user,
@@ -45,6 +46,7 @@ __all__ = [
     "REQUESTER",
     "TENANT",
     "Held",
+    "PoolQuota",
     "Preferences",
     "QuotaUsage",
     "RequestFact",
@@ -61,6 +63,7 @@ __all__ = [
     "notice_text",
     "own_accounts",
     "pending_requests",
+    "pool_quotas",
     "preferences_of",
     "quota_usage",
     "release_lease_request",

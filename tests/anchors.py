@@ -25,6 +25,10 @@ CONTENTS = {
         " (https://github.com/NVIDIA/dcgm-exporter) and sample-series.txt, series lines quoted"
         " in its issues; SOURCE.md there names the commits"
     ),
+    "kubernetes": (
+        "Kueue v0.19.2's CustomResourceDefinitions (kubernetes-sigs/kueue,"
+        " config/components/crd/bases) in kueue-v0.19.2/; SOURCE.md there names the commit"
+    ),
     "accelerators": (
         "captures of npu-smi, hy-smi, rocm-smi, amd-smi, mx-smi, mthreads-gmi and cnmon output"
         " from vendor docs, issues and other projects' tests, one folder per vendor; SOURCE.md"
@@ -75,3 +79,11 @@ def accelerator_file(vendor: str, name: str) -> Path:
 def anchors_dir() -> Path:
     """dcgm-exporter's anchor folder (a fixture for tests/conftest.py and tests/agent/)."""
     return dcgm_exporter()
+
+
+def kueue_crd(plural: str) -> Path:
+    """Kueue v0.19.2's CustomResourceDefinition of ``plural`` (clusterqueues, localqueues...)."""
+    path = anchor_dir("kubernetes") / "kueue-v0.19.2" / f"kueue.x-k8s.io_{plural}.yaml"
+    if not path.is_file():
+        pytest.fail(f"{path} is missing from the anchors folder")
+    return path

@@ -39,6 +39,7 @@ from alerts import services as alert_services
 from alerts.choices import ChannelKind, Severity
 from alerts.models import Rule
 from audit.models import AuditEntry
+from clusters.models import Cluster
 from pools import failover
 from pools.models import PoolCard
 from quotas.choices import Role
@@ -83,6 +84,7 @@ class World:
     tenant_c: int = 0
     pool: int = 0
     spare_pool: int = 0
+    cluster: int = 0  # a Kubernetes cluster of the pool
     spare_pool_card: int = 0  # the PoolCard's id (pool-cards/...)
     spare_pool_gpu: int = 0  # its GPU's id (cards/remove takes card ids: GPUs)
     free_gpu: int = 0
@@ -143,6 +145,8 @@ def build_world() -> World:
     w.free_gpu = GPUFactory(node=spare_gpu.node).pk
     w.spare_node = NodeFactory().pk
     w.quota_a = QuotaFactory(tenant=tenant_a, pool=pool).pk
+    w.cluster = Cluster.objects.create(name="rm-cluster", api_url="https://k8s.example",
+                                       token="rm-cluster-token", pool=pool).pk  # fmt: skip
     QuotaFactory(tenant=tenant_b, pool=pool)
 
     # The member's requests: pending, allocated, allocated with an extension waiting.

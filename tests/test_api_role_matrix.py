@@ -42,6 +42,7 @@ from rest_framework.test import APIClient
 from agents.models import GPU, Node
 from alerts.models import Channel, Delivery, Event, Rule, Subscription
 from audit.models import AuditEntry
+from clusters.models import Cluster, NamespaceMapping
 from pools.models import Allocation, Lease, Pool, PoolCard
 from quotas.models import GpuRequest, Membership, Notice, Quota, Tenant, UserPreference
 from reports.models import Exemption, IdleCard, ReclaimWarning
@@ -136,6 +137,16 @@ TABLE: dict[str, Row] = {
     "GET /api/v1/allocations/{id}/": row("401 200 200 200 200 200 200 404 404", "allocation"),
     # The audit log: its own permission (audit.view_auditentry), which a superuser holds
     # and being a platform admin does not give.
+    # Kubernetes clusters: platform admins only (a read token reads them).
+    "GET /api/v1/clusters/": row("401 200 200 200 403 403 403 403 403"),
+    "POST /api/v1/clusters/":
+        row("401 403 201 201 403 403 403 403 403", body=lambda w: {
+            "name": "rm-new", "api_url": "https://k8s.example", "token": "rm-new-token",
+            "enforcement": "hami", "pool": w.pool}),
+    "GET /api/v1/clusters/{id}/": row("401 200 200 200 403 403 403 403 403", "cluster"),
+    "POST /api/v1/clusters/{id}/namespaces/":
+        row("401 403 201 201 403 403 403 403 403", "cluster", lambda w: {
+            "namespace": "rm-a", "tenant": w.tenant_a}),
     "GET /api/v1/audit/": row("401 200 200 403 403 403 403 403 403"),
     "GET /api/v1/audit/{id}/": row("401 200 200 403 403 403 403 403 403", "audit_entry"),
     # GPU requests: A's are 404 to others; members ask (the platform admin is no member:
@@ -315,7 +326,8 @@ TABLE: dict[str, Row] = {
 COUNTED: tuple[type[Model], ...] = (
     AuditEntry, GpuRequest, Membership, Quota, Tenant, Pool, PoolCard, Node, GPU, Lease,
     Allocation, Channel, Delivery, Subscription, Rule, Event, ApiToken, ServiceAccount,
-    Exemption, ReclaimWarning, Notice, UserPreference, get_user_model(),
+    Exemption, ReclaimWarning, Notice, UserPreference, Cluster, NamespaceMapping,
+    get_user_model(),
 )  # fmt: skip
 # ... and the row of the object it acts on, by the World attribute naming it.
 TARGETS: dict[str, type[Model]] = {
@@ -326,7 +338,7 @@ TARGETS: dict[str, type[Model]] = {
     "exemption": Exemption, "warning": ReclaimWarning, "appealed": ReclaimWarning,
     "service_account": ServiceAccount, "service_token": ApiToken, "spare_token": ApiToken,
     "tenant_a": Tenant, "tenant_c": Tenant, "idle_card": IdleCard,
-    "spare_user": get_user_model(), "inactive_user": get_user_model(),
+    "spare_user": get_user_model(), "inactive_user": get_user_model(), "cluster": Cluster,
 }  # fmt: skip
 
 

@@ -2,8 +2,9 @@
 
 Layers, bottom to top: portal's toolbox (the low-level helpers any app may use), audit,
 agents (inventory, registration, the agent client, the node agent), telemetry, pools,
-quotas, reports, alerts, tokens, directory, and portal's wiring (settings, URLs, ASGI, Celery,
-the demo command: what puts the apps together). A module imports only its own layer or those below
+quotas, clusters (Kubernetes clusters the quotas are written into), reports, alerts, tokens,
+directory, and portal's wiring (settings, URLs, ASGI, Celery, the demo command: what puts the
+apps together). A module imports only its own layer or those below
 it, the apps above use telemetry only through ``telemetry.interface``, and no module
 imports itself round a circle of others; in quotas, the tenancy half never imports the
 requests half built on it; in alerts, the sources of events sit over the rules and events
@@ -21,11 +22,11 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-APPS = ("audit", "agents", "telemetry", "pools", "quotas", "reports", "alerts", "tokens",
-        "directory", "portal")  # fmt: skip
+APPS = ("audit", "agents", "telemetry", "pools", "quotas", "clusters", "reports", "alerts",
+        "tokens", "directory", "portal")  # fmt: skip
 # Bottom to top: a module imports only from its own layer and those below it.
-LAYERS = ("portal toolbox", "audit", "agents", "telemetry", "pools", "quotas", "reports",
-          "alerts", "tokens", "directory", "portal wiring")  # fmt: skip
+LAYERS = ("portal toolbox", "audit", "agents", "telemetry", "pools", "quotas", "clusters",
+          "reports", "alerts", "tokens", "directory", "portal wiring")  # fmt: skip
 # portal's composition root (and what only it uses): it imports the apps to put them
 # together, so nothing else imports it. Every other module of portal is its toolbox.
 PORTAL_WIRING = {
@@ -46,6 +47,7 @@ PUBLIC = {
     "quotas": {"quotas.models", "quotas.choices", "quotas.interface", "quotas.permissions"},
     "reports": {"reports.models", "reports.choices", "reports.interface"},
     "tokens": {"tokens.interface"},
+    "clusters": {"clusters.models", "clusters.choices"},
 }  # fmt: skip
 # The project package wires each app's URLs and websocket routes in; that is not use.
 WIRING = {
@@ -55,7 +57,7 @@ WIRING = {
         "pools.demo", "alerts.api.urls", "alerts.urls", "alerts.demo", "alerts.routing",
         "quotas.tenancy.api.urls", "quotas.tenancy.urls", "quotas.requests.api.urls",
         "quotas.requests.urls", "quotas.requests.routing", "audit.api.urls", "audit.urls",
-        "reports.api.urls", "reports.urls",
+        "reports.api.urls", "reports.urls", "clusters.urls", "clusters.api.urls",
         "tokens.api.urls", "tokens.urls", "directory.urls", "quotas.demo", "reports.demo",
         "telemetry.demo",
         "agents.gpu_agent.replay",

@@ -1,0 +1,17 @@
+from django.contrib import admin
+
+from clusters.models import Cluster, NamespaceMapping
+
+
+class NamespaceInline(admin.TabularInline):
+    model = NamespaceMapping
+    extra = 0
+
+
+@admin.register(Cluster)
+class ClusterAdmin(admin.ModelAdmin):
+    # The token is set on the Register page or the API; here only its hint shows.
+    list_display = ("name", "api_url", "enforcement", "kueue", "pool", "synced_at")
+    exclude = ("token_encrypted",)
+    readonly_fields = ("token_hint", "synced_at", "sync_error", "sync_report")
+    inlines = [NamespaceInline]

@@ -1,0 +1,11 @@
+from django.apps import AppConfig
+from django.utils.translation import gettext_lazy as _
+
+
+class ClustersConfig(AppConfig):
+    default_auto_field = "django.db.models.BigAutoField"
+    name = "clusters"
+    verbose_name = _("Kubernetes clusters")
+
+    def ready(self) -> None:
+        from clusters import receivers  # noqa: F401  (a quota change syncs its pool's clusters)

@@ -1,0 +1,105 @@
+"""A Kubernetes cluster the portal writes its quotas into, and which namespaces are whose."""
+
+from __future__ import annotations
+
+from cryptography import x509
+from django.core.exceptions import ValidationError
+from django.core.validators import RegexValidator
+from django.db import models
+from django.urls import reverse
+from django.utils.translation import gettext_lazy as _
+
+from agents.models import token_hint
+from clusters.choices import Enforcement
+from pools.models import Pool
+from portal import crypto
+from quotas.models import Tenant
+
+# A namespace name as Kubernetes takes it (RFC 1123 label).
+namespace_name = RegexValidator(
+    r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$",
+    _("A namespace is up to 63 lower-case letters, digits and '-', starting and ending with a"
+      " letter or digit."),
+)  # fmt: skip
+
+
+def pem_certificates(value: str) -> None:
+    """A CA bundle: one or more PEM certificates, nothing the TLS client would choke on later."""
+    try:
+        x509.load_pem_x509_certificates(value.encode())
+    except ValueError:
+        raise ValidationError(
+            _("Not a PEM certificate bundle (-----BEGIN CERTIFICATE----- ...)."), code="pem"
+        ) from None
+
+
+class Cluster(models.Model):
+    name = models.CharField(_("name"), max_length=100, unique=True)
+    api_url = models.URLField(_("API URL"), max_length=500)
+    ca_bundle = models.TextField(
+        _("CA bundle (PEM)"), blank=True, validators=[pem_certificates],
+        help_text=_("Blank: the system's trusted authorities."),
+    )  # fmt: skip
+    # The portal presents the token to the API server, so it is kept encrypted as agent
+    # tokens are (portal.crypto), never hashed, and only its hint is ever shown.
+    token_encrypted = models.TextField(_("service-account token (encrypted)"), blank=True)
+    token_hint = models.CharField(_("service-account token hint"), max_length=8, blank=True)
+    enforcement = models.CharField(
+        _("enforcement"), max_length=16, choices=Enforcement, default=Enforcement.HAMI
+    )
+    kueue = models.BooleanField(
+        _("Kueue"), default=True, help_text=_("Write ClusterQueues and LocalQueues (Kueue 0.19).")
+    )
+    pool = models.ForeignKey(
+        Pool, on_delete=models.PROTECT, related_name="clusters", verbose_name=_("pool")
+    )
+    # What the last sync found (clusters.sync): when, what it wrote, what drifted, any error.
+    synced_at = models.DateTimeField(_("last synced"), null=True, blank=True)
+    sync_error = models.TextField(_("last sync error"), blank=True)
+    sync_report = models.JSONField(_("last sync report"), default=list, blank=True)
+    created = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["name"]
+        verbose_name = _("cluster")
+        verbose_name_plural = _("clusters")
+
+    def __str__(self) -> str:
+        return self.name
+
+    def get_absolute_url(self) -> str:
+        return reverse("clusters:detail", args=[self.pk])
+
+    @property
+    def token(self) -> str:
+        """The token in clear, for the sync only."""
+        return crypto.decrypt(self.token_encrypted) if self.token_encrypted else ""
+
+    @token.setter
+    def token(self, value: str) -> None:
+        self.token_encrypted = crypto.encrypt(value) if value else ""
+        self.token_hint = token_hint(value)
+
+
+class NamespaceMapping(models.Model):
+    """Pods in this namespace of the cluster run under this tenant's quota."""
+
+    cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="namespaces")
+    namespace = models.CharField(_("namespace"), max_length=63, validators=[namespace_name])
+    tenant = models.ForeignKey(
+        Tenant, on_delete=models.CASCADE, related_name="cluster_namespaces",
+        verbose_name=_("tenant"),
+    )  # fmt: skip
+
+    class Meta:
+        ordering = ["namespace"]
+        verbose_name = _("namespace mapping")
+        verbose_name_plural = _("namespace mappings")
+        constraints = [
+            models.UniqueConstraint(
+                fields=["cluster", "namespace"], name="one_tenant_per_namespace"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.cluster} / {self.namespace}"

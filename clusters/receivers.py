@@ -1,0 +1,20 @@
+"""A quota saved or deleted: the clusters of its pool are synced once the change commits."""
+
+from __future__ import annotations
+
+from django.db import transaction
+from django.db.models.signals import post_delete, post_save
+from django.dispatch import receiver
+
+from quotas.models import Quota
+
+
+@receiver(post_save, sender=Quota, dispatch_uid="clusters-quota-saved")
+@receiver(post_delete, sender=Quota, dispatch_uid="clusters-quota-deleted")
+def quota_changed(sender, instance: Quota, **kwargs) -> None:
+    from clusters.models import Cluster
+    from clusters.tasks import sync_pool_clusters
+
+    pool_id = instance.pool_id
+    if Cluster.objects.filter(pool_id=pool_id).exists():
+        transaction.on_commit(lambda: sync_pool_clusters.delay(pool_id))

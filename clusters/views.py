@@ -1,0 +1,62 @@
+"""The clusters' pages (platform admins): the list, registering one, and one cluster with
+its namespaces, the objects the portal writes there and what the last sync found."""
+
+from __future__ import annotations
+
+import json
+
+from django.contrib import messages
+from django.core.exceptions import ValidationError
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.utils.translation import gettext as _
+from django.views.decorators.http import require_http_methods
+
+from clusters import services, sync
+from clusters.forms import ClusterForm, NamespaceForm
+from clusters.models import Cluster
+from portal.security import allowed_if
+from quotas.permissions import is_platform_admin
+
+
+@allowed_if(is_platform_admin)
+def cluster_list(request: HttpRequest) -> HttpResponse:
+    clusters = Cluster.objects.select_related("pool")
+    return render(request, "clusters/list.html", {"clusters": clusters})
+
+
+@allowed_if(is_platform_admin)
+@require_http_methods(["GET", "POST"])
+def cluster_add(request: HttpRequest) -> HttpResponse:
+    form = ClusterForm(request.POST or None)
+    if request.method == "POST" and form.is_valid():
+        data = dict(form.cleaned_data)
+        cluster = services.register_cluster(actor=request.user, token=data.pop("token"), **data)
+        messages.success(request, _("Cluster %(name)s registered.") % {"name": cluster.name})
+        return redirect(cluster)
+    status = 400 if request.method == "POST" else 200
+    return render(request, "clusters/add.html", {"form": form}, status=status)
+
+
+@allowed_if(is_platform_admin)
+@require_http_methods(["GET", "POST"])
+def cluster_detail(request: HttpRequest, pk: int) -> HttpResponse:
+    cluster = get_object_or_404(Cluster.objects.select_related("pool"), pk=pk)
+    form = NamespaceForm(request.POST or None)
+    status = 200
+    if request.method == "POST":
+        if form.is_valid():
+            try:
+                services.map_namespace(cluster, actor=request.user, **form.cleaned_data)
+            except ValidationError as exc:
+                form.add_error(None, exc)
+            else:
+                messages.success(request, _("Namespace mapped."))
+                return redirect(cluster)
+        status = 400
+    objects = sync.desired_objects(cluster)
+    context = {
+        "cluster": cluster, "form": form, "mappings": cluster.namespaces.select_related("tenant"),
+        "objects": [(o, json.dumps(o, indent=2)) for o in objects],
+    }  # fmt: skip
+    return render(request, "clusters/detail.html", context, status=status)

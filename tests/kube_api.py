@@ -1,0 +1,208 @@
+"""A small Kubernetes API server for the clusters' sync tests: real HTTP on loopback, spoken
+to by the official ``kubernetes`` client, with the parts of the API's contract the sync
+relies on. Objects are kept per (collection, namespace, name); every write gives a new
+``metadata.resourceVersion``; a PUT whose resourceVersion is not the stored one answers
+409 Conflict, as the API server's optimistic concurrency does; POST of an existing name
+409 AlreadyExists; GET of a missing one 404 NotFound, each as a ``Status`` object; a GET of
+a collection lists it (all namespaces without one) by an equality ``labelSelector``. A bearer
+token is required. kmock 0.8 was tried first: it keeps no resourceVersion, answers no
+409 on a stale one and merges a PUT instead of replacing, so it could not test the sync's
+conflict handling; its pytest plugin also needs pytest-asyncio, which this project lacks.
+
+``before_put`` lets a test play another writer: called with the stored object before a PUT
+is judged, it may change it and return True (a new resourceVersion: the PUT is then stale).
+"""
+
+from __future__ import annotations
+
+import copy
+import datetime
+import ipaddress
+import itertools
+import json
+import re
+import ssl
+import threading
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import parse_qs, urlsplit
+
+# The collections the sync writes: /api/v1/... for core, /apis/<group>/<version>/... else.
+PATH = re.compile(
+    r"^/(?:api/v1|apis/(?P<group>[^/]+)/(?P<version>[^/]+))"
+    r"(?:/namespaces/(?P<namespace>[^/]+))?/(?P<plural>[a-z]+)(?:/(?P<name>[^/?]+))?/?$"
+)
+COLLECTIONS = {"resourcequotas", "clusterqueues", "localqueues", "resourceflavors"}
+
+
+def _query(path: str) -> dict[str, str]:
+    return {k: v[0] for k, v in parse_qs(urlsplit(path).query).items()}
+
+
+def status(code: int, reason: str, message: str) -> dict:
+    return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+            "message": message, "reason": reason, "code": code}  # fmt: skip
+
+
+class KubeApi:
+    def __init__(self, token: str):
+        self.token = token
+        self.objects: dict[tuple[str, str, str], dict] = {}
+        self.requests: list[tuple[str, str]] = []
+        self.versions = itertools.count(1)
+        self.lock = threading.Lock()
+        self.before_put: Callable[[dict], None] | None = None
+        self.url = ""
+
+    def get(self, plural: str, name: str, namespace: str = "") -> dict | None:
+        return self.objects.get((plural, namespace, name))
+
+    def edit(self, plural: str, name: str, change: Callable[[dict], None], namespace: str = ""):
+        """Someone else's write in the cluster (kubectl edit): a new resourceVersion."""
+        with self.lock:
+            obj = self.objects[(plural, namespace, name)]
+            change(obj)
+            obj["metadata"]["resourceVersion"] = str(next(self.versions))
+
+    def handle(self, method: str, path: str, auth: str, body: dict | None) -> tuple[int, dict]:
+        self.requests.append((method, path))
+        if auth != f"Bearer {self.token}":
+            return 401, status(401, "Unauthorized", "Unauthorized")
+        match = PATH.match(path.split("?")[0])
+        if not match or match["plural"] not in COLLECTIONS:
+            return 404, status(404, "NotFound", f"the server could not find {path}")
+        plural, namespace, name = match["plural"], match["namespace"] or "", match["name"]
+        with self.lock:
+            if method == "GET" and name:
+                obj = self.objects.get((plural, namespace, name))
+                if obj is None:
+                    return 404, status(404, "NotFound", f'{plural} "{name}" not found')
+                return 200, copy.deepcopy(obj)
+            if method == "GET" and not name:  # a list, in one namespace or all of them
+                wanted = dict(
+                    pair.split("=", 1)
+                    for pair in _query(path).get("labelSelector", "").split(",")
+                    if pair
+                )
+                items = [
+                    copy.deepcopy(o)
+                    for (p, ns, _n), o in sorted(self.objects.items())
+                    if p == plural
+                    and (not namespace or ns == namespace)
+                    and wanted.items() <= (o["metadata"].get("labels") or {}).items()
+                ]
+                return 200, {
+                    "kind": "List",
+                    "apiVersion": "v1",
+                    "items": items,
+                    "metadata": {"resourceVersion": str(next(self.versions))},
+                }
+            if method == "DELETE" and name:
+                if self.objects.pop((plural, namespace, name), None) is None:
+                    return 404, status(404, "NotFound", f'{plural} "{name}" not found')
+                return 200, status(200, "", "deleted") | {"status": "Success"}
+            if method == "POST" and not name:
+                name = body["metadata"]["name"]
+                if (plural, namespace, name) in self.objects:
+                    return 409, status(409, "AlreadyExists", f'{plural} "{name}" already exists')
+                obj = copy.deepcopy(body)
+                obj["metadata"].update(
+                    resourceVersion=str(next(self.versions)), uid=str(uuid.uuid4()),
+                    creationTimestamp="2026-12-04T00:00:00Z",
+                )  # fmt: skip
+                if namespace:
+                    obj["metadata"]["namespace"] = namespace
+                self.objects[(plural, namespace, name)] = obj
+                return 201, copy.deepcopy(obj)
+            if method == "PUT" and name:
+                stored = self.objects.get((plural, namespace, name))
+                if stored is None:
+                    return 404, status(404, "NotFound", f'{plural} "{name}" not found')
+                if self.before_put is not None and self.before_put(stored):
+                    stored["metadata"]["resourceVersion"] = str(next(self.versions))
+                sent = body["metadata"].get("resourceVersion")
+                if sent != stored["metadata"]["resourceVersion"]:
+                    return 409, status(409, "Conflict", (
+                        f'Operation cannot be fulfilled on {plural} "{name}": the object has '
+                        "been modified; please apply your changes to the latest version and "
+                        "try again"))  # fmt: skip
+                obj = copy.deepcopy(body)
+                obj["metadata"]["resourceVersion"] = str(next(self.versions))
+                obj["metadata"]["uid"] = stored["metadata"]["uid"]
+                self.objects[(plural, namespace, name)] = obj
+                return 200, copy.deepcopy(obj)
+        return 405, status(405, "MethodNotAllowed", f"{method} {path}")
+
+
+def _handler(api: KubeApi) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        def _serve(self) -> None:
+            length = int(self.headers.get("Content-Length") or 0)
+            body = json.loads(self.rfile.read(length)) if length else None
+            code, answer = api.handle(self.command, self.path,
+                                      self.headers.get("Authorization", ""), body)  # fmt: skip
+            data = json.dumps(answer).encode()
+            self.send_response(code)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        do_GET = do_POST = do_PUT = do_DELETE = _serve
+
+        def log_message(self, *args) -> None:
+            pass
+
+    return Handler
+
+
+def self_signed(directory) -> tuple[str, str, str]:
+    """A certificate for 127.0.0.1 signed by itself: (its PEM, the cert file, the key file)."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "kube-api-test")])
+    now = datetime.datetime.now(datetime.UTC)
+    cert = (
+        x509.CertificateBuilder().subject_name(name).issuer_name(name)
+        .public_key(key.public_key()).serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(hours=1))
+        .add_extension(x509.SubjectAlternativeName(
+            [x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), critical=False)
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(key, hashes.SHA256())
+    )  # fmt: skip
+    pem = cert.public_bytes(serialization.Encoding.PEM).decode()
+    cert_file, key_file = directory / "api.crt", directory / "api.key"
+    cert_file.write_text(pem)
+    key_file.write_bytes(key.private_bytes(serialization.Encoding.PEM,
+                                           serialization.PrivateFormat.PKCS8,
+                                           serialization.NoEncryption()))  # fmt: skip
+    return pem, str(cert_file), str(key_file)
+
+
+@contextmanager
+def serving(token: str, tls: tuple[str, str] | None = None) -> Iterator[KubeApi]:
+    """The server on a free port; with ``tls`` (cert file, key file) it speaks HTTPS."""
+    api = KubeApi(token)
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(api))
+    scheme = "http"
+    if tls:
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.load_cert_chain(*tls)
+        server.socket = context.wrap_socket(server.socket, server_side=True)
+        scheme = "https"
+    api.url = f"{scheme}://127.0.0.1:{server.server_address[1]}"
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield api
+    finally:
+        server.shutdown()
+        server.server_close()
