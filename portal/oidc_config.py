@@ -47,10 +47,12 @@ def oidc_settings() -> dict[str, Any]:
         raise ImproperlyConfigured(
             f"OIDC_SIGN_ALGO must be one of {', '.join(SIGN_ALGORITHMS)}, not {algorithm!r}"
         )
-    host = urlsplit(issuer).hostname or issuer
+    parts = urlsplit(issuer)
+    host = parts.hostname or issuer
     ca_file = env_str("OIDC_CA_FILE")
     return {
         "OIDC_ISSUER": issuer,
+        "OIDC_ISSUER_ORIGIN": f"{parts.scheme}://{parts.netloc}",
         "OIDC_DISCOVERY_URL": env_str("OIDC_DISCOVERY_URL")
         or f"{issuer}/.well-known/openid-configuration",
         "OIDC_RP_CLIENT_ID": client_id,

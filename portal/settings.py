@@ -307,6 +307,10 @@ CONTENT_SECURITY_POLICY = {
         "frame-ancestors": [NONE],
     }
 }
+if OIDC:
+    # The logout form's redirect goes on to the provider's end_session_endpoint, and
+    # browsers hold a form's redirects to form-action too: the issuer's origin is allowed.
+    CONTENT_SECURITY_POLICY["DIRECTIVES"]["form-action"].append(OIDC["OIDC_ISSUER_ORIGIN"])
 
 # --- Logins ------------------------------------------------------------------
 # django-axes counts failed logins per (user name, address); LOGIN_FAILURE_LIMIT of them lock

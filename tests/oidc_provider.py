@@ -13,6 +13,7 @@ from __future__ import annotations
 import copy
 import json
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -117,3 +118,25 @@ def start(folder: Path) -> Provider:
 
 def stop(provider: Provider) -> None:
     provider.proc.stop()
+
+
+@pytest.fixture(scope="session")
+def idp(tmp_path_factory) -> Iterator[Provider]:
+    """The provider, once per session (import it into a test module to use it)."""
+    provider = start(tmp_path_factory.mktemp("idp"))
+    yield provider
+    stop(provider)
+
+
+def environment(issuer: str, name: str) -> dict[str, str]:
+    """The portal's environment for this provider, as production would set it."""
+    return {
+        "OIDC_ISSUER": issuer,
+        "OIDC_CLIENT_ID": CLIENT_ID,
+        "OIDC_CLIENT_SECRET": CLIENT_SECRET,
+        "OIDC_SCOPES": "openid profile email groups",
+        "OIDC_GROUPS_CLAIM": "groups",
+        "OIDC_DIRECTORY_NAME": name,
+        "OIDC_PROVIDER_NAME": "Corp SSO",
+        "OIDC_LEEWAY_S": "5",
+    }

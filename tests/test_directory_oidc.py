@@ -14,7 +14,6 @@ are refused, audited and end on a 4xx page; logout goes on to the provider's.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
 from html.parser import HTMLParser
 from urllib.parse import parse_qs, urlsplit
 
@@ -31,6 +30,7 @@ from quotas.choices import Role
 from quotas.models import Membership, Tenant
 from quotas.permissions import is_platform_admin
 from tests import clients, oidc_provider
+from tests.oidc_provider import idp  # noqa: F401 (the session's provider)
 from tokens.interface import issue
 
 pytestmark = pytest.mark.django_db
@@ -40,25 +40,8 @@ NAME = "corp-sso"
 PORTAL_HOST = "testserver"
 
 
-@pytest.fixture(scope="session")
-def idp(tmp_path_factory) -> Iterator[oidc_provider.Provider]:
-    provider = oidc_provider.start(tmp_path_factory.mktemp("idp"))
-    yield provider
-    oidc_provider.stop(provider)
-
-
 def _environment(monkeypatch, issuer: str, **more: str) -> None:
-    for name, value in {
-        "OIDC_ISSUER": issuer,
-        "OIDC_CLIENT_ID": oidc_provider.CLIENT_ID,
-        "OIDC_CLIENT_SECRET": oidc_provider.CLIENT_SECRET,
-        "OIDC_SCOPES": "openid profile email groups",
-        "OIDC_GROUPS_CLAIM": "groups",
-        "OIDC_DIRECTORY_NAME": NAME,
-        "OIDC_PROVIDER_NAME": "Corp SSO",
-        "OIDC_LEEWAY_S": "5",
-        **more,
-    }.items():
+    for name, value in {**oidc_provider.environment(issuer, NAME), **more}.items():
         monkeypatch.setenv(name, value)
 
 
@@ -84,7 +67,7 @@ def _configure(settings, monkeypatch, issuer: str, **more: str) -> None:
 
 
 @pytest.fixture
-def provider(idp, settings, monkeypatch) -> oidc_provider.Provider:
+def provider(idp, settings, monkeypatch) -> oidc_provider.Provider:  # noqa: F811
     idp.reset()
     _configure(settings, monkeypatch, idp.issuer)
     return idp
