@@ -6,8 +6,8 @@ userinfo claims give the name, e-mail and department, its groups claim is matche
 the same ``GroupMapping`` rows (the group's name or DN as the provider sends it), and
 ``sync.apply_account`` applies them at every sign-in. The user is found by the provider's
 ``sub`` (kept on their ``DirectoryAccount``), and is named by ``OIDC_USERNAME_CLAIM``; an
-existing local superuser, service account or another directory's user of that name is never
-taken over.
+existing portal account of that name (local, a service account, another directory's or
+another subject's) is never taken over.
 
 The ID token is checked here rather than by the library, which checks neither issuer nor
 audience: signature (a key from the provider's JWKS, ``OIDC_RP_SIGN_ALGO`` only), ``iss`` equal
@@ -45,7 +45,6 @@ from audit.interface import request_address
 from directory import sync
 from directory.models import DirectoryAccount, Source
 from portal.security import lockout_message
-from quotas.interface import is_managed_user
 
 log = logging.getLogger("directory")
 
@@ -195,7 +194,7 @@ class PortalOIDCBackend(OIDCAuthenticationBackend):
             raise Refused("signature", message % {"alg": found, "expected": algorithm})
         try:
             key = self.retrieve_matching_jwk(token)
-        except SuspiciousOperation as exc:
+        except (SuspiciousOperation, KeyError) as exc:  # no key of that id, or none named
             raise Refused(
                 "signature", _("No key of the identity provider signed this ID token.")
             ) from exc
@@ -275,12 +274,12 @@ class PortalOIDCBackend(OIDCAuthenticationBackend):
                 raise Refused("claims", _("The name %(name)s cannot be a portal user name.")
                               % {"name": username}) from exc  # fmt: skip
             return user
-        owned = DirectoryAccount.objects.filter(user=user).exists()
-        if owned or user.is_superuser or not is_managed_user(user):
-            raise Refused("local_account",
-                          _("%(name)s is an account of the portal's own or of another directory: "
-                            "it is not taken over.") % {"name": username})  # fmt: skip
-        return user  # a plain local user of that name: the provider owns it from now on
+        # Never taken over, whoever holds the name (a local user, a superuser, a service
+        # account, another directory's or another subject's): a provider may let its users
+        # choose their own name, so a name alone is no proof of being that portal user.
+        message = _("%(name)s is already a portal account (local, or another directory's): "
+                    "it is not taken over by the identity provider.")  # fmt: skip
+        raise Refused("local_account", message % {"name": username})
 
     def get_user(self, user_id: Any) -> Any:
         user = super().get_user(user_id)

@@ -26,7 +26,8 @@ CLIENT_ID = "gpu-portal"
 CLIENT_SECRET = "portal-client-secret-for-tests"
 # Loopback redirect URIs match on any port (RFC 8252 7.3): the test client's and a live server's.
 PORTAL_BASES = ("http://testserver", "http://127.0.0.1")
-PASSWORDS = {"dana": "dana-secret", "erik": "erik-secret", "alice": "alice-idp-pw"}
+PASSWORDS = {"dana": "dana-secret", "erik": "erik-secret", "alice": "alice-idp-pw",
+             "bob": "bob-idp-pw"}  # fmt: skip
 PEOPLE = {
     "dana": {"given_name": "Dana", "family_name": "Li", "email": "dana@corp.example",
              "department": "Risk", "groups": ["gpu-quant-users"]},
@@ -37,6 +38,9 @@ PEOPLE = {
     # The same name as the suite's local superuser (tests/cast.py): never taken over.
     "alice": {"given_name": "Alice", "family_name": "Intruder", "email": "alice@evil.example",
               "department": "", "groups": ["portal-admins"]},
+    # And the name of a plain local user of the suite's: not taken over either.
+    "bob": {"given_name": "Bob", "family_name": "Other", "email": "bob@corp.example",
+            "department": "", "groups": ["gpu-quant-admins"]},
 }  # fmt: skip
 
 

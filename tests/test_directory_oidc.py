@@ -305,6 +305,41 @@ def test_a_provider_naming_another_issuer_is_refused(provider, settings, monkeyp
     assert 'data-reason="issuer"' in answer.content.decode()
 
 
+def _callback_of(browser: Browser, username: str) -> str:
+    """A sign-in's way back to the portal (path and query: its code and state), caught
+    before the browser delivers it."""
+    start = browser.portal.get("/oidc/authenticate/")
+    page, url = browser.go(start["Location"])
+    form = _Form()
+    form.feed(page.text)
+    posted = browser.web.post(
+        requests.compat.urljoin(url, form.action),
+        data={**form.fields, "username": username,
+              "password": oidc_provider.PASSWORDS[username]},
+        allow_redirects=False, timeout=10,
+    )  # fmt: skip
+    authorize = browser.web.get(requests.compat.urljoin(url, posted.headers["Location"]),
+                                allow_redirects=False, timeout=10)  # fmt: skip
+    callback = urlsplit(authorize.headers["Location"])
+    assert callback.path == "/oidc/callback/"
+    return f"{callback.path}?{callback.query}"
+
+
+def test_a_stolen_code_is_useless_without_its_pkce_verifier(provider, quant):
+    # Someone who caught dana's code brings it back with a state of their own sign-in: the
+    # state passes, but their PKCE verifier is not the one her code was issued for.
+    stolen = parse_qs(urlsplit(_callback_of(Browser(), "dana")).query)["code"][0]
+    attacker = Browser()
+    start = attacker.portal.get("/oidc/authenticate/")
+    state = parse_qs(urlsplit(start["Location"]).query)["state"][0]
+    answer = attacker.portal.get(f"/oidc/callback/?code={stolen}&state={state}")
+    assert answer.status_code == 403 and 'data-reason="token"' in answer.content.decode()
+    assert not attacker.signed_in()
+    assert not get_user_model().objects.filter(username="dana").exists()
+    failed = AuditEntry.objects.filter(action="login.failed").latest("id")
+    assert failed.after["reason"] == "token" and failed.after["directories"] == [NAME]
+
+
 def test_a_stray_or_replayed_state_is_refused(provider, quant):
     browser = Browser()
     answer = browser.portal.get("/oidc/callback/?code=forged&state=not-begun-here")
@@ -312,20 +347,7 @@ def test_a_stray_or_replayed_state_is_refused(provider, quant):
     failed = AuditEntry.objects.filter(action="login.failed").latest("id")
     assert failed.after["reason"] == "state" and failed.address == ADDRESS
     # A real answer, captured and sent again after its sign-in: its state is spent.
-    start = browser.portal.get("/oidc/authenticate/")
-    page, url = browser.go(start["Location"])
-    form = _Form()
-    form.feed(page.text)
-    posted = browser.web.post(
-        requests.compat.urljoin(url, form.action),
-        data={**form.fields, "username": "dana", "password": "dana-secret"},
-        allow_redirects=False, timeout=10,
-    )  # fmt: skip
-    authorize = browser.web.get(requests.compat.urljoin(url, posted.headers["Location"]),
-                                allow_redirects=False, timeout=10)  # fmt: skip
-    callback = urlsplit(authorize.headers["Location"])
-    assert callback.path == "/oidc/callback/"
-    back = f"{callback.path}?{callback.query}"
+    back = _callback_of(browser, "dana")
     assert browser.portal.get(back).status_code == 302
     assert Client(REMOTE_ADDR=ADDRESS).get(back).status_code == 400  # another browser
     assert browser.portal.get(back).status_code == 400  # the same one, again
@@ -340,7 +362,7 @@ def test_an_error_from_the_provider_is_refused(provider):
     assert not browser.signed_in()
 
 
-def test_a_local_superuser_is_never_taken_over_by_the_provider(provider, alice):
+def test_an_existing_portal_account_is_never_taken_over_by_the_provider(provider, alice, bob):
     answer = Browser().sign_in("alice")
     assert answer.status_code == 403 and 'data-reason="local_account"' in answer.content.decode()
     assert not DirectoryAccount.objects.filter(user=alice).exists()
@@ -348,6 +370,11 @@ def test_a_local_superuser_is_never_taken_over_by_the_provider(provider, alice):
     assert alice.has_usable_password() and alice.email != "alice@evil.example"
     failed = AuditEntry.objects.filter(action="login.failed").latest("id")
     assert failed.after["username"] == "alice" and failed.target_id == str(alice.pk)
+    # A plain local user of the provider's user's name neither.
+    answer = Browser().sign_in("bob")
+    assert answer.status_code == 403 and 'data-reason="local_account"' in answer.content.decode()
+    bob.refresh_from_db()
+    assert bob.has_usable_password() and not DirectoryAccount.objects.filter(user=bob).exists()
 
 
 def test_a_deactivated_users_sessions_tokens_and_next_sign_in_are_refused(provider, quant, alice):
