@@ -21,7 +21,7 @@ class DirectoryConfig(AppConfig):
     def ready(self) -> None:
         from django.db.models import Q
 
-        from directory import lookup
+        from directory import lookup, oidc_tokens
         from quotas.interface import own_accounts
         from tokens.interface import add_user_check
 
@@ -31,3 +31,6 @@ class DirectoryConfig(AppConfig):
         # A token of a user the directory disabled is refused at its next use once the
         # account's last answer is LDAP_TOKEN_RECHECK_S old, even between periodic checks.
         add_user_check(lookup.still_enabled)
+        # And an OpenID Connect user's, with OIDC_TOKEN_RECHECK_S set: their refresh token
+        # is tried at the provider (off by default: it needs long-lived refresh tokens).
+        add_user_check(oidc_tokens.still_honoured)

@@ -80,6 +80,9 @@ class DirectoryAccount(models.Model):
     source = models.CharField(_("kind"), max_length=8, choices=Source, default=Source.LDAP)
     # The provider's ``sub`` claim (OpenID Connect): the account's key there, never reused.
     subject = models.CharField(_("subject"), max_length=255, blank=True)
+    # The provider's refresh token of the last sign-in, encrypted (portal.crypto): what an API
+    # token's use asks the provider with, with OIDC_TOKEN_RECHECK_S set (oidc_tokens.py).
+    refresh_token = models.TextField(_("refresh token (encrypted)"), blank=True)
     dn = models.CharField(_("distinguished name"), max_length=1024, blank=True)
     department = models.CharField(_("department"), max_length=200, blank=True)
     groups = models.JSONField(_("directory groups"), default=list, blank=True)

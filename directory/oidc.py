@@ -44,6 +44,7 @@ from mozilla_django_oidc.views import OIDCAuthenticationCallbackView, OIDCAuthen
 from audit.interface import request_address
 from directory import sync
 from directory.models import DirectoryAccount, Source
+from portal import crypto
 from portal.security import lockout_message
 
 log = logging.getLogger("directory")
@@ -219,6 +220,11 @@ class PortalOIDCBackend(OIDCAuthenticationBackend):
         self.id_claims = claims
         return claims
 
+    def get_token(self, payload: dict[str, Any]) -> dict[str, Any]:
+        # Kept for the refresh token (get_or_create_user stores it).
+        self.token_info = super().get_token(payload)
+        return self.token_info
+
     def get_userinfo(self, access_token: str, id_token: str, payload: dict[str, Any]) -> dict:
         """Userinfo's claims over the ID token's, for the same subject only (OpenID
         Connect Core 5.3.2: a userinfo answer for another ``sub`` is not used)."""
@@ -242,12 +248,15 @@ class PortalOIDCBackend(OIDCAuthenticationBackend):
         user.last_name = _text(claims, "family_name", 150)
         user.email = _text(claims, "email", 254)
         user.save()
-        sync.apply_account(
+        account = sync.apply_account(
             user, source=Source.OIDC, name=directory_name(), subject=subject,
             groups=_claim_list(claims.get(settings.OIDC_GROUPS_CLAIM)),
             department=_text(claims, settings.OIDC_DEPARTMENT_CLAIM, 200),
             address=request_address(self.request), reactivate=False,
         )  # fmt: skip
+        refresh = str(getattr(self, "token_info", {}).get("refresh_token") or "")
+        account.refresh_token = crypto.encrypt(refresh) if refresh else ""
+        account.save(update_fields=["refresh_token"])
         return user
 
     def _user_for(self, subject: str, username: str) -> Any:

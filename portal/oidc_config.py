@@ -77,6 +77,9 @@ def oidc_settings() -> dict[str, Any]:
         "OIDC_DEPARTMENT_CLAIM": env_str("OIDC_DEPARTMENT_CLAIM", "department"),
         # Clock skew allowed between the provider and the portal when reading exp and iat.
         "OIDC_LEEWAY_S": env_int("OIDC_LEEWAY_S", 30, minimum=0),
+        # At an API token's use, its OpenID Connect user's refresh token is tried at the
+        # provider when the last answer is older than this, in seconds; 0: never (off).
+        "OIDC_TOKEN_RECHECK_S": env_int("OIDC_TOKEN_RECHECK_S", 0, minimum=0),
         "OIDC_DIRECTORY_NAME": env_str("OIDC_DIRECTORY_NAME") or f"oidc:{host}",
         # What the login page's button says: "Sign in with <this>".
         "OIDC_PROVIDER_NAME": env_str("OIDC_PROVIDER_NAME") or host,

@@ -57,12 +57,14 @@ class Provider:
     people: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def set(
-        self, people: dict[str, dict[str, Any]] | None = None, fault: str | None = None
-    ) -> None:
-        """What the provider says of its users from now on, and how its ID tokens are wrong."""
+        self, people: dict[str, dict[str, Any]] | None = None, fault: str | None = None,
+        disabled: list[str] | None = None,
+    ) -> None:  # fmt: skip
+        """What the provider says of its users from now on, how its ID tokens are wrong,
+        and whose refresh tokens it refuses."""
         if people is not None:
             self.people = people
-        state = {"people": self.people, "fault": fault}
+        state = {"people": self.people, "fault": fault, "disabled": disabled or []}
         temporary = self.folder / "state.json.new"
         temporary.write_text(json.dumps(state))
         temporary.replace(self.folder / "state.json")

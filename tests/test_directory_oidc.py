@@ -14,6 +14,7 @@ are refused, audited and end on a 4xx page; logout goes on to the provider's.
 from __future__ import annotations
 
 import re
+from datetime import timedelta
 from html.parser import HTMLParser
 from urllib.parse import parse_qs, urlsplit
 
@@ -22,9 +23,11 @@ import requests
 from django.contrib.auth import get_user_model
 from django.core.exceptions import ImproperlyConfigured
 from django.test import Client
+from django.utils import timezone
 
 from audit.interface import AuditEntry
 from directory.models import DirectoryAccount, GroupMapping, MappedRole, Source
+from directory.oidc import forget_discovery
 from portal.oidc_config import oidc_settings
 from quotas.choices import Role
 from quotas.models import Membership, Tenant
@@ -47,8 +50,6 @@ def _environment(monkeypatch, issuer: str, **more: str) -> None:
 
 def _configure(settings, monkeypatch, issuer: str, **more: str) -> None:
     """What portal/settings.py does with the environment, for this test."""
-    from directory.oidc import forget_discovery
-
     _environment(monkeypatch, issuer, **more)
     found = oidc_settings()
     for key, value in found.items():
@@ -398,6 +399,43 @@ def test_a_deactivated_users_sessions_tokens_and_next_sign_in_are_refused(provid
     api = clients.api(alice)
     assert api.get(f"/api/v1/users/{dana.pk}/").json()["source"] == "oidc"
     assert api.post(f"/api/v1/users/{dana.pk}/password-link/").status_code == 403
+
+
+def test_tokens_are_checked_at_the_provider_with_the_refresh_token(provider, quant, settings):
+    settings.OIDC_TOKEN_RECHECK_S = 60
+    browser = Browser()
+    browser.sign_in("dana")
+    dana = _user("dana")
+    account = DirectoryAccount.objects.get(user=dana)
+    assert account.refresh_token  # kept encrypted
+    _token, key = issue(dana, name="ci")
+    api = clients.bearer(key)
+    assert api.get("/api/v1/nodes/").status_code == 200  # a fresh answer: not asked
+    old = timezone.now() - timedelta(minutes=5)
+    DirectoryAccount.objects.filter(pk=account.pk).update(last_sync=old)
+    assert api.get("/api/v1/nodes/").status_code == 200  # asked: still honoured
+    account.refresh_from_db()
+    assert account.last_sync > old and account.refresh_token
+    # Disabled at the provider: its refresh token is refused, and so is her API token.
+    provider.set(disabled=["dana"])
+    DirectoryAccount.objects.filter(pk=account.pk).update(last_sync=old)
+    assert api.get("/api/v1/nodes/").status_code == 401
+    assert api.get("/api/v1/nodes/").status_code == 401  # until she signs in again
+    assert not DirectoryAccount.objects.get(pk=account.pk).refresh_token
+    # Enabled again there and signed in again: the token works again.
+    provider.set(disabled=[])
+    assert browser.sign_in("dana").status_code == 302
+    DirectoryAccount.objects.filter(pk=account.pk).update(last_sync=old)
+    assert api.get("/api/v1/nodes/").status_code == 200
+    # The provider away: let through on the last answer.
+    settings.OIDC_DISCOVERY_URL = "http://127.0.0.1:9/.well-known/openid-configuration"
+    forget_discovery()
+    DirectoryAccount.objects.filter(pk=account.pk).update(last_sync=old)
+    assert api.get("/api/v1/nodes/").status_code == 200
+    # Off (the default): never asked.
+    settings.OIDC_TOKEN_RECHECK_S = 0
+    provider.set(disabled=["dana"])
+    assert api.get("/api/v1/nodes/").status_code == 200
 
 
 def test_the_directory_page_shows_the_provider(provider, quant, alice):

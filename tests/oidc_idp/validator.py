@@ -2,7 +2,7 @@
 state file the tests write (``state.json``: ``people``), read at each token, so that a test
 moves a user between groups as an admin would in the directory. ``fault`` in the same
 file makes the next ID tokens wrong in one way, as a misbehaving or hostile provider's
-would be: the portal must refuse them.
+would be: the portal must refuse them. ``disabled`` users' refresh tokens are refused.
 """
 
 import json
@@ -37,6 +37,12 @@ class Validator(OAuth2Validator):
             "department": person.get("department", ""),
             "groups": person.get("groups", []),
         }
+
+    def validate_refresh_token(self, refresh_token, client, request, *args, **kwargs):
+        # A user disabled here (``disabled`` in the state file) has their refresh tokens
+        # refused, as Keycloak does for a disabled user.
+        valid = super().validate_refresh_token(refresh_token, client, request, *args, **kwargs)
+        return valid and request.user.username not in state().get("disabled", [])
 
     def finalize_id_token(self, id_token, token, token_handler, request):
         signed = super().finalize_id_token(id_token, token, token_handler, request)
