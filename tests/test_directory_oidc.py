@@ -401,13 +401,18 @@ def test_a_deactivated_users_sessions_tokens_and_next_sign_in_are_refused(provid
     assert api.post(f"/api/v1/users/{dana.pk}/password-link/").status_code == 403
 
 
-def test_tokens_are_checked_at_the_provider_with_the_refresh_token(provider, quant, settings):
+def test_tokens_are_checked_at_the_provider_with_the_refresh_token(
+    provider, quant, settings, alice
+):
     settings.OIDC_TOKEN_RECHECK_S = 60
     browser = Browser()
     browser.sign_in("dana")
     dana = _user("dana")
     account = DirectoryAccount.objects.get(user=dana)
-    assert account.refresh_token  # kept encrypted
+    assert account.refresh_token  # kept encrypted, and not shown in the admin
+    admin_page = clients.page(alice).get(f"/admin/directory/directoryaccount/{account.pk}/change/")
+    assert admin_page.status_code == 200
+    assert account.refresh_token not in admin_page.content.decode()
     _token, key = issue(dana, name="ci")
     api = clients.bearer(key)
     assert api.get("/api/v1/nodes/").status_code == 200  # a fresh answer: not asked
