@@ -26,16 +26,17 @@ COPY locale ./locale
 COPY manage.py ./
 COPY --from=frontend /app/node_modules ./node_modules
 # --build-arg WITH_LDAP=1: with the company-directory sign-in (the ldap extra); python-ldap
-# is built against Debian's LDAP and SASL headers and keeps their runtime libraries.
+# is built against Debian's LDAP and SASL headers and keeps their runtime libraries. The
+# OpenID Connect sign-in (the oidc extra, wheels only) is always in: OIDC_ISSUER turns it on.
 ARG WITH_LDAP=0
 RUN if [ "$WITH_LDAP" = 1 ]; then \
         apt-get update -qq \
         && apt-get install -y -qq --no-install-recommends build-essential libldap2-dev \
            libsasl2-dev \
-        && pip install --no-cache-dir -e ".[ldap]" \
+        && pip install --no-cache-dir -e ".[ldap,oidc]" \
         && apt-get purge -y build-essential && apt-get autoremove -y \
         && rm -rf /var/lib/apt/lists/*; \
-    else pip install --no-cache-dir -e .; fi \
+    else pip install --no-cache-dir -e ".[oidc]"; fi \
     && useradd --system --home /var/lib/gpu-portal --create-home portal
 USER portal
 

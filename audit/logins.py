@@ -64,18 +64,23 @@ def login_failed(
         return  # not over the network (a test client's login(), a command): no caller
     if _refused_before_password(request):
         return
-    username = str(credentials.get(get_user_model().USERNAME_FIELD, "") or "")[:150]
+    # An OpenID Connect sign-in has no username in its credentials: the directory backend
+    # notes the name the provider gave, and why it refused, on the request.
+    username = str(
+        credentials.get(get_user_model().USERNAME_FIELD, "")
+        or getattr(request, "login_username", "") or ""
+    )[:150]  # fmt: skip
+    after = {"username": username, "path": request.path[:200],
+             "directories": _directories(request)}  # fmt: skip
+    if reason := getattr(request, "login_refusal", ""):
+        after["reason"] = str(reason)[:50]
     record(
         AuditAction.LOGIN_FAILED,
         target_type=USER_TYPE,
         target_id=_user_id(username),
         target_repr=username,
         address=request_address(request),
-        after={
-            "username": username,
-            "path": request.path[:200],
-            "directories": _directories(request),
-        },
+        after=after,
     )
 
 

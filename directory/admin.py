@@ -13,9 +13,11 @@ class GroupMappingAdmin(admin.ModelAdmin):
 @admin.register(DirectoryAccount)
 class DirectoryAccountAdmin(admin.ModelAdmin):
     # What the directory said: read here, changed only by the next sync.
-    list_display = ("user", "directory", "department", "last_sync", "disabled_at")
-    readonly_fields = ("user", "directory", "dn", "department", "groups", "last_sync",
-                       "sync_note", "disabled_at")  # fmt: skip
+    list_display = ("user", "directory", "source", "department", "last_sync", "disabled_at")
+    readonly_fields = ("user", "directory", "source", "dn", "subject", "department", "groups",
+                       "last_sync", "sync_note", "disabled_at")  # fmt: skip
+    # The provider's refresh token (encrypted) is no admin's to read or change.
+    exclude = ("refresh_token",)
 
     def has_add_permission(self, request) -> bool:
         return False

@@ -17,7 +17,7 @@ from django.conf import settings
 from django.utils import timezone
 
 from directory import sync
-from directory.models import DirectoryAccount
+from directory.models import DirectoryAccount, Source
 
 log = logging.getLogger("directory")
 
@@ -72,7 +72,10 @@ def check_accounts() -> dict[str, int | str]:
     # Here, not at the top: without the ldap extra the worker still imports this module.
     checked = deactivated = 0
     with _Asking() as (backend, errors):
-        accounts = DirectoryAccount.objects.select_related("user").filter(user__is_active=True)
+        # Only LDAP's: an OpenID Connect provider's users are not there to look up.
+        accounts = DirectoryAccount.objects.select_related("user").filter(
+            user__is_active=True, source=Source.LDAP
+        )
         for account in accounts.order_by("pk").iterator():
             try:
                 enabled = _lookup(backend, account, errors)
@@ -89,9 +92,11 @@ def still_enabled(user: Any) -> bool:
     its last answer is older than LDAP_TOKEN_RECHECK_S (0: at every use)."""
     if not getattr(settings, "LDAP", None):
         return True
-    account = DirectoryAccount.objects.select_related("user").filter(user=user).first()
+    account = (
+        DirectoryAccount.objects.select_related("user").filter(user=user, source=Source.LDAP)
+    ).first()
     if account is None:
-        return True  # a local account: not the directory's to say
+        return True  # a local account (or an OpenID Connect one): not LDAP's to say
     fresh = timedelta(seconds=settings.LDAP_TOKEN_RECHECK_S)
     if account.last_sync and timezone.now() - account.last_sync < fresh:
         return True

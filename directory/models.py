@@ -64,14 +64,25 @@ class GroupMapping(models.Model):
             raise ValidationError({"tenant": _("Choose the tenant this role is held in.")})
 
 
+class Source(models.TextChoices):
+    LDAP = "ldap", "LDAP"
+    OIDC = "oidc", "OpenID Connect"
+
+
 class DirectoryAccount(models.Model):
-    """A user who signed in through a directory: the directory owns their name, e-mail,
-    password and whether they are active (``apps.OWNED_FIELDS``)."""
+    """A user who signed in through a directory (LDAP, or an OpenID Connect provider): it
+    owns their name, e-mail, password and whether they are active (``apps.OWNED_FIELDS``)."""
 
     user = models.OneToOneField(
         settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="directory_account"
     )
     directory = models.CharField(_("directory"), max_length=200)
+    source = models.CharField(_("kind"), max_length=8, choices=Source, default=Source.LDAP)
+    # The provider's ``sub`` claim (OpenID Connect): the account's key there, never reused.
+    subject = models.CharField(_("subject"), max_length=255, blank=True)
+    # The provider's refresh token of the last sign-in, encrypted (portal.crypto): what an API
+    # token's use asks the provider with, with OIDC_TOKEN_RECHECK_S set (oidc_tokens.py).
+    refresh_token = models.TextField(_("refresh token (encrypted)"), blank=True)
     dn = models.CharField(_("distinguished name"), max_length=1024, blank=True)
     department = models.CharField(_("department"), max_length=200, blank=True)
     groups = models.JSONField(_("directory groups"), default=list, blank=True)
@@ -84,6 +95,12 @@ class DirectoryAccount(models.Model):
         ordering = ["user__username"]
         verbose_name = _("directory account")
         verbose_name_plural = _("directory accounts")
+        constraints = [
+            models.UniqueConstraint(
+                fields=["directory", "subject"], condition=~models.Q(subject=""),
+                name="one_account_per_subject",
+            ),
+        ]  # fmt: skip
 
     def __str__(self) -> str:
         return f"{self.user} ({self.directory})"

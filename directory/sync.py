@@ -1,4 +1,5 @@
-"""What a directory says, applied: at each login (``backends.PortalLDAPBackend``) and by the
+"""What a directory says, applied: at each login (``backends.PortalLDAPBackend``, and
+``oidc.PortalOIDCBackend`` for an OpenID Connect provider's claims) and by the
 periodic check of every directory user (``directory.tasks.check_accounts``, a Celery beat task every
 ``LDAP_SYNC_EVERY_S``).
 
@@ -23,7 +24,13 @@ from django.utils import timezone
 from django.utils.translation import gettext as _
 
 from audit.interface import record
-from directory.models import TENANT_ROLE_ORDER, DirectoryAccount, GroupMapping, MappedRole
+from directory.models import (
+    TENANT_ROLE_ORDER,
+    DirectoryAccount,
+    GroupMapping,
+    MappedRole,
+    Source,
+)
 from quotas.interface import apply_directory_roles
 from quotas.permissions import CHANGE_TENANT
 
@@ -65,7 +72,7 @@ def _platform_group() -> Group:
     return group
 
 
-def _set_platform_admin(user, wanted: bool, address: str | None) -> None:
+def _set_platform_admin(user, wanted: bool, address: str | None, name: str) -> None:
     group = _platform_group()
     held = user.groups.filter(pk=group.pk).exists()
     if held == wanted:
@@ -75,7 +82,7 @@ def _set_platform_admin(user, wanted: bool, address: str | None) -> None:
         "directory.platform_admin", user, address=address,
         before={"platform_admin": held}, after={"platform_admin": wanted},
         message=_("Applied from the company directory (%(source)s).")
-        % {"source": directory_name()},
+        % {"source": name},
     )  # fmt: skip
 
 
@@ -88,12 +95,31 @@ def _first(attrs: Any, name: str) -> str:
 def apply(user, ldap_user: Any, *, address: str | None = None) -> DirectoryAccount:
     """Apply what the directory says of ``user`` (saved by django-auth-ldap, attributes
     already copied) from its ``_LDAPUser``: account, department, active, roles."""
-    name = directory_name()
+    groups = (
+        sorted(ldap_user.group_dns) if getattr(settings, "AUTH_LDAP_GROUP_SEARCH", None) else []
+    )
+    return apply_account(
+        user, source=Source.LDAP, name=directory_name(), dn=ldap_user.dn or "",
+        department=_first(ldap_user.attrs, getattr(settings, "LDAP_ATTR_DEPARTMENT", "")),
+        groups=groups, address=address,
+    )  # fmt: skip
+
+
+@transaction.atomic
+def apply_account(
+    user, *, source: str, name: str, groups: list[str], department: str = "", dn: str = "",
+    subject: str = "", address: str | None = None, reactivate: bool = True,
+) -> DirectoryAccount:  # fmt: skip
+    """What a directory (``name``, of kind ``source``) said of ``user`` at a sign-in or a
+    check, applied whole: active, no local password, its groups' roles, the account's facts.
+    Its name and e-mail are the caller's to have saved (they come in each source's shape).
+    ``reactivate``: whether this source owns whether the user is active (LDAP does; an
+    OpenID Connect provider, which the portal cannot ask later, does not)."""
     account, _made = DirectoryAccount.objects.select_for_update().get_or_create(
-        user=user, defaults={"directory": name}
+        user=user, defaults={"directory": name, "source": source}
     )
     changed = []
-    if not user.is_active:
+    if reactivate and not user.is_active:
         user.is_active = True
         changed.append("is_active")
         record("user.reactivate", user, address=address, message=_(
@@ -104,15 +130,14 @@ def apply(user, ldap_user: Any, *, address: str | None = None) -> DirectoryAccou
         changed.append("password")
     if changed:
         user.save(update_fields=changed)
-    groups = (
-        sorted(ldap_user.group_dns) if getattr(settings, "AUTH_LDAP_GROUP_SEARCH", None) else []
-    )
     roles, governed, platform = desired_roles(set(groups))
-    _set_platform_admin(user, platform, address)
+    _set_platform_admin(user, platform, address, name)
     kept = apply_directory_roles(user, roles, governed, source=name, address=address)
     account.directory = name
-    account.dn = ldap_user.dn or ""
-    account.department = _first(ldap_user.attrs, getattr(settings, "LDAP_ATTR_DEPARTMENT", ""))
+    account.source = source
+    account.dn = dn
+    account.subject = subject
+    account.department = department[:200]
     account.groups = groups
     account.last_sync = timezone.now()
     account.disabled_at = None

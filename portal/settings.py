@@ -25,6 +25,7 @@ from portal import embedded_db
 from portal.env import env_bool, env_float, env_int, env_list, env_networks, env_rate, env_str
 from portal.files import make_private_dir, private_secret
 from portal.ldap_config import ldap_settings, local_login
+from portal.oidc_config import oidc_settings
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(env_str("PORTAL_VAR_DIR") or BASE_DIR / "var")
@@ -223,6 +224,15 @@ LDAP = ldap_settings()
 globals().update(LDAP)
 if LDAP:
     AUTHENTICATION_BACKENDS.insert(1, "directory.backends.PortalLDAPBackend")
+# An OpenID Connect identity provider (the same README section): OIDC_ISSUER and the
+# OIDC_* settings (portal/oidc_config.py). Unset: none, and nothing imports its library.
+OIDC = oidc_settings()
+globals().update(OIDC)
+if OIDC:
+    AUTHENTICATION_BACKENDS.insert(1, "directory.oidc.PortalOIDCBackend")
+    # After a logout, on to the provider's end_session_endpoint (RP-initiated logout).
+    MIDDLEWARE.insert(MIDDLEWARE.index("axes.middleware.AxesMiddleware"),
+                      "directory.oidc.EndSessionMiddleware")  # fmt: skip
 # Who may sign in with a password the portal keeps: all (default), superusers (break-glass
 # admins only, once a directory signs everyone else in) or off.
 LOCAL_LOGIN = local_login()
@@ -299,6 +309,10 @@ CONTENT_SECURITY_POLICY = {
         "frame-ancestors": [NONE],
     }
 }
+if OIDC:
+    # The logout form's redirect goes on to the provider's end_session_endpoint, and
+    # browsers hold a form's redirects to form-action too: the issuer's origin is allowed.
+    CONTENT_SECURITY_POLICY["DIRECTIVES"]["form-action"].append(OIDC["OIDC_ISSUER_ORIGIN"])
 
 # --- Logins ------------------------------------------------------------------
 # django-axes counts failed logins per (user name, address); LOGIN_FAILURE_LIMIT of them lock

@@ -115,6 +115,9 @@ def user_detail(request: HttpRequest, pk: int) -> HttpResponse:
         "person": person,
         "source": source,
         "directory_owned": bool(owned),
+        # An OpenID Connect provider owns the password but not whether active.
+        "owns_password": "password" in owned,
+        "owns_active": "is_active" in owned,
         "memberships": memberships,
         "is_self": person.pk == request.user.pk,
         "password_link": pop_password_link(request, f"user:{person.pk}"),

@@ -79,9 +79,11 @@ class UserSerializer(serializers.ModelSerializer):
         extra_kwargs = {"username": {"validators": []}}
 
     source = serializers.SerializerMethodField(
-        help_text="Where the account comes from: local (the portal's own), or ldap (a "
+        help_text="Where the account comes from: local (the portal's own), ldap (a "
         "company directory, which owns the name, e-mail, password and whether active: "
-        "deactivate, reactivate and password-link are refused with 403 for it)."
+        "deactivate, reactivate and password-link are refused with 403 for it) or oidc (an "
+        "OpenID Connect provider, which owns the name, e-mail and password: password-link "
+        "is refused with 403; deactivate stops its sessions and tokens here)."
     )
 
     def get_password_chosen(self, user) -> bool:
