@@ -20,5 +20,26 @@ class NodeSource(models.TextChoices):
 
 class GpuHealth(models.TextChoices):
     OK = "ok", _("Healthy")
+    # A vendor tool's own word (npu-smi's Warning; Alarm, Critical ...): the card answers,
+    # but is not ok; why is in GPU.health_detail. Only an ok card takes new slices.
+    WARNING = "warning", _("Warning")
+    UNHEALTHY = "unhealthy", _("Unhealthy")
     LOST = "lost", _("Lost")
     UNKNOWN = "unknown", _("Unknown")
+
+
+class GpuVendor(models.TextChoices):
+    """Who made the card, as the agent reports it (absent: NVIDIA, read through NVML)."""
+
+    NVIDIA = "nvidia", "NVIDIA"
+    ASCEND = "ascend", "Huawei Ascend"
+    HYGON = "hygon", "Hygon DCU"
+    AMD = "amd", "AMD"
+    METAX = "metax", "MetaX"
+    MOORETHREADS = "moorethreads", "Moore Threads"
+    CAMBRICON = "cambricon", "Cambricon"
+
+
+def vendor_label(vendor: str) -> str:
+    """The vendor's name as pages show it; an unknown value as it is."""
+    return dict(GpuVendor.choices).get(vendor, vendor)
