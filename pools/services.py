@@ -21,7 +21,7 @@ from django.utils import timezone
 
 from agents.choices import GpuHealth, NodeState
 from agents.models import GPU, Node
-from pools import lease_sql, placement
+from pools import lease_sql, placement, slicing
 from pools.choices import AllocationState, LeaseState
 from pools.models import Allocation, Lease, Pool, PoolCard
 from pools.signals import notify_nodes
@@ -202,10 +202,25 @@ def _placed(
     PlacementError, having changed nothing, when it does not fit."""
     if not ask.valid:
         raise PlacementError("no card in this pool could ever hold this request", never=True)
+    if not ask.whole_card and (refusal := slice_refusal(pool, ask.model)):
+        raise PlacementError(refusal, never=True)
     for pick, params, count in picks(pool, ask):
         if rows := lease_sql.place(pick, params, count, ask.whole_card, lease, template):
             return rows
     return _not_placed(pool, ask)
+
+
+def slice_refusal(pool: Pool, model: str = "") -> str | None:
+    """Why a slice cannot be asked of this pool (of its cards of ``model``, when given), or
+    None: some of the cards it could land on are handed out whole only (pools.slicing).
+    A pool with no such cards yet is judged by its vendor rule."""
+    cards = PoolCard.objects.filter(pool=pool)
+    if model:
+        cards = cards.filter(gpu__model=model)
+    kinds = set(cards.values_list("gpu__vendor", "gpu__model").distinct())
+    if not kinds and pool.match_vendor:
+        kinds = {(pool.match_vendor, model)}
+    return slicing.slice_refusal(kinds)
 
 
 def _not_placed(pool: Pool, ask: placement.Ask):
