@@ -214,3 +214,21 @@ def test_a_simulated_mixed_fleet_is_recorded_with_its_vendors(transactional_db, 
     assert by_node["sim-1"] == (GpuVendor.ASCEND, "Ascend 910B2C")
     assert by_node["sim-2"] == (GpuVendor.HYGON, "DCU K100_AI")
     assert GPU.objects.filter(vendor="ascend", uuid__startswith="ascend-").count() == 2
+
+
+def test_attributed_use_takes_thresholds_mixing_whole_numbers_and_decimals():
+    """Two pools' reclaim thresholds in one statement (the demo's domestic pool, on the
+    default policy, beside the demo pool's own): psycopg refused the mixed list."""
+    from django.utils import timezone
+
+    from telemetry.attributed import Attribution, attributed_use
+    from tests.factories import GPUFactory
+
+    a, b = GPUFactory(), GPUFactory()
+    now = timezone.now()
+    got = attributed_use(
+        [Attribution(1, a.pk, "ben", now, util_pct=5, memory_mib=512),
+         Attribution(2, b.pk, "ana", now, util_pct=2.5, memory_mib=256.0)],
+        now, now, "1m", spark_points=4,
+    )  # fmt: skip
+    assert got == {}  # no minute read yet: nothing to sum, and no error
