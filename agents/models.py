@@ -141,7 +141,9 @@ class GPU(_DeleteWaitsForCycles, models.Model):
         ordering = ["node_id", "index"]
         verbose_name = _("GPU")
         verbose_name_plural = _("GPUs")
-        indexes = [models.Index(fields=["node", "index"])]
+        # vendor: the few cards that are not NVIDIA's, found without a scan (a slice's
+        # placement asks whether its pool holds any, pools.services.slice_refusal).
+        indexes = [models.Index(fields=["node", "index"]), models.Index(fields=["vendor"])]
 
     def __str__(self) -> str:
         return f"{self.node.name}/{self.index} {self.model}"

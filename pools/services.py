@@ -214,11 +214,13 @@ def slice_refusal(pool: Pool, model: str = "") -> str | None:
     """Why a slice cannot be asked of this pool (of its cards of ``model``, when given), or
     None: some of the cards it could land on are handed out whole only (pools.slicing).
     A pool with no such cards yet is judged by its vendor rule."""
-    cards = PoolCard.objects.filter(pool=pool)
+    # NVIDIA's cards always slice: only the others are read, through the index on GPU.vendor,
+    # so that a placement in an NVIDIA pool pays one index probe, not a scan of its cards.
+    cards = PoolCard.objects.filter(pool=pool, gpu__vendor__in=slicing.OTHER_VENDORS)
     if model:
         cards = cards.filter(gpu__model=model)
     kinds = set(cards.values_list("gpu__vendor", "gpu__model").distinct())
-    if not kinds and pool.match_vendor:
+    if not kinds and pool.match_vendor in slicing.OTHER_VENDORS and not pool.cards.exists():
         kinds = {(pool.match_vendor, model)}
     return slicing.slice_refusal(kinds)
 

@@ -19,6 +19,7 @@ from agents.choices import GpuVendor, vendor_label
 
 # npu-smi names a chip "910B2C", HAMi's vNPU templates "Ascend910B2": the longest HAMi
 # name the model starts with (spaces dropped) is the card's resource.
+OTHER_VENDORS = tuple(v for v in GpuVendor.values if v != GpuVendor.NVIDIA)
 _ASCEND_HAMI = ("Ascend910A", "Ascend910B2", "Ascend910B3", "Ascend910B4", "Ascend310P")
 
 

@@ -187,3 +187,13 @@ def test_the_pool_page_names_its_vendors_and_says_whole_cards(amd_team, alice):
     assert "AMD \u00d7 2" in page and "whole cards only" in page
     page = clients.page(alice).get(f"/pools/{amd_team.pool.slug}/").content.decode()
     assert "NVIDIA \u00d7 2" in page and "whole cards only" not in page
+
+
+def test_an_empty_pool_is_judged_by_its_vendor_rule(bob):
+    amd = PoolFactory(match_vendor="amd")
+    with pytest.raises(PlacementError, match="whole cards only"):
+        placed_lease(amd, bob, compute_pct=50, memory_mib=4096)
+    # Cards added by hand are what counts once there are some.
+    nvidia = PoolFactory(match_vendor="amd", cards=online_cards(1))
+    assert placed_lease(nvidia, bob, compute_pct=50, memory_mib=4096).allocations.count() == 1
+
