@@ -196,4 +196,3 @@ def test_an_empty_pool_is_judged_by_its_vendor_rule(bob):
     # Cards added by hand are what counts once there are some.
     nvidia = PoolFactory(match_vendor="amd", cards=online_cards(1))
     assert placed_lease(nvidia, bob, compute_pct=50, memory_mib=4096).allocations.count() == 1
-
