@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
+from django.contrib.postgres.aggregates import ArrayAgg
 from django.core.exceptions import ValidationError
 from django.db.models import Count, Exists, OuterRef, Sum
 from django.http import HttpRequest, HttpResponse
@@ -66,6 +67,7 @@ def pool_list(request: HttpRequest) -> HttpResponse:
         memory_capacity=Sum("cards__memory_capacity_mib"),
         memory_allocated=Sum("cards__memory_allocated_mib"),
         slice_count=Sum("cards__slices"),
+        vendors=ArrayAgg("cards__gpu__vendor", distinct=True),
     ).order_by("name")
     return render(request, "pools/pool_list.html", {"pools": pools})
 

@@ -4,6 +4,8 @@ not slice is refused (a form error, a 400, nothing written), and the pages name 
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from django.core.exceptions import ValidationError
 
@@ -180,6 +182,15 @@ def test_the_request_form_names_pools_and_models_by_vendor(amd_team):
     assert f'<option value="{amd_team.amd.pk}">amd (AMD)</option>' in page
     assert 'list="gpu-models"' in page
     assert 'value="Arcturus GL-XL [Instinct MI100]" label="AMD · Arcturus GL-XL' in page
+
+
+def test_the_pool_list_names_each_pools_vendors(amd_team, alice):
+    PoolFactory(name="mixed", cards=[*online_cards(1, **ASCEND), *online_cards(2, **HYGON)])
+    PoolFactory(name="empty")
+    page = clients.page(alice).get("/pools/").content.decode()
+    cells = re.findall(r'<td class="pool-vendors">([^<]*)</td>', page)
+    # amd, empty, mixed, and the team's NVIDIA pool (named pool-<n>), by name.
+    assert cells == ["AMD", "–", "Huawei Ascend, Hygon DCU", "NVIDIA"], cells
 
 
 def test_the_pool_page_names_its_vendors_and_says_whole_cards(amd_team, alice):
