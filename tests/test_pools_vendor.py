@@ -190,7 +190,7 @@ def test_the_pool_list_names_each_pools_vendors(amd_team, alice):
     page = clients.page(alice).get("/pools/").content.decode()
     cells = re.findall(r'<td class="pool-vendors">([^<]*)</td>', page)
     # amd, empty, mixed, and the team's NVIDIA pool (named pool-<n>), by name.
-    assert cells == ["AMD", "–", "Huawei Ascend, Hygon DCU", "NVIDIA"], cells
+    assert cells == ["AMD", "\u2013", "Huawei Ascend, Hygon DCU", "NVIDIA"], cells
 
 
 def test_the_pool_page_names_its_vendors_and_says_whole_cards(amd_team, alice):
