@@ -181,6 +181,7 @@ class Lease(models.Model):
     memory_mib = models.PositiveIntegerField(_("memory per vGPU (MiB)"))
     whole_card = models.BooleanField(_("whole cards"), default=False)
     gpu_model = models.CharField(_("GPU model"), max_length=128, blank=True)
+    gpu_vendor = models.CharField(_("GPU vendor"), max_length=32, blank=True, choices=GpuVendor)
     node_name = models.CharField(_("node"), max_length=255, blank=True)
     node_labels = models.JSONField(_("node labels"), default=dict, blank=True)
     same_node = models.BooleanField(_("all on one node"), default=False)

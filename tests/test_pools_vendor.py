@@ -12,6 +12,7 @@ from django.core.exceptions import ValidationError
 from pools import launch, slicing
 from pools.interface import PlacementError
 from pools.models import Lease, Pool
+from pools.services import add_cards
 from quotas.models import GpuRequest
 from quotas.requests.services import create_request
 from tests import clients
@@ -207,3 +208,47 @@ def test_an_empty_pool_is_judged_by_its_vendor_rule(bob):
     # Cards added by hand are what counts once there are some.
     nvidia = PoolFactory(match_vendor="amd", cards=online_cards(1))
     assert placed_lease(nvidia, bob, compute_pct=50, memory_mib=4096).allocations.count() == 1
+
+
+# --- asking for a vendor -------------------------------------------------------------------
+
+
+def test_an_ask_for_a_vendor_lands_on_that_vendors_cards_only(bob):
+    pool = PoolFactory(cards=[*online_cards(2), *online_cards(1, **HYGON), *online_cards(1, **AMD)])
+    lease = placed_lease(pool, bob, compute_pct=50, memory_mib=4096, vendor="hygon")
+    assert lease.gpu_vendor == "hygon"
+    assert lease.allocations.get().gpu.vendor == "hygon"
+    # The slice refusal reads the named vendor's cards only: AMD's whole cards do not count.
+    whole = placed_lease(pool, bob, whole_card=True, vendor="amd").allocations.get()
+    assert whole.gpu.vendor == "amd"
+    with pytest.raises(PlacementError) as never:
+        placed_lease(pool, bob, compute_pct=10, memory_mib=1024, vendor="ascend")
+    assert never.value.never  # no Ascend card in this pool could ever hold it
+
+
+def test_a_request_names_a_vendor_through_form_and_api_and_a_bad_one_is_refused(amd_team):
+    hygon = online_cards(1, **HYGON)
+    add_cards(amd_team.amd, [g.pk for g in hygon])
+    form = {"tenant": amd_team.tenant.pk, "pool": amd_team.amd.pk, "count": 1, "size": "slice",
+            "compute_pct": 30, "memory_mib": 4, "reason": "x", "gpu_vendor": "hygon"}  # fmt: skip
+    page = clients.page(amd_team.dev).get("/requests/new/").content.decode()
+    assert '<option value="ascend">Huawei Ascend</option>' in page
+    # A slice in the AMD pool, asked of its Hygon card: taken, not refused.
+    assert clients.page(amd_team.dev).post("/requests/new/", form).status_code == 302
+    req = GpuRequest.objects.get()
+    assert (req.gpu_vendor, req.whole_card) == ("hygon", False)
+    bad = clients.page(amd_team.dev).post("/requests/new/", {**form, "gpu_vendor": "biren"})
+    assert bad.status_code == 400 and "gpu_vendor" in bad.context["form"].errors
+    api = clients.api(amd_team.dev)
+    body = {"tenant": amd_team.tenant.pk, "pool": amd_team.amd.pk, "count": 1,
+            "compute_pct": 30, "memory_mib": 4096, "reason": "x"}  # fmt: skip
+    response = api.post("/api/v1/gpu-requests/", {**body, "gpu_vendor": "biren"}, format="json")
+    assert response.status_code == 400 and "gpu_vendor" in error_fields(response)
+    response = api.post("/api/v1/gpu-requests/", {**body, "gpu_vendor": "amd"}, format="json")
+    assert response.status_code == 400 and "whole_card" in error_fields(response)
+    assert GpuRequest.objects.count() == 1
+    response = api.post("/api/v1/gpu-requests/", {**body, "gpu_vendor": "hygon"}, format="json")
+    assert response.status_code == 201, response.content
+    assert response.json()["gpu_vendor"] == "hygon"
+    detail = clients.page(amd_team.dev).get("/requests/").content.decode()
+    assert "Hygon DCU" in detail

@@ -10,7 +10,7 @@ from django import forms
 from django.core.exceptions import ValidationError
 from django.utils.translation import gettext_lazy as _
 
-from agents.choices import vendor_label
+from agents.choices import GpuVendor, vendor_label
 from pools.models import Pool, PoolCard
 from portal.forms import GiBField
 from quotas.models import Quota, Tenant
@@ -46,6 +46,10 @@ class GpuRequestForm(forms.Form):
         widget=forms.TextInput(attrs={"list": "gpu-models"}),
         help_text=_("Exactly as the cards report it (their vendor's models are offered); "
                     "empty: any."),
+    )  # fmt: skip
+    gpu_vendor = forms.ChoiceField(
+        label=_("GPU vendor"), required=False, choices=[("", _("Any vendor")), *GpuVendor.choices],
+        help_text=_("Only this vendor's cards. Empty: any vendor."),
     )  # fmt: skip
     node_name = forms.CharField(
         label=_("Node"), max_length=255, required=False, help_text=_("Empty: any node.")
@@ -112,7 +116,8 @@ class GpuRequestForm(forms.Form):
             "tenant": data["tenant"], "pool": data["pool"], "count": data["count"],
             "whole_card": data["size"] == "whole",
             "compute_pct": data["compute_pct"], "memory_mib": data["memory_mib"],
-            "gpu_model": data["gpu_model"], "node_name": data["node_name"],
+            "gpu_model": data["gpu_model"], "gpu_vendor": data["gpu_vendor"],
+            "node_name": data["node_name"],
             "node_labels": data["node_labels"], "same_node": data["same_node"],
             "duration_hours": data["duration_hours"], "reason": data["reason"],
         }  # fmt: skip

@@ -38,7 +38,7 @@ from quotas.requests.permissions import can_decide
 from quotas.tenancy.usage import LIVE, Usage, ask_hours, gpu_hours_left
 
 ASK_FIELDS = (
-    "count", "whole_card", "compute_pct", "memory_mib", "gpu_model", "node_name",
+    "count", "whole_card", "compute_pct", "memory_mib", "gpu_model", "gpu_vendor", "node_name",
     "node_labels", "same_node", "duration_hours", "reason", "priority",
 )  # fmt: skip
 
@@ -166,7 +166,7 @@ def create_request(
         quota = Quota.objects.select_for_update().filter(tenant=tenant, pool=pool).first()
         if quota is None:
             raise ValidationError(closed)
-        if not req.whole_card and (refusal := slice_refusal(pool, req.gpu_model)):
+        if not req.whole_card and (refusal := slice_refusal(pool, req.gpu_model, req.gpu_vendor)):
             errors["whole_card"] = [refusal]
         elif not could_ever_fit(pool, placing):
             errors["count" if req.count > 1 else "memory_mib"] = [
