@@ -31,15 +31,16 @@ class GpuHealth(models.TextChoices):
 class GpuVendor(models.TextChoices):
     """Who made the card, as the agent reports it (absent: NVIDIA, read through NVML)."""
 
+    # Translated: Chinese readers know these makers by their Chinese names (华为昇腾 ...).
     NVIDIA = "nvidia", "NVIDIA"
-    ASCEND = "ascend", "Huawei Ascend"
-    HYGON = "hygon", "Hygon DCU"
+    ASCEND = "ascend", _("Huawei Ascend")
+    HYGON = "hygon", _("Hygon DCU")
     AMD = "amd", "AMD"
-    METAX = "metax", "MetaX"
-    MOORETHREADS = "moorethreads", "Moore Threads"
-    CAMBRICON = "cambricon", "Cambricon"
+    METAX = "metax", _("MetaX")
+    MOORETHREADS = "moorethreads", _("Moore Threads")
+    CAMBRICON = "cambricon", _("Cambricon")
 
 
 def vendor_label(vendor: str) -> str:
     """The vendor's name as pages show it; an unknown value as it is."""
-    return dict(GpuVendor.choices).get(vendor, vendor)
+    return str(dict(GpuVendor.choices).get(vendor, vendor))

@@ -98,5 +98,5 @@ def slice_refusal(kinds) -> str | None:
     names = ", ".join(f"{vendor_label(v)} {m}" for v, m in whole)
     return _(
         "These cards are handed out as whole cards only (no slicing for them): %(cards)s. "
-        "Ask for whole cards, or name a GPU model that can be sliced."
+        "Ask for whole cards, or name a GPU model or vendor whose cards can be sliced."
     ) % {"cards": names}
