@@ -13,7 +13,7 @@ from django.db.models.fields.json import KeyTextTransform
 from django.db.models.lookups import Exact
 from django.utils.translation import gettext_lazy as _
 
-from agents.choices import GpuHealth, NodeSource, NodeState
+from agents.choices import GpuHealth, GpuVendor, NodeSource, NodeState
 from agents.models import GPU, Node
 from agents.registration import parse_labels
 
@@ -44,10 +44,19 @@ class NodeFilterSet(django_filters.FilterSet):
         validators=[validate_label_selector],
         help_text=_("Only nodes with this label: a name (key), or key=value for its value."),
     )
+    vendor = django_filters.ChoiceFilter(
+        choices=GpuVendor.choices,
+        method="filter_vendor",
+        help_text=_("Only nodes holding at least one card of this vendor."),
+    )
 
     class Meta:
         model = Node
-        fields = ["state", "source", "name", "label"]
+        fields = ["state", "source", "name", "label", "vendor"]
+
+    def filter_vendor(self, queryset: QuerySet[Node], name: str, value: str) -> QuerySet[Node]:
+        # A subquery rather than a join: a node with eight such cards is listed once.
+        return queryset.filter(pk__in=GPU.objects.filter(vendor=value).values("node_id"))
 
     def filter_label(self, queryset: QuerySet[Node], name: str, value: str) -> QuerySet[Node]:
         key, sep, wanted = value.partition("=")
@@ -64,10 +73,13 @@ class GPUFilterSet(django_filters.FilterSet):
     model = django_filters.CharFilter(
         help_text=_("Only cards of this model, as the driver names it (NVIDIA H100 80GB HBM3).")
     )
+    vendor = django_filters.ChoiceFilter(
+        choices=GpuVendor.choices, help_text=_("Only cards of this vendor.")
+    )
     health = django_filters.ChoiceFilter(
         choices=GpuHealth.choices, help_text=_("Only cards in this health.")
     )
 
     class Meta:
         model = GPU
-        fields = ["node", "model", "health"]
+        fields = ["node", "model", "vendor", "health"]

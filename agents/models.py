@@ -4,7 +4,7 @@ from django.db import connections, models, transaction
 from django.urls import reverse
 from django.utils.translation import gettext_lazy as _
 
-from agents.choices import GpuHealth, NodeSource, NodeState
+from agents.choices import GpuHealth, GpuVendor, NodeSource, NodeState
 from agents.validators import AGENT_URL_MAX_LENGTH, validate_agent_url
 from portal import crypto
 
@@ -119,13 +119,17 @@ class GPU(_DeleteWaitsForCycles, models.Model):
     index = models.PositiveSmallIntegerField(_("index"))
     uuid = models.CharField(_("UUID"), max_length=64, unique=True)
     model = models.CharField(_("model"), max_length=128)
-    vendor = models.CharField(_("vendor"), max_length=32, default="nvidia")
+    vendor = models.CharField(
+        _("vendor"), max_length=32, choices=GpuVendor, default=GpuVendor.NVIDIA
+    )
     memory_total_mib = models.PositiveIntegerField(_("memory (MiB)"), default=0)
     pci_bus_id = models.CharField(_("PCI bus ID"), max_length=32, blank=True)
     serial = models.CharField(_("serial"), max_length=64, blank=True)
     health = models.CharField(
         _("health"), max_length=16, choices=GpuHealth, default=GpuHealth.UNKNOWN
     )
+    # Why the card is not ok, in the vendor tool's words (the agent's health_detail).
+    health_detail = models.CharField(_("health detail"), max_length=512, blank=True)
     mig_mode = models.BooleanField(_("MIG mode"), default=False)
     last_seen = models.DateTimeField(_("last seen"), null=True, blank=True)
     created = models.DateTimeField(auto_now_add=True)
@@ -137,7 +141,9 @@ class GPU(_DeleteWaitsForCycles, models.Model):
         ordering = ["node_id", "index"]
         verbose_name = _("GPU")
         verbose_name_plural = _("GPUs")
-        indexes = [models.Index(fields=["node", "index"])]
+        # vendor: the few cards that are not NVIDIA's, found without a scan (a slice's
+        # placement asks whether its pool holds any, pools.services.slice_refusal).
+        indexes = [models.Index(fields=["node", "index"]), models.Index(fields=["vendor"])]
 
     def __str__(self) -> str:
         return f"{self.node.name}/{self.index} {self.model}"

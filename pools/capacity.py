@@ -37,7 +37,7 @@ def _cards(pool: Pool) -> list[dict[str, Any]]:
     rows = PoolCard.objects.filter(pool=pool).order_by("gpu__node__name", "gpu__index")
     out = []
     for row in rows.values(
-        "gpu_id", "gpu__uuid", "gpu__index", "gpu__model", "gpu__memory_total_mib",
+        "gpu_id", "gpu__uuid", "gpu__index", "gpu__model", "gpu__vendor", "gpu__memory_total_mib",
         "gpu__health", "gpu__node_id", "gpu__node__name", "gpu__node__state", "compute_capacity",
         "memory_capacity_mib", "compute_allocated", "memory_allocated_mib", "slices",
         "held_whole", "cordoned_at", "added_by_hand",
@@ -49,7 +49,8 @@ def _cards(pool: Pool) -> list[dict[str, Any]]:
         )
         out.append({
             "id": row["gpu_id"], "uuid": row["gpu__uuid"], "index": row["gpu__index"],
-            "model": row["gpu__model"], "node_id": row["gpu__node_id"],
+            "model": row["gpu__model"], "vendor": row["gpu__vendor"],
+            "node_id": row["gpu__node_id"],
             "node": row["gpu__node__name"], "health": row["gpu__health"],
             "node_state": row["gpu__node__state"], "schedulable": schedulable,
             "cordoned": row["cordoned_at"] is not None, "added_by_hand": row["added_by_hand"],

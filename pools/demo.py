@@ -1,4 +1,5 @@
-"""The demo's pool (``manage.py demo``): one rule pool over the simulated cards, and the
+"""The demo's pools (``manage.py demo``): one rule pool over the simulated NVIDIA cards,
+one over the simulated Ascend and Hygon cards, and the
 slices its allocations were on at any moment, for the demo's history. The slices
 themselves come through GPU requests (``quotas.demo``). Wired in by the project's demo
 command."""
@@ -30,6 +31,25 @@ def seed(admin, node_labels: dict[str, str]) -> Pool:
                 "description": "Every simulated card, compute oversubscribed twice.",
                 "match_labels": node_labels, "compute_ratio": Decimal(2),
                 "memory_ratio": Decimal("1.5"),
+            },
+            actor=admin,
+        )  # fmt: skip
+    return pool
+
+
+DOMESTIC_SLUG = "domestic"
+
+
+def seed_domestic(admin, node_labels: dict[str, str]) -> Pool:
+    """The pool of the demo's Ascend and Hygon cards (a mixed fleet beside the NVIDIA
+    one), by their nodes' label, created once like the demo pool; no oversubscription."""
+    pool = Pool.objects.filter(slug=DOMESTIC_SLUG).first()
+    if pool is None:
+        pool = configuration.create_pool(
+            {
+                "name": "Ascend and Hygon", "slug": DOMESTIC_SLUG,
+                "description": "Simulated Huawei Ascend 910B and Hygon DCU cards.",
+                "match_labels": node_labels,
             },
             actor=admin,
         )  # fmt: skip

@@ -5,6 +5,7 @@ from __future__ import annotations
 import django_filters
 from django.utils.translation import gettext_lazy as _
 
+from agents.choices import GpuVendor
 from pools.choices import AgentSync, AllocationState, PlacementPolicy
 from pools.models import Allocation, Pool, PoolCard
 
@@ -29,13 +30,18 @@ class PoolCardFilterSet(django_filters.FilterSet):
         field_name="gpu__node__name", help_text=_("Only the cards of the node with this name.")
     )
     model = django_filters.CharFilter(field_name="gpu__model", help_text=_("Only this model."))
+    vendor = django_filters.ChoiceFilter(
+        field_name="gpu__vendor",
+        choices=GpuVendor.choices,
+        help_text=_("Only this vendor's cards."),
+    )
     free = django_filters.BooleanFilter(
         method="filter_free", help_text=_("true: only cards with no vGPU; false: only busy ones.")
     )
 
     class Meta:
         model = PoolCard
-        fields = ["pool", "node", "model", "free"]
+        fields = ["pool", "node", "model", "vendor", "free"]
 
     def filter_free(self, queryset, name: str, value: bool):
         return queryset.filter(slices=0) if value else queryset.filter(slices__gt=0)

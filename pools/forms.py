@@ -8,6 +8,7 @@ from django import forms
 from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
+from agents.choices import GpuVendor
 from pools.choices import PlacementPolicy
 from pools.models import MAX_RATIO, Pool
 
@@ -35,9 +36,9 @@ class PoolForm(forms.Form):
         widget=forms.Textarea(attrs={"rows": 2, "placeholder": "NVIDIA H100 80GB HBM3"}),
         help_text=_("One model per line, as the driver names it. Empty: any model."),
     )  # fmt: skip
-    match_vendor = forms.CharField(
-        label=_("Vendor"), required=False, max_length=32,
-        help_text=_("Empty: any vendor."),
+    match_vendor = forms.ChoiceField(
+        label=_("Vendor"), required=False, choices=[("", _("Any vendor")), *GpuVendor.choices],
+        help_text=_("Only this vendor's cards join. Empty: any vendor."),
     )  # fmt: skip
     match_labels = forms.CharField(
         label=_("Node labels"), required=False, max_length=MAX_TEXT,

@@ -18,6 +18,7 @@ from pools.services import (
     place_lease,
     release_lease,
     resize_lease,
+    slice_refusal,
 )
 from pools.signals import (
     AllocationMove,
@@ -47,5 +48,6 @@ __all__ = [
     "release_plan",
     "resize_lease",
     "share_pct",
+    "slice_refusal",
     "undrain_node",
 ]

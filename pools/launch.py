@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import shlex
 
-from agents.gpu_agent.desired import Slice
+from agents.choices import GpuVendor
+from agents.gpu_agent.desired import ALLOCATION_ENV_VAR, Slice
+from pools import slicing
 from pools.choices import AllocationState
 from pools.models import Allocation
 
@@ -20,12 +22,27 @@ LIMIT_VARIABLES = frozenset({
 })  # fmt: skip
 
 
+# Other vendors' runtimes choose their card by index; their slices' limits are HAMi's in
+# Kubernetes (pools.slicing): on a node only the card and the allocation are set.
+VISIBLE_DEVICES = {
+    GpuVendor.ASCEND: "ASCEND_RT_VISIBLE_DEVICES",
+    GpuVendor.HYGON: "HIP_VISIBLE_DEVICES",
+    GpuVendor.AMD: "HIP_VISIBLE_DEVICES",
+    GpuVendor.CAMBRICON: "MLU_VISIBLE_DEVICES",
+    GpuVendor.MOORETHREADS: "MUSA_VISIBLE_DEVICES",
+}
+
+
 def launch_env(allocation: Allocation) -> dict[str, str] | None:
     """The environment a process needs to live inside the slice; None while the slice has
     no card (stranded, released)."""
     gpu = allocation.gpu
     if gpu is None:
         return None
+    if gpu.vendor != GpuVendor.NVIDIA:
+        env = {VISIBLE_DEVICES[gpu.vendor]: str(gpu.index)} if gpu.vendor in VISIBLE_DEVICES else {}
+        env[ALLOCATION_ENV_VAR] = allocation.agent_id
+        return env
     env = Slice(
         allocation_id=allocation.agent_id,
         gpu_uuid=gpu.uuid,
@@ -46,13 +63,15 @@ def export_block(env: dict[str, str] | None) -> str:
 
 
 def kubernetes_limits(allocation: Allocation) -> dict[str, int]:
-    """HAMi's resource names for a pod asking for the same slice: memory in MiB, compute
-    in percent of the card."""
-    limits = {"nvidia.com/gpu": 1}
-    if not allocation.whole_card:
-        limits["nvidia.com/gpumem"] = allocation.memory_mib
-        limits["nvidia.com/gpucores"] = allocation.compute_pct
-    return limits
+    """HAMi's resource names for a pod asking for the same slice, in the card's vendor's
+    names (pools.slicing): memory in the vendor's unit (MiB for NVIDIA), compute in
+    percent of the card where the vendor takes it; one whole card where HAMi slices none."""
+    gpu = allocation.gpu
+    names = slicing.resources(gpu.vendor, gpu.model) if gpu else slicing.resources("nvidia", "")
+    return names.limits(
+        memory_mib=allocation.memory_mib, compute_pct=allocation.compute_pct,
+        whole=allocation.whole_card,
+    )  # fmt: skip
 
 
 def kubernetes_snippet(allocation: Allocation) -> str:
@@ -71,4 +90,5 @@ def launch_settings(allocation: Allocation) -> dict | None:
     return {
         "allocation": allocation, "unix_user": allocation.lease.unix_user, "env": env,
         "export_block": export_block(env), "kubernetes": kubernetes_snippet(allocation),
+        "nvidia": allocation.gpu.vendor == GpuVendor.NVIDIA,
     }  # fmt: skip

@@ -30,6 +30,7 @@ from django.db.models.functions import Cast, Coalesce, Least, NullIf
 from django.urls import reverse
 from django.utils.translation import gettext_lazy as _
 
+from agents.choices import GpuVendor
 from agents.models import GPU, Node
 from pools.choices import AgentSync, AllocationState, LeaseState, PlacementPolicy
 from pools.placement import MAX_COMPUTE_PCT
@@ -47,7 +48,7 @@ class Pool(models.Model):
     # Matching rules: a card joins when it matches all rules given (an empty rule matches
     # all) and is in no other pool. Cards added by hand stay whatever the rules say.
     match_models = models.JSONField(_("GPU models"), default=list, blank=True)
-    match_vendor = models.CharField(_("vendor"), max_length=32, blank=True)
+    match_vendor = models.CharField(_("vendor"), max_length=32, blank=True, choices=GpuVendor)
     match_labels = models.JSONField(_("node labels"), default=dict, blank=True)
     match_by_rules = models.BooleanField(_("add matching cards automatically"), default=True)
     compute_ratio = models.DecimalField(
@@ -180,6 +181,7 @@ class Lease(models.Model):
     memory_mib = models.PositiveIntegerField(_("memory per vGPU (MiB)"))
     whole_card = models.BooleanField(_("whole cards"), default=False)
     gpu_model = models.CharField(_("GPU model"), max_length=128, blank=True)
+    gpu_vendor = models.CharField(_("GPU vendor"), max_length=32, blank=True, choices=GpuVendor)
     node_name = models.CharField(_("node"), max_length=255, blank=True)
     node_labels = models.JSONField(_("node labels"), default=dict, blank=True)
     same_node = models.BooleanField(_("all on one node"), default=False)

@@ -44,6 +44,7 @@ class Card:
     held_whole: bool = False
     schedulable: bool = True  # False: cordoned, lost, or its node draining or offline
     node_labels: Mapping[str, str] = field(default_factory=dict)
+    vendor: str = "nvidia"
 
     @property
     def compute_free(self) -> int:
@@ -68,6 +69,7 @@ class Ask:
     whole_card: bool = False
     model: str = ""  # "" = any
     node: str = ""  # a node's name, "" = any
+    vendor: str = ""  # "" = any (agents.choices.GpuVendor)
     node_labels: Mapping[str, str] = field(default_factory=dict)
     same_node: bool = False
     policy: str = BINPACK
@@ -87,6 +89,7 @@ class Ask:
             memory_mib=0 if spec.whole_card else spec.memory_mib, whole_card=spec.whole_card,
             model=spec.gpu_model, node=spec.node_name, node_labels=spec.node_labels or {},
             same_node=spec.same_node, policy=policy,
+            vendor=getattr(spec, "gpu_vendor", ""),  # a spec from before vendors: any
         )  # fmt: skip
 
     @property
@@ -101,6 +104,8 @@ class Ask:
 def matches(card: Card, ask: Ask) -> bool:
     """The ask's constraints, capacity aside."""
     if ask.model and card.model != ask.model:
+        return False
+    if ask.vendor and card.vendor != ask.vendor:
         return False
     if ask.node and card.node_name != ask.node:
         return False

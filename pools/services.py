@@ -21,7 +21,7 @@ from django.utils import timezone
 
 from agents.choices import GpuHealth, NodeState
 from agents.models import GPU, Node
-from pools import lease_sql, placement
+from pools import lease_sql, placement, slicing
 from pools.choices import AllocationState, LeaseState
 from pools.models import Allocation, Lease, Pool, PoolCard
 from pools.signals import notify_nodes
@@ -42,19 +42,19 @@ _FIELDS = (
     "gpu_id", "gpu__node_id", "gpu__node__name", "gpu__model", "compute_capacity",
     "memory_capacity_mib", "gpu__memory_total_mib", "compute_allocated",
     "memory_allocated_mib", "slices", "held_whole", "cordoned_at", "gpu__health",
-    "gpu__node__state", "gpu__node__labels",
+    "gpu__node__state", "gpu__node__labels", "gpu__vendor",
 )  # fmt: skip
 
 
 def _card(row: tuple) -> placement.Card:
     (gpu, node, node_name, model, c_cap, m_cap, physical, c_used, m_used, slices, whole,
-     cordoned, health, state, labels) = row  # fmt: skip
+     cordoned, health, state, labels, vendor) = row  # fmt: skip
     return placement.Card(
         id=gpu, node_id=node, node_name=node_name, model=model, compute_capacity=c_cap,
         memory_capacity_mib=m_cap, memory_physical_mib=physical, compute_used=c_used,
         memory_used_mib=m_used, slices=slices, held_whole=whole,
         schedulable=(cordoned is None and health == GpuHealth.OK and state == NodeState.ONLINE),
-        node_labels=_labels(labels),
+        node_labels=_labels(labels), vendor=vendor,
     )  # fmt: skip
 
 
@@ -77,6 +77,8 @@ def _matching(rows, ask: placement.Ask):
     """The ask's constraints in SQL (a SELECT may filter on joined tables; an UPDATE not)."""
     if ask.model:
         rows = rows.filter(gpu__model=ask.model)
+    if ask.vendor:
+        rows = rows.filter(gpu__vendor=ask.vendor)
     if ask.node:
         rows = rows.filter(gpu__node__name=ask.node)
     if ask.node_labels:
@@ -105,7 +107,7 @@ _C, _M = (
 _BINPACK_ORDER_SQL = f"(pc.slices = 0), LEAST({_C}, {_M}), ({_C} + {_M}), pc.gpu_id"
 _CARD_COLUMNS = """pc.gpu_id, g.node_id, n.name, g.model, pc.compute_capacity,
     pc.memory_capacity_mib, g.memory_total_mib, pc.compute_allocated, pc.memory_allocated_mib,
-    pc.slices, pc.held_whole, pc.cordoned_at, g.health, n.state, n.labels"""
+    pc.slices, pc.held_whole, pc.cordoned_at, g.health, n.state, n.labels, g.vendor"""
 _CANDIDATES_FROM = f"""
       FROM {PoolCard._meta.db_table} pc
       JOIN {GPU._meta.db_table} g ON g.id = pc.gpu_id
@@ -129,6 +131,7 @@ def _candidates_sql(
         params += [ask.compute_pct, ask.memory_mib, ask.memory_mib]
     for clause, value in (
         ("AND g.model = %s", ask.model),
+        ("AND g.vendor = %s", ask.vendor),
         ("AND n.name = %s", ask.node),
         ("AND n.labels @> %s::jsonb", json.dumps(dict(ask.node_labels)) if ask.node_labels else ""),
         ("AND NOT (pc.gpu_id = ANY(%s))", list(exclude)),
@@ -202,10 +205,31 @@ def _placed(
     PlacementError, having changed nothing, when it does not fit."""
     if not ask.valid:
         raise PlacementError("no card in this pool could ever hold this request", never=True)
+    if not ask.whole_card and (refusal := slice_refusal(pool, ask.model, ask.vendor)):
+        raise PlacementError(refusal, never=True)
     for pick, params, count in picks(pool, ask):
         if rows := lease_sql.place(pick, params, count, ask.whole_card, lease, template):
             return rows
     return _not_placed(pool, ask)
+
+
+def slice_refusal(pool: Pool, model: str = "", vendor: str = "") -> str | None:
+    """Why a slice cannot be asked of this pool (of its cards of ``model``, when given), or
+    None: some of the cards it could land on are handed out whole only (pools.slicing).
+    A pool with no such cards yet is judged by its vendor rule."""
+    # NVIDIA's cards always slice: only the others are read, through the index on GPU.vendor,
+    # so that a placement in an NVIDIA pool pays one index probe, not a scan of its cards.
+    cards = PoolCard.objects.filter(pool=pool, gpu__vendor__in=slicing.OTHER_VENDORS)
+    if model:
+        cards = cards.filter(gpu__model=model)
+    if vendor:
+        if vendor not in slicing.OTHER_VENDORS:
+            return None  # NVIDIA's cards always slice
+        cards = cards.filter(gpu__vendor=vendor)
+    kinds = set(cards.values_list("gpu__vendor", "gpu__model").distinct())
+    if not kinds and pool.match_vendor in slicing.OTHER_VENDORS and not pool.cards.exists():
+        kinds = {(vendor or pool.match_vendor, model)}
+    return slicing.slice_refusal(kinds)
 
 
 def _not_placed(pool: Pool, ask: placement.Ask):
@@ -249,6 +273,7 @@ def place_lease(
         memory_mib=ask.memory_mib,
         whole_card=ask.whole_card,
         gpu_model=ask.model,
+        gpu_vendor=ask.vendor,
         node_name=ask.node,
         node_labels=dict(ask.node_labels),
         same_node=ask.same_node,

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
+from django.contrib.postgres.aggregates import ArrayAgg
 from django.core.exceptions import ValidationError
 from django.db.models import Count, Exists, OuterRef, Sum
 from django.http import HttpRequest, HttpResponse
@@ -18,9 +19,9 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.utils.translation import gettext as _
 from django.views.decorators.http import require_POST
 
-from agents.choices import GpuHealth, NodeSource, NodeState
+from agents.choices import GpuHealth, NodeSource, NodeState, vendor_label
 from agents.models import GPU, Node
-from pools import capacity, configuration, failover, launch, permissions
+from pools import capacity, configuration, failover, launch, permissions, services
 from pools.agent_reports import agent_report
 from pools.choices import AgentSync, AllocationState
 from pools.forms import PoolCardsForm, PoolForm
@@ -66,6 +67,7 @@ def pool_list(request: HttpRequest) -> HttpResponse:
         memory_capacity=Sum("cards__memory_capacity_mib"),
         memory_allocated=Sum("cards__memory_allocated_mib"),
         slice_count=Sum("cards__slices"),
+        vendors=ArrayAgg("cards__gpu__vendor", distinct=True),
     ).order_by("name")
     return render(request, "pools/pool_list.html", {"pools": pools})
 
@@ -141,9 +143,12 @@ def _detail(request: HttpRequest, pool: Pool, cards_form: PoolCardsForm | None =
     can_change = permissions.can_change_pools(request.user)
     if can_change and cards_form is None:
         cards_form = PoolCardsForm(choices=_card_choices())
+    picture = capacity.picture(pool, request.user)
     context = {
         "pool": pool,
-        "picture": capacity.picture(pool, request.user),
+        "picture": picture,
+        "vendors": _vendors(pool, picture["cards"]),
+        "slice_refusal": services.slice_refusal(pool),
         "usage": capacity.usage(pool.pk),
         "labels": _labels(),
         "can_change": can_change,
@@ -153,6 +158,17 @@ def _detail(request: HttpRequest, pool: Pool, cards_form: PoolCardsForm | None =
     if can_change:
         context["nodes"] = _nodes(context["picture"]["cards"])
     return render(request, "pools/pool_detail.html", context, status=status)
+
+
+def _vendors(pool: Pool, cards: list[dict]) -> list[tuple[str, int]]:
+    """The pool's vendors as pages name them, with how many of its cards each has; the
+    vendor rule's alone (0 cards) while none has joined."""
+    counts: dict[str, int] = {}
+    for card in cards:
+        counts[card["vendor"]] = counts.get(card["vendor"], 0) + 1
+    if not counts and pool.match_vendor:
+        counts[pool.match_vendor] = 0
+    return [(vendor_label(v), n) for v, n in sorted(counts.items(), key=lambda i: -i[1])]
 
 
 def _nodes(cards: list[dict]) -> list[dict]:

@@ -377,6 +377,8 @@ SPECTACULAR_SETTINGS = {
         "SeverityEnum": "alerts.choices.Severity",
         # A vGPU's state, in an allocation and in a request's allocations (AllocationBrief).
         "AllocationStateEnum": "pools.choices.AllocationState",
+        # A card's vendor, and a pool's vendor rule.
+        "GpuVendorEnum": "agents.choices.GpuVendor",
     },
     # The API documents JSON bodies (and the node import's CSV and YAML). Forms still parse,
     # but daphne's HTTP layer answers a malformed multipart body itself, outside the API.

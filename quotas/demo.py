@@ -57,6 +57,13 @@ QUOTAS = {
         "auto_approve_vgpus": 1, "auto_approve_compute_pct": 30, "auto_approve_hours": 4,
     },
 }  # fmt: skip
+# The speech team's quota in the Ascend and Hygon pool (its own: quotas are per pool).
+DOMESTIC_QUOTA = {
+    "guaranteed_vgpus": 2, "limit_vgpus": 8, "guaranteed_compute_pct": 100,
+    "limit_compute_pct": 800, "guaranteed_memory_mib": 64 * GIB,
+    "limit_memory_mib": 512 * GIB, "guaranteed_gpu_hours": 50, "limit_gpu_hours": 1000,
+    "auto_approve_vgpus": 1, "auto_approve_compute_pct": 50, "auto_approve_hours": 8,
+}  # fmt: skip
 # The live slices of the story by label (its sizes; the idle report's browser test places
 # them too): the training run and the benchmark are busy, the notebook idle.
 SLICES = (
@@ -197,3 +204,27 @@ def _day(at, admin, pool: Pool, users: dict, tenants: dict, models: Sequence[str
     # Within the policy, for 2 hours: it expires a minute after the story ends.
     ask(2 * 60 - 1, ben, speech, "evaluation", t4, compute_pct=20, memory_mib=6 * GIB,
         duration_hours=2, reason="Evaluate last night's checkpoint.")  # fmt: skip
+
+
+def seed_domestic(admin, pool: Pool) -> bool:
+    """The speech team's quota in the Ascend and Hygon pool and two requests there, once
+    (True when made now): an Ascend slice within the policy, placed at once (its launch
+    settings name HAMi's Ascend resources), and a Hygon whole card waiting for approval."""
+    speech = Tenant.objects.filter(slug="speech").first()
+    ben = get_user_model().objects.filter(username="ben").first()
+    if speech is None or ben is None or speech.quotas.filter(pool=pool).exists():
+        return False
+    tenancy.create_quota(admin, tenant=speech, pool=pool, **DOMESTIC_QUOTA)
+    asks = (
+        ("Ascend 910B2C", {"compute_pct": 50, "memory_mib": 16 * GIB, "duration_hours": 8},
+         "Try the speech recognizer on an Ascend NPU."),
+        ("DCU K100_AI", {"whole_card": True, "duration_hours": 24},
+         "Port the acoustic model to the Hygon DCU."),
+    )  # fmt: skip
+    for model, fields, reason in asks:
+        try:
+            services.create_request(ben, tenant=speech, pool=pool, gpu_model=model,
+                                    reason=reason, **fields)  # fmt: skip
+        except ValidationError as exc:
+            log.info("demo request on %s left out: %s", model, exc.messages)
+    return True

@@ -13,6 +13,7 @@ from django.db.models import Q
 from django.urls import reverse
 from django.utils.translation import gettext_lazy as _
 
+from agents.choices import GpuVendor
 from pools.models import Lease, Pool
 from quotas.choices import DECIDING_ROLES, BudgetPeriod, NoticeKind, RequestState, Role
 
@@ -164,6 +165,8 @@ class GpuRequest(models.Model):
         _("memory per vGPU (MiB)"), default=1024, validators=[MinValueValidator(1)]
     )
     gpu_model = models.CharField(_("GPU model"), max_length=128, blank=True)
+    # "": any vendor; else only that vendor's cards (agents.choices.GpuVendor).
+    gpu_vendor = models.CharField(_("GPU vendor"), max_length=32, blank=True, choices=GpuVendor)
     node_name = models.CharField(_("node"), max_length=255, blank=True)
     node_labels = models.JSONField(_("node labels"), default=dict, blank=True)
     same_node = models.BooleanField(_("all on one node"), default=False)

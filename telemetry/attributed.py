@@ -104,8 +104,10 @@ def attributed_use(
         "gpus": [a.gpu_id for a in allocations],
         "owners": [a.owner for a in allocations],
         "since": [a.since for a in allocations],
-        "util": [a.util_pct for a in allocations],
-        "mem": [a.memory_mib for a in allocations],
+        # float8[]: psycopg refuses a list mixing int and float (one pool's reclaim
+        # thresholds in whole numbers, another's with decimals).
+        "util": [float(a.util_pct) for a in allocations],
+        "mem": [float(a.memory_mib) for a in allocations],
         "win": [a.window_start or start for a in allocations],
         "start": start, "end": end, "points": points, "last": max(points - 1, 0),
         "step": max((end - start).total_seconds() / points, 1e-9) if points else 1.0,

@@ -17,6 +17,7 @@ from typing import Any
 import orjson
 from django.db.models import Count
 
+from agents.choices import vendor_label
 from agents.gpu_agent import schema
 from agents.models import GPU, Node
 from portal import redis_client
@@ -165,6 +166,7 @@ def summarize(node: dict[str, Any], latest: dict[str, Any] | None, gpu_count: in
     cards = (latest or {}).get("gpus", {}).values()
     util_sum, util_n, temp_max, used, total, power, lost = 0, 0, None, 0, 0, 0.0, 0
     models: dict[str, int] = {}
+    vendors: dict[str, str] = {}  # {model: vendor} of the cards that are not NVIDIA's
     # Each card's utilization by its index, for the dashboard's heatmap: pairs, not a
     # dict, as JSON objects would need string keys.
     utils = []
@@ -183,6 +185,8 @@ def summarize(node: dict[str, Any], latest: dict[str, Any] | None, gpu_count: in
         lost += get("health") == "lost"
         model = get("name") or ""
         models[model] = models.get(model, 0) + 1
+        if vendor := get("vendor"):  # absent on NVIDIA cards: only others are listed
+            vendors[model] = vendor
     return {
         **_node_fields(node, latest),
         "collected_at": (latest or {}).get("collected_at"),
@@ -194,6 +198,7 @@ def summarize(node: dict[str, Any], latest: dict[str, Any] | None, gpu_count: in
         "temperature_max_c": temp_max,
         "power_w": round(power, 1),
         "models": models,
+        "vendors": vendors,
         "cards_util": utils,
     }
 
@@ -244,7 +249,7 @@ def node_detail(node: Node, latest: dict[str, Any] | None = None) -> dict:
         latest = latest_for([node.pk]).get(node.pk)
     readings = (latest or {}).get("gpus", {})
     gpus = node.gpus.order_by("index").values_list(
-        "pk", "uuid", "index", "model", "memory_total_mib", "health"
+        "pk", "uuid", "index", "model", "vendor", "memory_total_mib", "health", "health_detail"
     )
     row = {f: getattr(node, f) for f in _NODE_FIELDS}
     return {
@@ -257,9 +262,12 @@ def node_detail(node: Node, latest: dict[str, Any] | None = None) -> dict:
                 "uuid": uuid,
                 "index": index,
                 "model": model,
+                "vendor": vendor,
+                "vendor_label": vendor_label(vendor),
                 "memory_total_mib": memory,
                 "health": health,
+                "health_detail": detail,
             }
-            for pk, uuid, index, model, memory, health in gpus
+            for pk, uuid, index, model, vendor, memory, health, detail in gpus
         ],
     }

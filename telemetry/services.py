@@ -23,7 +23,7 @@ from django.db import transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
-from agents.choices import GpuHealth, NodeSource, NodeState
+from agents.choices import GpuHealth, GpuVendor, NodeSource, NodeState
 from agents.gpu_agent import schema
 from agents.models import GPU, Node, lock_inventory
 from portal import crypto
@@ -39,6 +39,11 @@ _NODE_IDENTITY = ("hostname", "agent_version", "driver_version", "cuda_version")
 # cost PostgreSQL more than the rest of a minute's cycles); pages and the API show the
 # exact moment from the latest readings while the card is in them (readings.seen_at).
 GPU_LAST_SEEN_RESOLUTION = timedelta(minutes=5)
+_HEALTH = {
+    "ok": GpuHealth.OK, "warning": GpuHealth.WARNING, "unhealthy": GpuHealth.UNHEALTHY,
+    "lost": GpuHealth.LOST,
+}  # fmt: skip
+HEALTH_DETAIL_MAX = GPU._meta.get_field("health_detail").max_length
 
 
 @dataclass
@@ -245,7 +250,8 @@ def _fingerprint(snapshot: dict) -> int:
     return hash(
         tuple([
             (g["uuid"], g["index"], g.get("name"), g.get("memory_total_mib"),
-             g.get("pci_bus_id"), g.get("serial"), g.get("health"))
+             g.get("pci_bus_id"), g.get("serial"), g.get("health"), g.get("vendor"),
+             g.get("health_detail"))
             for g in snapshot["gpus"]
         ])
     )  # fmt: skip
@@ -316,7 +322,8 @@ def _reconcile_gpus(
                 also.append((node_id, gpu["uuid"]))
             else:
                 reported[gpu["uuid"]] = (node_id, gpu)
-    columns = ("uuid", "pk", "node_id", "index", "memory_total_mib", "health")
+    columns = ("uuid", "pk", "node_id", "index", "memory_total_mib", "health", "health_detail",
+               "vendor")  # fmt: skip
     columns += tuple(f for f, _, _ in _GPU_IDENTITY)
     rows = {
         r[0]: dict(zip(columns, r, strict=True))
@@ -338,7 +345,11 @@ def _reconcile_gpus(
         wanted = {
             "node_id": node_id,
             "index": data["index"],
-            "health": GpuHealth.LOST if data.get("health") == "lost" else GpuHealth.OK,
+            # The schema let only known words through; absent (NVML agents before #25,
+            # Prometheus) is ok. No vendor: an NVIDIA card, read through NVML.
+            "health": _HEALTH.get(data.get("health"), GpuHealth.OK),
+            "health_detail": (data.get("health_detail") or "")[:HEALTH_DETAIL_MAX],
+            "vendor": data.get("vendor") or GpuVendor.NVIDIA,
         }
         if data.get("memory_total_mib"):
             wanted["memory_total_mib"] = int(data["memory_total_mib"])
@@ -354,7 +365,8 @@ def _reconcile_gpus(
     if to_create:
         GPU.objects.bulk_create(to_create)
     if to_update:
-        fields = ["node_id", "index", "memory_total_mib", "health", "updated"]
+        fields = ["node_id", "index", "memory_total_mib", "health", "health_detail", "vendor",
+                  "updated"]  # fmt: skip
         GPU.objects.bulk_update(to_update, fields + [f for f, _, _ in _GPU_IDENTITY])
 
     ids = {uuid: rows[uuid]["pk"] for uuid in reported if uuid in rows}

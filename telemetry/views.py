@@ -6,7 +6,7 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.utils.translation import gettext as _
 from django.utils.translation import ngettext
 
-from agents.choices import GpuHealth, NodeState
+from agents.choices import GpuHealth, GpuVendor, NodeState, vendor_label
 from agents.models import GPU, Node
 from agents.permissions import can_see_agent_details
 from telemetry import heatmap, readings
@@ -25,6 +25,7 @@ def _labels() -> dict:
     return {
         "states": {value: str(label) for value, label in NodeState.choices},
         "health": {value: str(label) for value, label in GpuHealth.choices},
+        "vendors": {value: str(label) for value, label in GpuVendor.choices},
         "ui": {
             "live": _("Live"),
             "reconnecting": _("Reconnecting…"),
@@ -75,10 +76,12 @@ def dashboard(request: HttpRequest) -> HttpResponse:
     details = can_see_agent_details(request.user)
     by_state: dict[str, int] = {}
     models: dict[str, int] = {}
+    vendors: dict[str, str] = {}  # {model: vendor}; a model not listed is NVIDIA's
     for tile in tiles:
         by_state[tile["state"]] = by_state.get(tile["state"], 0) + 1
         for model, count in tile["models"].items():
             models[model] = models.get(model, 0) + count
+        vendors.update(tile.get("vendors") or {})
     # The heatmap's cards: one query for the fleet's (id, node, index), none per node.
     gpus = GPU.objects.values_list("pk", "node_id", "index")
     nodes = heatmap.heat_nodes(tiles, gpus.iterator(chunk_size=10_000))
@@ -94,7 +97,10 @@ def dashboard(request: HttpRequest) -> HttpResponse:
             "tiles": tiles,
             "gpu_count": sum(t["gpu_count"] for t in tiles),
             "by_state": [(NodeState(s).label, n) for s, n in sorted(by_state.items())],
-            "models": sorted(models.items(), key=lambda item: -item[1]),
+            "models": [
+                (model, count, vendor_label(vendors.get(model, GpuVendor.NVIDIA)))
+                for model, count in sorted(models.items(), key=lambda item: -item[1])
+            ],
             "labels": _labels(),
             "can_manage_nodes": details,
             "agent_errors": {str(pk): text for pk, text in errors.items()} if details else None,

@@ -253,7 +253,10 @@ def sim_agents() -> Iterator[Callable[..., SimAgents]]:
     """Start a real simulator process serving ``nodes`` virtual nodes over HTTP."""
     started: list[procs.Proc] = []
 
-    def start(nodes: int = 2, gpus: int = 4, interval: float = 0.2, *models: str) -> SimAgents:
+    def start(
+        nodes: int = 2, gpus: int = 4, interval: float = 0.2, *models: str,
+        vendors: tuple[str, ...] = (),
+    ) -> SimAgents:  # fmt: skip
         first = procs.free_ports(nodes)
         command = [
             procs.PYTHON,
@@ -272,8 +275,13 @@ def sim_agents() -> Iterator[Callable[..., SimAgents]]:
             "--listen",
             f"127.0.0.1:{first}",
         ]
-        for model in models or ("NVIDIA A100-SXM4-80GB", "NVIDIA H100 80GB HBM3"):
+        # With vendors and no models, each vendor's node gets its vendor's usual card.
+        for model in models or (
+            () if vendors else ("NVIDIA A100-SXM4-80GB", "NVIDIA H100 80GB HBM3")
+        ):
             command += ["--model", model]
+        for vendor in vendors:
+            command += ["--vendor", vendor]
         proc = procs.start("agent", command, procs.child_env(GPU_AGENT_TOKEN=AGENT_TOKEN))
         started.append(proc)
         proc.wait_for("gpu-agent listening on", count=nodes)

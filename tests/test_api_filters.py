@@ -97,7 +97,7 @@ def _parameters(api: APIClient, path: str) -> dict[str, dict]:
 
 def test_the_node_filters_are_in_the_schema(api):
     parameters = _parameters(api, "/api/v1/nodes/")
-    assert {"state", "source", "name", "label"} <= parameters.keys()
+    assert {"state", "source", "name", "label", "vendor"} <= parameters.keys()
     assert parameters["state"]["schema"]["enum"] == ["draining", "maintenance", "offline", "online"]
     assert parameters["source"]["schema"]["enum"] == ["agent", "prometheus"]
     assert "key=value" in parameters["label"]["description"]
@@ -105,11 +105,66 @@ def test_the_node_filters_are_in_the_schema(api):
 
 def test_the_gpu_filters_are_in_the_schema(api):
     parameters = _parameters(api, "/api/v1/gpus/")
-    assert {"node", "model", "health"} <= parameters.keys()
-    assert parameters["health"]["schema"]["enum"] == ["lost", "ok", "unknown"]
+    assert {"node", "model", "vendor", "health"} <= parameters.keys()
+    assert parameters["health"]["schema"]["enum"] == [
+        "lost",
+        "ok",
+        "unhealthy",
+        "unknown",
+        "warning",
+    ]
+    assert parameters["vendor"]["schema"]["enum"] == [
+        "amd",
+        "ascend",
+        "cambricon",
+        "hygon",
+        "metax",
+        "moorethreads",
+        "nvidia",
+    ]
 
 
 def test_the_page_parameters_have_bounds_in_the_schema(api):
     parameters = _parameters(api, "/api/v1/nodes/")
     assert parameters["limit"]["schema"] == {"type": "integer", "minimum": 1, "maximum": 1000}
     assert parameters["offset"]["schema"]["minimum"] == 0
+
+
+@pytest.fixture
+def mixed_fleet() -> None:
+    """Two NVIDIA cards on one node, Ascend cards on another (two of them), a Hygon card on
+    a third: the vendor filters list each node once, whatever its number of such cards."""
+    nv = Node.objects.create(name="nv-1", agent_url="http://nv:1", state="online")
+    asc = Node.objects.create(name="ascend-1", agent_url="http://asc:1", state="online")
+    hy = Node.objects.create(name="hygon-1", agent_url="http://hy:1", state="online")
+    GPU.objects.create(node=nv, index=0, uuid="GPU-nv0", model="NVIDIA A100", health="ok")
+    GPU.objects.create(node=nv, index=1, uuid="GPU-nv1", model="NVIDIA A100", health="ok")
+    for index in (0, 1):
+        GPU.objects.create(node=asc, index=index, uuid=f"ascend-{index}", vendor="ascend",
+                           model="Ascend 910B2C", health="warning")  # fmt: skip
+    GPU.objects.create(node=hy, index=0, uuid="a1b2c3", vendor="hygon", model="DCU K100_AI",
+                       health="ok")  # fmt: skip
+
+
+def test_the_lists_filter_by_vendor(api, mixed_fleet):
+    def gpus(**params: str) -> list[str]:
+        return [gpu["uuid"] for gpu in api.get("/api/v1/gpus/", params).json()["results"]]
+
+    assert gpus(vendor="ascend") == ["ascend-0", "ascend-1"]
+    assert gpus(vendor="hygon") == ["a1b2c3"]
+    assert gpus(vendor="nvidia") == ["GPU-nv0", "GPU-nv1"]
+    assert gpus(vendor="cambricon") == []
+    assert gpus(vendor="ascend", health="warning") == ["ascend-0", "ascend-1"]
+    assert gpus(vendor="ascend", health="ok") == []
+    ascend = api.get("/api/v1/gpus/", {"vendor": "ascend"}).json()["results"][0]
+    assert ascend["vendor"] == "ascend" and ascend["health"] == "warning"
+    assert _names(api, vendor="ascend") == ["ascend-1"]
+    assert _names(api, vendor="nvidia") == ["nv-1"]
+    assert _names(api, vendor="hygon", state="online") == ["hygon-1"]
+
+
+@pytest.mark.parametrize("path", ["/api/v1/gpus/", "/api/v1/nodes/"])
+@pytest.mark.parametrize("value", ["biren", "NVIDIA", "ascend "])
+def test_an_unknown_vendor_filter_is_a_400(api, mixed_fleet, path, value):
+    response = api.get(path, {"vendor": value})
+    assert response.status_code == 400 and "vendor" in error_fields(response)

@@ -45,7 +45,7 @@ ALLOWED = {
     "DingTalk", "WeCom", "Feishu", "Slack", "Webhook", "webhook", "ReDoc", "Swagger",
     "OpenAPI", "gpuctl", "Bearer", "English", "GiB", "MiB", "TiB", "KiB", "GB", "MB", "MHz",
     "W", "Wh", "kWh", "UTC", "PCI", "Unix", "Lark", "GPU-hours", "vCPU", "SXM", "HBM", "A100",
-    "H100", "Tesla",
+    "H100", "Tesla", "AMD", "DCU", "NPU",
 }  # fmt: skip
 WORD = re.compile(r"[A-Za-z][A-Za-z0-9'_.-]*[A-Za-z0-9]|[A-Za-z]")
 

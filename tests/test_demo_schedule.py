@@ -18,6 +18,7 @@ from django.contrib.auth import get_user_model
 from django.utils import timezone
 
 from alerts.models import Event
+from pools import launch as pools_launch
 from pools.choices import LeaseState
 from quotas import demo as quotas_demo
 from quotas.choices import NoticeKind, RequestState
@@ -32,14 +33,14 @@ pytestmark = pytest.mark.stack
 def _demo_command(tmp_path: Path) -> Callable[..., procs.Proc]:
     """``start(*args)``: the demo on the test database with in-process Redis, its var/ in
     tmp_path, short beat periods, four nodes (the four models the story asks for) of two
-    cards and the hot node."""
+    cards, the hot node, and the Ascend and Hygon nodes."""
     env = procs.child_env(
         DATABASE_URL=procs.database_url(settings.DATABASES["default"]), REDIS_URL=None,
         SECRET_KEY="insecure-test-only-key", PORTAL_VAR_DIR=str(tmp_path / "var"),
         GPU_POLL_INTERVAL="1", REQUESTS_SWEEP_EVERY_S="2", REQUESTS_PLACE_EVERY_S="5",
         IDLE_SCAN_EVERY_S="5", TAKEBACK_EVERY_S="5", ACCOUNTING_EVERY_S="5",
     )  # fmt: skip
-    port, agent_port = procs.free_port(), procs.free_ports(5)
+    port, agent_port = procs.free_port(), procs.free_ports(7)
 
     def start(*args: str) -> procs.Proc:
         return procs.start(
@@ -90,6 +91,15 @@ def test_the_demos_scheduled_work_runs(start_demo, tmp_path):
     assert re.search(r"Log in as admin / \S+", login)
 
     requests = {r.reason: r for r in GpuRequest.objects.all()}
+    # The mixed fleet's pool: an Ascend slice placed at once by HAMi's Ascend names, a
+    # Hygon whole card waiting for approval.
+    npu = requests["Try the speech recognizer on an Ascend NPU."]
+    assert npu.state == RequestState.ALLOCATED, npu.state
+    allocation = npu.lease.allocations.get()
+    assert (allocation.gpu.vendor, allocation.gpu.node.name) == ("ascend", "demo-ascend")
+    assert "huawei.com/Ascend910B2" in pools_launch.kubernetes_limits(allocation)
+    dcu = requests["Port the acoustic model to the Hygon DCU."]
+    assert (dcu.state, dcu.pool.slug, dcu.whole_card) == (RequestState.PENDING, "domestic", True)
     waiting = requests["Full training run of the detector."]
     evaluation = requests["Evaluate last night's checkpoint."]
     # The sweep: the request pending for five hours is escalated, at once...
@@ -160,7 +170,8 @@ def test_a_demo_stopped_while_it_seeds_leaves_no_simulator_behind(transactional_
     try:
         demo.wait_for("Told the demo's day", timeout=240)
         children += psutil.Process(demo.popen.pid).children(recursive=True)
-        assert len(children) == 2, children  # the fleet's simulator and the hot node's
+        # The fleet's simulator, the hot node's, and the Ascend and Hygon nodes'.
+        assert len(children) == 3, children
         assert not any("GPU Portal is running" in line for line in demo.lines)
     finally:
         exit_code = demo.stop(timeout=30)

@@ -29,8 +29,8 @@ def _active_slices(url: str, token: str) -> list[dict]:
 def test_embedded_demo_serves_live_readings(tmp_path):
     """Readings reach the API from the in-process store, and keep changing as polls land;
     the demo pool's slices are placed."""
-    # Two nodes, and the demo's hot node on the port after theirs.
-    port, agent_port = procs.free_port(), procs.free_ports(3)
+    # Two nodes, the demo's hot node on the port after theirs, then its Ascend and Hygon.
+    port, agent_port = procs.free_port(), procs.free_ports(5)
     env = procs.embedded_env(tmp_path, GPU_POLL_INTERVAL="1")
     demo = procs.start(
         "demo",
@@ -58,7 +58,10 @@ def test_embedded_demo_serves_live_readings(tmp_path):
                 if "utilization_gpu_pct" in gpu["latest"]:
                     seen.setdefault(gpu["uuid"], set()).add(gpu["latest"]["utilization_gpu_pct"])
             time.sleep(0.5)
-        assert len(seen) == 6
+        # 2 x 2 NVIDIA cards, the hot node's 2, and 2 each on the Ascend and Hygon nodes.
+        assert len(seen) == 10
+        vendors = {gpu["vendor"] for gpu in _gpus(url, token)}
+        assert vendors == {"nvidia", "ascend", "hygon"}, vendors
         # The demo pool's slices, placed by the same statements as in production.
         allocations = f"http://127.0.0.1:{port}/api/v1/allocations/"
         while not _active_slices(allocations, token):

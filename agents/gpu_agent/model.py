@@ -20,7 +20,7 @@ from agents.gpu_agent import schema
 
 # "lost": the card stopped answering, or its vendor tool failed (the portal flags it).
 # "warning" / "unhealthy": a vendor tool's own health word (npu-smi's Warning, Alarm ...),
-# in ``health_detail``; the portal shows these as ok until it learns them (issue #25).
+# in ``health_detail``; the portal records and shows them as such (issue #25).
 Health = Literal["ok", "warning", "unhealthy", "lost"]
 
 # The portal view: per card, the fields of the reading schema (identity, live readings,

@@ -56,6 +56,11 @@ class Field:
     maximum: float | None = None
     max_length: int | None = None  # text
     required: bool = False
+    # A text field's allowed values (None: any text within max_length).
+    choices: frozenset[str] | None = None
+    # A bad value of a lenient field is dropped alone (the card reads as if the agent had
+    # not sent it) instead of refusing the whole snapshot: fields a newer agent may grow.
+    lenient: bool = False
     live: bool = False  # shown on the live pages and in the API's latest readings
     history: History | None = None
     # Preferred first: dcgm-exporter 4.9's base-unit names, then the legacy ones.
@@ -75,6 +80,8 @@ class Field:
                 return "holds a NUL character"
             if _unencodable(value):
                 return "is not valid UTF-8 (a lone surrogate)"
+            if self.choices is not None and value not in self.choices:
+                return "is not a known value"
             return None
         if kind is int:
             pass
@@ -101,6 +108,12 @@ def _unencodable(text: str) -> bool:
 
 
 MIB = 1024 * 1024
+
+# The vendors an agent names (``GpuReading.vendor``; absent means NVIDIA) and the health
+# words it sends (``model.Health``). The portal keeps its choices in step (agents.choices).
+VENDORS = frozenset({"nvidia", "ascend", "hygon", "amd", "metax", "moorethreads", "cambricon"})
+HEALTH = frozenset({"ok", "warning", "unhealthy", "lost"})
+HEALTH_DETAIL_MAX = 512
 
 # Identity first, then the live readings; the order is the portal view's key order.
 GPU_FIELDS: tuple[Field, ...] = (
@@ -138,7 +151,11 @@ GPU_FIELDS: tuple[Field, ...] = (
         "sm_clock_mhz", "int", "MHz", 0, 1e6, live=True,
         dcgm=(Dcgm("DCGM_FI_DEV_SM_CLOCK_HERTZ", 1e-6), Dcgm("DCGM_FI_DEV_SM_CLOCK")),
     ),
-    Field("health", "text", max_length=16),
+    Field("health", "text", max_length=16, choices=HEALTH, lenient=True),
+    # Other vendors' cards (issue #25): who made the card, and why it is not ok in its
+    # tool's words. Lenient: an unknown vendor or a detail too long drops that value alone.
+    Field("vendor", "text", max_length=16, choices=VENDORS, lenient=True),
+    Field("health_detail", "text", max_length=HEALTH_DETAIL_MAX, lenient=True),
     # Faults the pools cordon a card for: the last XID code (0: none since the agent
     # started) and the volatile uncorrectable ECC count; not shown live, not in history.
     Field("xid_last", "int", minimum=0, maximum=INT32_MAX),
@@ -225,6 +242,7 @@ class _Plan:
     numbers: tuple[tuple[str, frozenset, float, float], ...]
     texts: tuple[tuple[str, int], ...]
     fields: dict[str, Field]
+    lenient: tuple[Field, ...] = ()
 
 
 def _plan(fields: tuple[Field, ...]) -> _Plan:
@@ -234,13 +252,22 @@ def _plan(fields: tuple[Field, ...]) -> _Plan:
         numbers=tuple(
             (f.name, _NUMBER_KINDS[f.type],
              -inf if f.minimum is None else f.minimum, inf if f.maximum is None else f.maximum)
-            for f in fields if f.type != "text"
+            for f in fields if f.type != "text" and not f.lenient
         ),
         texts=tuple(
-            (f.name, f.max_length or INT32_MAX) for f in fields if f.type == "text"
+            (f.name, f.max_length or INT32_MAX)
+            for f in fields if f.type == "text" and not f.lenient
         ),
         fields={f.name: f for f in fields},
+        lenient=tuple(f for f in fields if f.lenient),
     )  # fmt: skip
+
+
+def _drop_lenient(item: dict, plan: _Plan) -> None:
+    """Remove the lenient fields whose values are not readings of them (in place)."""
+    for f in plan.lenient:
+        if item.get(f.name) is not None and f.check(item[f.name]) is not None:
+            del item[f.name]
 
 
 _GPU_PLAN = _plan(GPU_FIELDS)
@@ -309,6 +336,7 @@ def check_snapshot(data: Any, max_gpus: int | None = None) -> dict[str, Any]:
             raise SnapshotError(
                 f"GPU {uuid if named else f'entry {position}'}: '{problem[0]}' {problem[1]}"
             )
+        _drop_lenient(gpu, _GPU_PLAN)
         processes = gpu.get(PROCESSES)
         if processes is None:
             continue

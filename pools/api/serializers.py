@@ -5,6 +5,7 @@ from decimal import Decimal
 from drf_spectacular.utils import extend_schema_serializer
 from rest_framework import serializers
 
+from agents.choices import GpuVendor
 from pools import configuration, launch
 from pools.api.docs import ALLOCATION_SERIALIZER_EXAMPLES, POOL_EXAMPLES
 from pools.choices import AllocationState, PlacementPolicy
@@ -30,7 +31,10 @@ class PoolSerializer(serializers.ModelSerializer):
         child=serializers.CharField(max_length=128), max_length=configuration.MAX_MODELS,
         required=False, help_text="GPU models as the driver names them; empty: any.",
     )  # fmt: skip
-    match_vendor = serializers.CharField(max_length=32, required=False, allow_blank=True)
+    match_vendor = serializers.ChoiceField(
+        choices=GpuVendor.choices, required=False, allow_blank=True,
+        help_text="Only this vendor's cards join; empty: any vendor.",
+    )  # fmt: skip
     match_labels = serializers.DictField(
         child=serializers.CharField(max_length=253, allow_blank=True), required=False,
         help_text="Node labels a card's node must all carry.",
@@ -79,13 +83,14 @@ class PoolCardSerializer(serializers.ModelSerializer):
 
     gpu_uuid = serializers.CharField(source="gpu.uuid", read_only=True)
     model = serializers.CharField(source="gpu.model", read_only=True)
+    vendor = serializers.CharField(source="gpu.vendor", read_only=True)
     node = serializers.CharField(source="gpu.node.name", read_only=True)
     memory_physical_mib = serializers.IntegerField(source="gpu.memory_total_mib", read_only=True)
 
     class Meta:
         model = PoolCard
         fields = [
-            "id", "pool", "gpu", "gpu_uuid", "model", "node", "added_by_hand",
+            "id", "pool", "gpu", "gpu_uuid", "model", "vendor", "node", "added_by_hand",
             "memory_physical_mib", "compute_capacity", "memory_capacity_mib",
             "compute_allocated", "memory_allocated_mib", "slices", "held_whole",
             "cordoned_at", "cordon_reason",

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 from django import template
 
+from agents.choices import vendor_label
 from portal.templatetags.portal_ui import gib
 
 register = template.Library()
@@ -19,3 +20,9 @@ def cards(pct: int | float | None) -> str:
 
 # The one MiB-as-GiB filter lives in portal_ui (the GPU page below pools uses it too).
 register.filter("gib", gib)
+
+
+@register.filter
+def vendors(values) -> str:
+    """A pool's card vendors (an ArrayAgg, None for a pool without cards) as pages name them."""
+    return ", ".join(sorted(vendor_label(v) for v in values or () if v))

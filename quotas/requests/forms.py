@@ -10,7 +10,8 @@ from django import forms
 from django.core.exceptions import ValidationError
 from django.utils.translation import gettext_lazy as _
 
-from pools.models import Pool
+from agents.choices import GpuVendor, vendor_label
+from pools.models import Pool, PoolCard
 from portal.forms import GiBField
 from quotas.models import Quota, Tenant
 from quotas.permissions import tenants_of
@@ -42,7 +43,13 @@ class GpuRequestForm(forms.Form):
     )  # fmt: skip
     gpu_model = forms.CharField(
         label=_("GPU model"), max_length=128, required=False,
-        help_text=_("Exactly as the cards report it; empty: any."),
+        widget=forms.TextInput(attrs={"list": "gpu-models"}),
+        help_text=_("Exactly as the cards report it (their vendor's models are offered); "
+                    "empty: any."),
+    )  # fmt: skip
+    gpu_vendor = forms.ChoiceField(
+        label=_("GPU vendor"), required=False, choices=[("", _("Any vendor")), *GpuVendor.choices],
+        help_text=_("Only this vendor's cards. Empty: any vendor."),
     )  # fmt: skip
     node_name = forms.CharField(
         label=_("Node"), max_length=255, required=False, help_text=_("Empty: any node.")
@@ -64,9 +71,28 @@ class GpuRequestForm(forms.Form):
         super().__init__(*args, **kwargs)
         tenants = tenants_of(user)
         self.fields["tenant"].queryset = tenants
-        self.fields["pool"].queryset = Pool.objects.filter(
+        pools = Pool.objects.filter(
             pk__in=Quota.objects.filter(tenant__in=tenants).values("pool_id")
         )
+        self.fields["pool"].queryset = pools
+        # Each pool named with its cards' vendors, and the models on offer with theirs: a
+        # mixed fleet's pools say which is Ascend's, which Hygon's.
+        kinds = (
+            PoolCard.objects.filter(pool__in=pools)
+            .values_list("pool_id", "gpu__vendor", "gpu__model")
+            .distinct()
+        )
+        vendors: dict[int, set[str]] = {}
+        models: set[tuple[str, str]] = set()
+        for pool_id, vendor, model in kinds:
+            vendors.setdefault(pool_id, set()).add(vendor)
+            models.add((vendor, model))
+        self.fields["pool"].label_from_instance = lambda pool: _pool_label(
+            pool, vendors.get(pool.pk) or ({pool.match_vendor} - {""})
+        )
+        self.model_options = [
+            (model, f"{vendor_label(vendor)} · {model}") for vendor, model in sorted(models)
+        ]
 
     def clean_node_labels(self) -> dict[str, str]:
         text = self.cleaned_data.get("node_labels", "").strip()
@@ -90,10 +116,17 @@ class GpuRequestForm(forms.Form):
             "tenant": data["tenant"], "pool": data["pool"], "count": data["count"],
             "whole_card": data["size"] == "whole",
             "compute_pct": data["compute_pct"], "memory_mib": data["memory_mib"],
-            "gpu_model": data["gpu_model"], "node_name": data["node_name"],
+            "gpu_model": data["gpu_model"], "gpu_vendor": data["gpu_vendor"],
+            "node_name": data["node_name"],
             "node_labels": data["node_labels"], "same_node": data["same_node"],
             "duration_hours": data["duration_hours"], "reason": data["reason"],
         }  # fmt: skip
+
+
+def _pool_label(pool: Pool, vendors: set[str]) -> str:
+    if not vendors:
+        return pool.name
+    return f"{pool.name} ({', '.join(sorted(vendor_label(v) for v in vendors))})"
 
 
 class DecisionForm(forms.Form):

@@ -27,6 +27,7 @@ from pools.interface import (
     place_lease,
     release_lease,
     share_pct,
+    slice_refusal,
 )
 from pools.models import Allocation, Pool
 from quotas.choices import OPEN_STATES, NoticeKind, RequestState
@@ -37,7 +38,7 @@ from quotas.requests.permissions import can_decide
 from quotas.tenancy.usage import LIVE, Usage, ask_hours, gpu_hours_left
 
 ASK_FIELDS = (
-    "count", "whole_card", "compute_pct", "memory_mib", "gpu_model", "node_name",
+    "count", "whole_card", "compute_pct", "memory_mib", "gpu_model", "gpu_vendor", "node_name",
     "node_labels", "same_node", "duration_hours", "reason", "priority",
 )  # fmt: skip
 
@@ -165,7 +166,9 @@ def create_request(
         quota = Quota.objects.select_for_update().filter(tenant=tenant, pool=pool).first()
         if quota is None:
             raise ValidationError(closed)
-        if not could_ever_fit(pool, placing):
+        if not req.whole_card and (refusal := slice_refusal(pool, req.gpu_model, req.gpu_vendor)):
+            errors["whole_card"] = [refusal]
+        elif not could_ever_fit(pool, placing):
             errors["count" if req.count > 1 else "memory_mib"] = [
                 _("No card in this pool is large enough for this request (or enough of them).")
             ]

@@ -102,7 +102,7 @@ def request_new(request: HttpRequest) -> HttpResponse:
         try:
             req = create_request(request.user, address=request_address(request), **form.ask())
         except ValidationError as exc:
-            add_service_errors(form, exc)
+            add_service_errors(form, exc, fields={"whole_card": "size"})
         else:
             messages.success(request, _("Request %(id)s submitted.") % {"id": req.pk})
             return redirect("requests:request_mine")

@@ -22,7 +22,8 @@ function tileFor(node) {
 function draw(node) {
   const tile = tileFor(node);
   tile.dataset.state = node.state;
-  tile.dataset.search = `${node.name} ${Object.keys(node.models ?? {}).join(" ")}`.toLowerCase();
+  const vendors = Object.values(node.vendors ?? {}).map((v) => `${v} ${labels.vendors[v] ?? ""}`);
+  tile.dataset.search = `${node.name} ${Object.keys(node.models ?? {}).join(" ")} ${vendors.join(" ")}`.toLowerCase();
   setField(tile, "name", node.name);
   setState(tile.querySelector('[data-field="state"]'), node.state);
   setField(tile, "gpu_count", node.gpu_count);

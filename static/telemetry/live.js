@@ -63,6 +63,8 @@ export function takeAgentErrors(errors) {
 // page's cards and the GPU page alike.
 export function setReadings(root, gpu) {
   setHealth(root.querySelector('[data-field="health"]'), gpu.health);
+  // The vendor tool's words: textContent, so markup in them stays text.
+  setField(root, "health_detail", gpu.health === "ok" ? "" : gpu.health_detail ?? "");
   setField(root, "utilization_gpu_pct", fmt(gpu.utilization_gpu_pct));
   setMeter(root, "utilization_gpu_pct", gpu.utilization_gpu_pct);
   setField(root, "memory", memoryText(gpu.memory_used_mib, gpu.memory_total_mib));

@@ -22,6 +22,7 @@ function drawGpu(gpu) {
   card.dataset.health = gpu.health;
   setField(card, "index", `#${gpu.index}`);
   setField(card, "model", gpu.model);
+  setField(card, "vendor", gpu.vendor_label ?? "");
   setReadings(card, gpu);
 }
 

@@ -29,6 +29,7 @@ class GPUSerializer(serializers.ModelSerializer):
             "pci_bus_id",
             "serial",
             "health",
+            "health_detail",
             "mig_mode",
             "last_seen",
             "latest",

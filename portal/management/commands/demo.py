@@ -1,8 +1,9 @@
 """Run the whole portal in one command: agents, web server, poller.
 
 ``manage.py demo`` migrates, seeds an admin, the demo's people and simulated nodes,
-starts one simulator process serving those nodes, polls them once (so the cards join the
-demo pool), tells the demo's day of GPU requests once, fills the last day of history the
+starts the simulator processes serving those nodes (the NVIDIA fleet, the hot node, and
+one Ascend and one Hygon node in a pool of their own), polls them once (so the cards join
+the demo pools), tells the demo's day of GPU requests once, fills the last day of history the
 rollups lack from the simulator's past, and serves the portal with daphne while the
 Celery beat schedule runs in the same process. It is what the README's first command
 ends in. Each app seeds its own part (its ``demo.py``); this command puts them together.
@@ -56,6 +57,18 @@ AGENT_START_TIMEOUT_S = 30
 # scenario): the temperature rule fires five minutes later and resolves when it cools.
 HOT_NODE = f"{DEMO_PREFIX}-hot"
 HOT_SCENARIO = Path(__file__).resolve().parents[3] / "agents/gpu_agent/scenarios/hot.json"
+# A mixed fleet (issue #25): two more nodes from one simulator impersonating other vendors,
+# each with its vendor's usual card (no --model, which would override it), in their own
+# pool. The simulator names its hosts <prefix>-01, -02; the portal names them by vendor.
+DOMESTIC_VENDORS = ("ascend", "hygon")
+DOMESTIC_PREFIX = f"{DEMO_PREFIX}-cn"
+DOMESTIC_NODES = {
+    f"{DOMESTIC_PREFIX}-{i + 1:02d}": f"{DEMO_PREFIX}-{vendor}"
+    for i, vendor in enumerate(DOMESTIC_VENDORS)
+}
+DOMESTIC_LABELS = {"accelerator": "domestic"}
+# The simulators, in port order after the fleet's: the hot node, then the domestic ones.
+KINDS = ("fleet", "hot", "domestic")
 # The minute rollups keep a week; a day and a half is what the idle scan and charts read.
 MAX_HISTORY_HOURS = 36
 HISTORY_STEP_S = 10
@@ -140,18 +153,21 @@ class Command(BaseCommand):
         self._seed_nodes(options, token)
         admin = get_user_model().objects.get(username=options["username"])
         pool = pools_demo.seed(admin, {"demo": "true"})
+        domestic = pools_demo.seed_domestic(admin, DOMESTIC_LABELS)
         reports_demo.seed(admin, pool)
         self._seed_alerts(admin)
         agents: list[subprocess.Popen] = []
         try:
-            agents.append(self._start_agents(options, token))
-            agents.append(self._start_agents(options, token, hot=True))
+            for kind in KINDS:
+                agents.append(self._start_agents(options, token, kind))
             pools_demo.send_desired_state(self._node_names(options).values())
             # One poll before the rest: the cards are known and join the pool, so the
             # story's requests can be placed on them.
             telemetry_tasks.poll_agents()
             if quotas_demo.seed_story(admin, pool, DEMO_MODELS):
                 self.stdout.write("Told the demo's day of GPU requests.")
+            if quotas_demo.seed_domestic(admin, domestic):
+                self.stdout.write("Asked for the Ascend and Hygon cards.")
             self._fill_history(options)
             self._serve(options, password, people)
         finally:
@@ -199,31 +215,55 @@ class Command(BaseCommand):
             name=HOT_NODE,
             defaults={
                 "source": NodeSource.AGENT,
-                "agent_url": f"http://{agent_host}:{options['agent_port'] + options['nodes']}",
+                "agent_url": f"http://{agent_host}:{self._port(options, 'hot')}",
                 "agent_token": token,
                 "labels": {"scenario": "hot"},
             },
         )
+        for i, (name, vendor) in enumerate(zip(DOMESTIC_NODES.values(), DOMESTIC_VENDORS,
+                                               strict=True)):  # fmt: skip
+            Node.objects.update_or_create(
+                name=name,
+                defaults={
+                    "source": NodeSource.AGENT,
+                    "agent_url": f"http://{agent_host}:{self._port(options, 'domestic') + i}",
+                    "agent_token": token,
+                    "labels": {**DOMESTIC_LABELS, "vendor": vendor},
+                },
+            )
 
-    def _agent_args(self, options: dict, hot: bool = False) -> list[str]:
-        """The simulator's command line after ``gpu-agent``: the fleet, or the hot node."""
-        nodes = 1 if hot else options["nodes"]
-        port = options["agent_port"] + (options["nodes"] if hot else 0)
+    @staticmethod
+    def _port(options: dict, kind: str) -> int:
+        """The first port of a simulator: the fleet's nodes, the hot node, the domestic."""
+        return options["agent_port"] + {
+            "fleet": 0, "hot": options["nodes"], "domestic": options["nodes"] + 1,
+        }[kind]  # fmt: skip
+
+    @staticmethod
+    def _count(options: dict, kind: str) -> int:
+        return {"fleet": options["nodes"], "hot": 1, "domestic": len(DOMESTIC_VENDORS)}[kind]
+
+    def _agent_args(self, options: dict, kind: str = "fleet") -> list[str]:
+        """The simulator's command line after ``gpu-agent``: the fleet, the hot node, or
+        the domestic nodes."""
+        hostname = {"fleet": DEMO_PREFIX, "hot": HOT_NODE, "domestic": DOMESTIC_PREFIX}[kind]
         args = [
-            "--backend", "sim", "--nodes", str(nodes), "--gpus", str(options["gpus"]),
-            "--hostname", HOT_NODE if hot else DEMO_PREFIX, "--listen", f"{options['host']}:{port}",
+            "--backend", "sim", "--nodes", str(self._count(options, kind)),
+            "--gpus", str(options["gpus"]), "--hostname", hostname,
+            "--listen", f"{options['host']}:{self._port(options, kind)}",
         ]  # fmt: skip
-        if hot:
+        if kind == "hot":
             return [*args, "--scenario", str(HOT_SCENARIO), "--model", DEMO_MODELS[1]]
+        if kind == "domestic":
+            return [*args, *(a for vendor in DOMESTIC_VENDORS for a in ("--vendor", vendor))]
         for model in DEMO_MODELS:
             args += ["--model", model]
         # The story's idle slice: its owner runs nothing in it (backends/sim_jobs.py).
         return [*args, "--idle-owner", quotas_demo.IDLE_OWNER]
 
-    def _start_agents(self, options: dict, token: str, hot: bool = False) -> subprocess.Popen:
-        nodes = 1 if hot else options["nodes"]
-        port = options["agent_port"] + (options["nodes"] if hot else 0)
-        command = [sys.executable, "-m", "agents.gpu_agent", *self._agent_args(options, hot)]
+    def _start_agents(self, options: dict, token: str, kind: str) -> subprocess.Popen:
+        nodes, port = self._count(options, kind), self._port(options, kind)
+        command = [sys.executable, "-m", "agents.gpu_agent", *self._agent_args(options, kind)]
         # The token travels in the environment, not on a command line others can read.
         env = {**os.environ, "GPU_AGENT_TOKEN": token}
         agent = subprocess.Popen(command, stdout=subprocess.PIPE, env=env, text=True)  # noqa: S603
@@ -255,7 +295,11 @@ class Command(BaseCommand):
         hosts = [DEMO_PREFIX] if options["nodes"] == 1 else [
             f"{DEMO_PREFIX}-{i + 1:02d}" for i in range(options["nodes"])
         ]  # fmt: skip
-        return {host: _node_name(i) for i, host in enumerate(hosts)} | {HOT_NODE: HOT_NODE}
+        return (
+            {host: _node_name(i) for i, host in enumerate(hosts)}
+            | {HOT_NODE: HOT_NODE}
+            | (DOMESTIC_NODES)
+        )
 
     def _fill_history(self, options: dict) -> None:
         """The minutes of the last ``--history-hours`` the rollups lack, as the simulator
@@ -282,9 +326,9 @@ class Command(BaseCommand):
         per_minute = range(0, 60, HISTORY_STEP_S)
         wanted = {m.timestamp() + s for m in missing for s in per_minute}
         streams = [
-            replay.portal_views(self._agent_args(options, hot), start.timestamp(),
+            replay.portal_views(self._agent_args(options, kind), start.timestamp(),
                                 end.timestamp(), slices_at, step_s=HISTORY_STEP_S, wanted=wanted)
-            for hot in (False, True)
+            for kind in KINDS
         ]  # fmt: skip
         written = telemetry_demo.backfill(_merged(streams, node_of))
         self.stdout.write(
@@ -315,7 +359,8 @@ class Command(BaseCommand):
             mode = "embedded" if settings.EMBEDDED else "PostgreSQL/Redis"
             self.stdout.write(
                 f"GPU Portal is running at {url} ({mode}, "
-                f"{options['nodes']} simulated nodes x {options['gpus']} GPUs)\n"
+                f"{options['nodes']} simulated nodes x {options['gpus']} GPUs, the hot "
+                f"node, and {len(DOMESTIC_NODES)} Ascend/Hygon nodes)\n"
                 f"Log in as {options['username']} / {password}\n"
                 + "".join(
                     f"  or as {name} / {people[name]} ({what}: {', '.join(roles)})\n"
@@ -342,7 +387,8 @@ def _node_name(index: int) -> str:
 
 
 def _merged(streams: list[Iterator], node_of: dict[str, str]) -> Iterator[tuple[datetime, dict]]:
-    """The replays of the fleet and the hot node, moment by moment (they step alike),
+    """The replays of the fleet, the hot node and the domestic nodes, moment by moment
+    (they step alike),
     each view under its node's name."""
     for parts in zip(*streams, strict=True):
         views = {}

@@ -6,6 +6,7 @@ from __future__ import annotations
 from drf_spectacular.utils import extend_schema_field, extend_schema_serializer
 from rest_framework import serializers
 
+from agents.choices import GpuVendor
 from pools.models import Allocation, Pool
 from quotas.models import GpuRequest, Tenant
 from quotas.requests.api.docs import READ_EXAMPLES
@@ -51,6 +52,10 @@ class GpuRequestSerializer(serializers.ModelSerializer):
     compute_pct = serializers.IntegerField(min_value=1, max_value=100, default=100)
     memory_mib = serializers.IntegerField(min_value=1, max_value=10_000_000, default=1024)
     gpu_model = serializers.CharField(max_length=128, allow_blank=True, default="")
+    gpu_vendor = serializers.ChoiceField(
+        choices=GpuVendor.choices, allow_blank=True, default="",
+        help_text="Only this vendor's cards; empty: any vendor.",
+    )  # fmt: skip
     node_name = serializers.CharField(max_length=255, allow_blank=True, default="")
     node_labels = serializers.DictField(
         child=serializers.CharField(max_length=63, allow_blank=True), default=dict,
@@ -73,7 +78,7 @@ class GpuRequestSerializer(serializers.ModelSerializer):
         model = GpuRequest
         fields = [
             "id", "tenant", "pool", "requester", "count", "whole_card", "compute_pct",
-            "memory_mib", "gpu_model", "node_name", "node_labels", "same_node",
+            "memory_mib", "gpu_model", "gpu_vendor", "node_name", "node_labels", "same_node",
             "duration_hours", "reason", "priority", "state", "queue_position", "borrowed",
             "decided_by", "decided_at", "decision_comment", "escalated_at", "queued_at",
             "placed_at", "expires_at", "ended_at", "extension_hours", "created", "allocations",
