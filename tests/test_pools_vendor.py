@@ -8,6 +8,7 @@ import re
 
 import pytest
 from django.core.exceptions import ValidationError
+from django.utils import translation
 
 from pools import launch, slicing
 from pools.interface import PlacementError
@@ -192,6 +193,10 @@ def test_the_pool_list_names_each_pools_vendors(amd_team, alice):
     cells = re.findall(r'<td class="pool-vendors">([^<]*)</td>', page)
     # amd, empty, mixed, and the team's NVIDIA pool (named pool-<n>), by name.
     assert cells == ["AMD", "\u2013", "Huawei Ascend, Hygon DCU", "NVIDIA"], cells
+    with translation.override("zh-hans"):
+        zh = clients.page(alice).get("/pools/", HTTP_ACCEPT_LANGUAGE="zh-hans").content.decode()
+    # In Chinese, with Chinese names and a full-width comma (the ratios too).
+    assert "华为昇腾\uff0c海光 DCU" in zh and "\u00d71.00\uff0c" in zh
 
 
 def test_the_pool_page_names_its_vendors_and_says_whole_cards(amd_team, alice):

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 from django import template
+from django.utils.translation import pgettext
 
 from agents.choices import vendor_label
 from portal.templatetags.portal_ui import gib
@@ -25,4 +26,5 @@ register.filter("gib", gib)
 @register.filter
 def vendors(values) -> str:
     """A pool's card vendors (an ArrayAgg, None for a pool without cards) as pages name them."""
-    return ", ".join(sorted(vendor_label(v) for v in values or () if v))
+    comma = pgettext("separator between list items", ", ")  # full-width in Chinese
+    return comma.join(sorted(vendor_label(v) for v in values or () if v))
