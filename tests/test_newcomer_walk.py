@@ -121,7 +121,7 @@ def _invite(watch: Watch, admin: Page, username: str, role: str) -> None:
 def _ask(watch: Watch, dev: Page, *, whole: bool, reason: str) -> None:
     watch.open(dev, "/requests/new/")
     dev.select_option("#id_tenant", label="Walk Team")
-    dev.select_option("#id_pool", label="Demo")
+    dev.select_option("#id_pool", label="Demo (NVIDIA)")  # the pool names its vendors
     dev.fill("#id_count", "1")
     dev.check(f"input[name=size][value={'whole' if whole else 'slice'}]")
     if not whole:

@@ -9,6 +9,7 @@ import re
 from django import forms
 from django.core.exceptions import ValidationError
 from django.utils.translation import gettext_lazy as _
+from django.utils.translation import pgettext
 
 from agents.choices import GpuVendor, vendor_label
 from pools.models import Pool, PoolCard
@@ -126,7 +127,8 @@ class GpuRequestForm(forms.Form):
 def _pool_label(pool: Pool, vendors: set[str]) -> str:
     if not vendors:
         return pool.name
-    return f"{pool.name} ({', '.join(sorted(vendor_label(v) for v in vendors))})"
+    comma = pgettext("separator between list items", ", ")  # full-width in Chinese
+    return f"{pool.name} ({comma.join(sorted(vendor_label(v) for v in vendors))})"
 
 
 class DecisionForm(forms.Form):
