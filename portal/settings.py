@@ -241,7 +241,8 @@ LOCAL_LOGIN = local_login()
 LDAP_SYNC_EVERY_S = env_int("LDAP_SYNC_EVERY_S", 60, minimum=5)
 # At an API token's use, a directory user's account is asked about again when its last
 # answer is older than this, in seconds (0: at every use; directory/lookup.py).
-LDAP_TOKEN_RECHECK_S = env_int("LDAP_TOKEN_RECHECK_S", 60, minimum=0)
+# 0: a token's use asks the directory every time, so a disabled account stops at once (#24).
+LDAP_TOKEN_RECHECK_S = env_int("LDAP_TOKEN_RECHECK_S", 0, minimum=0)
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "telemetry:dashboard"
 LOGOUT_REDIRECT_URL = "login"

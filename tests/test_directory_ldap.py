@@ -396,7 +396,7 @@ def test_start_tls_checks_the_directorys_certificate(slapd, settings, monkeypatc
 
 def test_a_token_is_refused_at_its_next_use_once_the_account_is_disabled(directory, quant,
                                                                           settings):  # fmt: skip
-    settings.LDAP_TOKEN_RECHECK_S = 0  # ask the directory at every use
+    assert settings.LDAP_TOKEN_RECHECK_S == 0  # the default: ask the directory at every use
     _log_in("dana", "dana-secret")
     dana = _user("dana")
     _token, key = issue(dana, name="ci")
