@@ -6,38 +6,28 @@ Memory-Usage | SR-IOV or Mode  Compute-Mode``. Masked values (``xxxxx MiB``) are
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 
 from agents.gpu_agent.backends.smi.common import (
+    BUS_ID,
     SmiCard,
     SmiProcess,
+    TableInfo,
     integer,
     mib,
     number,
     percent,
+    table_cells,
     text,
 )
 
 VENDOR = "cambricon"
-_BUS = re.compile(r"^[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7]$")
 _POWER = re.compile(r"(\S+)\s*W\s*/\s*(\S+)\s*W")
 _MEMORY = re.compile(r"(\S+)\s*(MiB|MB|GiB|KB)\s*/\s*(\S+)\s*(MiB|MB|GiB|KB)")
 _HEAD = re.compile(r"CNMON\s+v?(\S+)\s+Driver\s+v?(\S+)")
 _PROCESS = re.compile(r"^(\d+)\s+(\S+)\s+(\d+)\s+(.*?)\s+(\d+(?:\.\d+)?)\s*(MiB|MB|GiB|KB)$")
 
 
-@dataclass
-class CnmonInfo:
-    version: str | None
-    driver_version: str | None
-    cards: list[SmiCard]
-
-
-def _cells(line: str) -> list[str]:
-    return [c.strip() for c in line.strip().strip("|").split("|")]
-
-
-def parse(output: str) -> CnmonInfo:
+def parse(output: str) -> TableInfo:
     cards: list[SmiCard] = []
     by_index: dict[int, SmiCard] = {}
     pending: list[str] | None = None
@@ -49,13 +39,13 @@ def parse(output: str) -> CnmonInfo:
             continue
         if not stripped.startswith("|"):
             continue
-        cells = _cells(line)
+        cells = table_cells(line)
         if in_processes:
             _process(cells[0], by_index)
             continue
         if pending is None:
             words = cells[0].split()
-            if len(cells) >= 3 and words and words[0].isdigit() and _BUS.match(cells[1]):
+            if len(cells) >= 3 and words and words[0].isdigit() and BUS_ID.match(cells[1]):
                 pending = cells
             continue
         card = _card(pending, cells)
@@ -63,7 +53,7 @@ def parse(output: str) -> CnmonInfo:
         cards.append(card)
         by_index[card.index] = card
     head = _HEAD.search(output)
-    return CnmonInfo(head.group(1) if head else None, head.group(2) if head else None, cards)
+    return TableInfo(head.group(1) if head else None, head.group(2) if head else None, cards)
 
 
 def _card(first: list[str], second: list[str]) -> SmiCard:

@@ -24,6 +24,8 @@ _BYTES = {
     "gib": 1024**3,
 }
 MIB = 1024**2
+# A PCI address as the tools print it: domain (4 or 8 hex digits), bus, device.function.
+BUS_ID = re.compile(r"^[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7]$")
 
 
 def blank(value: Any) -> bool:
@@ -127,3 +129,17 @@ class SmiCard:
     # Readings with no NVML counterpart, kept for the vendor's own /metrics names
     # (e.g. Ascend's DDR beside its HBM, Hygon's VRAM%).
     extra: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass
+class TableInfo:
+    """What a tool's default table shows: its own version, the driver's, the cards."""
+
+    version: str | None
+    driver_version: str | None
+    cards: list[SmiCard]
+
+
+def table_cells(line: str) -> list[str]:
+    """The cells of one ``| a | b |`` table line, stripped."""
+    return [c.strip() for c in line.strip().strip("|").split("|")]

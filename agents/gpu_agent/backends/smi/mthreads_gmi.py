@@ -7,11 +7,12 @@ long names are cut with ``...`` by the tool and kept so.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 
 from agents.gpu_agent.backends.smi.common import (
+    BUS_ID,
     SmiCard,
     SmiProcess,
+    TableInfo,
     integer,
     mib,
     percent,
@@ -19,7 +20,6 @@ from agents.gpu_agent.backends.smi.common import (
 )
 
 VENDOR = "moorethreads"
-_BUS = re.compile(r"^[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7]$")
 _MEMORY = re.compile(
     r"(\d+(?:\.\d+)?)\s*(MiB|MB|GiB|KB)?\s*\(\s*(\d+(?:\.\d+)?)\s*(MiB|MB|GiB|KB)?\s*\)"
 )
@@ -29,14 +29,7 @@ _PROCESS = re.compile(r"^(\d+)\s+(\d+)\s+(.*?)\s+(\d+(?:\.\d+)?)\s*(MiB|MB|GiB|K
 OVER_TOTAL = "reports more memory used than its total"
 
 
-@dataclass
-class GmiInfo:
-    version: str | None
-    driver_version: str | None
-    cards: list[SmiCard]
-
-
-def parse(output: str) -> GmiInfo:
+def parse(output: str) -> TableInfo:
     cards: list[SmiCard] = []
     by_index: dict[int, SmiCard] = {}
     last: SmiCard | None = None
@@ -63,14 +56,14 @@ def parse(output: str) -> GmiInfo:
         if len(parts) < 3:
             continue
         words = parts[0].split(None, 1)
-        if words and words[0].isdigit() and _BUS.match(parts[1]):
+        if words and words[0].isdigit() and BUS_ID.match(parts[1]):
             last = _card(int(words[0]), words, parts)
             cards.append(last)
             by_index[last.index] = last
         elif last is not None and last.temperature_c is None and parts[2]:
             last.temperature_c = integer(parts[2].split()[0])
     head = _HEAD.search(output)
-    return GmiInfo(head.group(1) if head else None, head.group(2) if head else None, cards)
+    return TableInfo(head.group(1) if head else None, head.group(2) if head else None, cards)
 
 
 def _card(index: int, words: list[str], parts: list[str]) -> SmiCard:

@@ -7,38 +7,28 @@ prints ``Pwr:Usage/Cap`` (``53W / 450W``) and a GPU-State; 2.1.x power alone. Pr
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 
 from agents.gpu_agent.backends.smi.common import (
+    BUS_ID,
     SmiCard,
     SmiProcess,
+    TableInfo,
     integer,
     mib,
     number,
     percent,
+    table_cells,
     text,
 )
 
 VENDOR = "metax"
-_BUS = re.compile(r"^[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7]$")
 _MEMORY = re.compile(r"^(\S+)\s*/\s*(\S+)\s*(MiB|MB|KB|GiB|B)?$", re.I)
 _POWER = re.compile(r"^(\S+?)\s*(?:/\s*(\S+))?$")
 _DRIVER = re.compile(r"Kernel Mode Driver Version:\s*(\S+)")
 _VERSION = re.compile(r"MX-SMI\s+(\S+)")
 
 
-@dataclass
-class MxSmiInfo:
-    version: str | None
-    driver_version: str | None
-    cards: list[SmiCard]
-
-
-def _cells(line: str) -> list[str]:
-    return [c.strip() for c in line.strip().strip("|").split("|")]
-
-
-def parse(output: str) -> MxSmiInfo:
+def parse(output: str) -> TableInfo:
     cards: list[SmiCard] = []
     by_index: dict[int, SmiCard] = {}
     pending: list[str] | None = None
@@ -50,13 +40,13 @@ def parse(output: str) -> MxSmiInfo:
             continue
         if not stripped.startswith("|"):
             continue
-        cells = _cells(line)
+        cells = table_cells(line)
         if in_processes:
             _process(cells[0].split(), by_index)
             continue
         if pending is None:
             words = cells[0].split(None, 1)
-            if len(cells) >= 3 and words and words[0].isdigit() and _BUS.match(cells[1]):
+            if len(cells) >= 3 and words and words[0].isdigit() and BUS_ID.match(cells[1]):
                 pending = cells
             continue
         card = _card(pending, cells)
@@ -65,7 +55,7 @@ def parse(output: str) -> MxSmiInfo:
         by_index[card.index] = card
     version = _VERSION.search(output)
     driver = _DRIVER.search(output)
-    return MxSmiInfo(
+    return TableInfo(
         version.group(1) if version else None, driver.group(1) if driver else None, cards
     )
 

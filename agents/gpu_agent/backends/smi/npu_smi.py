@@ -14,6 +14,7 @@ import re
 from dataclasses import dataclass
 
 from agents.gpu_agent.backends.smi.common import (
+    BUS_ID,
     SmiCard,
     SmiProcess,
     blank,
@@ -21,13 +22,13 @@ from agents.gpu_agent.backends.smi.common import (
     mib,
     number,
     percent,
+    table_cells,
     text,
 )
 
 VENDOR = "ascend"
 # "a / b", "52675/ 65536", or a single token.
 _TOKEN = re.compile(r"(\S+?)\s*/\s*(\S+)|(\S+)")
-_BUS = re.compile(r"^[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7]$")
 _VERSION = re.compile(r"npu-smi\s+(\S+)")
 
 
@@ -54,10 +55,6 @@ def _at(tokens: list, i: int):
     return tokens[i] if i < len(tokens) else None
 
 
-def _cells(line: str) -> list[str]:
-    return [c.strip() for c in line.strip().strip("|").split("|")]
-
-
 def _is_rule(line: str) -> bool:
     return bool(line.strip()) and set(line.strip()) <= set("+-=|")
 
@@ -80,7 +77,7 @@ def parse_info(output: str) -> NpuSmiInfo:
     for line in output.splitlines():
         if not line.strip().startswith("|") or _is_rule(line):
             continue
-        cells = _cells(line)
+        cells = table_cells(line)
         joined = " ".join(cells)
         if "Process id" in joined:
             section = "processes"
@@ -115,7 +112,7 @@ def _chip(first: list[str], second: list[str], has_hbm: bool) -> SmiCard | None:
     chip_cols = second[0].split()
     values1 = _tokens(first[2])
     values2 = _tokens(second[2])
-    bus = second[1] if _BUS.match(second[1] or "") else None
+    bus = second[1] if BUS_ID.match(second[1] or "") else None
     card = SmiCard(
         vendor=VENDOR,
         index=npu,

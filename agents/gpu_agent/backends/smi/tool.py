@@ -27,7 +27,7 @@ from agents.gpu_agent.backends.smi import (
     npu_smi,
     rocm_smi,
 )
-from agents.gpu_agent.backends.smi.common import SmiCard
+from agents.gpu_agent.backends.smi.common import SmiCard, TableInfo
 from agents.gpu_agent.model import GpuReading, NodeSnapshot, ProcessReading
 
 log = logging.getLogger(__name__)
@@ -311,7 +311,7 @@ class AmdSmiBackend(SmiBackend):
 class _TableBackend(SmiBackend):
     """A tool whose default table is the whole reading (mx-smi, mthreads-gmi, cnmon)."""
 
-    parse: Callable[[str], mx_smi.MxSmiInfo | mthreads_gmi.GmiInfo | cnmon.CnmonInfo]
+    parse: Callable[[str], TableInfo]
 
     def read(self) -> Reading:
         info = type(self).parse(self.run())
