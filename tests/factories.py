@@ -336,3 +336,19 @@ class SubscriptionFactory(factory.django.DjangoModelFactory):
     tenant = None
     channel = factory.LazyAttribute(lambda sub: ChannelFactory(owner=sub.owner, tenant=sub.tenant))
     min_severity = Severity.WARNING
+
+
+def directory_mapped_tenant(admin, group) -> Tenant:
+    """Tenant Quant, its directory groups mapped (``group(cn)`` writes a group as the
+    directory sends it: an LDAP DN or an OIDC claim's name) and ``portal-admins`` to
+    platform admin; ``admin`` is its local admin (a tenant keeps one)."""
+    from directory.models import GroupMapping, MappedRole
+
+    tenant = Tenant.objects.create(name="Quant", slug="quant")
+    Membership.objects.create(tenant=tenant, user=admin, role=Role.ADMIN)
+    for cn, role in [("gpu-quant-users", MappedRole.MEMBER),
+                     ("gpu-quant-approvers", MappedRole.APPROVER),
+                     ("gpu-quant-admins", MappedRole.ADMIN)]:  # fmt: skip
+        GroupMapping.objects.create(group_dn=group(cn), tenant=tenant, role=role)
+    GroupMapping.objects.create(group_dn=group("portal-admins"), role=MappedRole.PLATFORM_ADMIN)
+    return tenant

@@ -24,6 +24,7 @@ from quotas.choices import Role
 from quotas.models import Membership, Tenant
 from quotas.permissions import is_platform_admin
 from tests import clients, ldap_server
+from tests.factories import directory_mapped_tenant
 from tokens.interface import issue
 
 pytestmark = pytest.mark.django_db
@@ -80,17 +81,7 @@ def directory(slapd, settings, monkeypatch) -> ldap_server.Slapd:
 
 @pytest.fixture
 def quant(bob) -> Tenant:
-    """Tenant Quant, its groups mapped; bob is its local admin (a tenant keeps one)."""
-    tenant = Tenant.objects.create(name="Quant", slug="quant")
-    Membership.objects.create(tenant=tenant, user=bob, role=Role.ADMIN)
-    for cn, role in [("gpu-quant-users", MappedRole.MEMBER),
-                     ("gpu-quant-approvers", MappedRole.APPROVER),
-                     ("gpu-quant-admins", MappedRole.ADMIN)]:  # fmt: skip
-        GroupMapping.objects.create(group_dn=ldap_server.group(cn), tenant=tenant, role=role)
-    GroupMapping.objects.create(
-        group_dn=ldap_server.group("portal-admins"), role=MappedRole.PLATFORM_ADMIN
-    )
-    return tenant
+    return directory_mapped_tenant(bob, ldap_server.group)
 
 
 def _log_in(username: str, password: str, client: Client | None = None):

@@ -26,13 +26,14 @@ from django.test import Client
 from django.utils import timezone
 
 from audit.interface import AuditEntry
-from directory.models import DirectoryAccount, GroupMapping, MappedRole, Source
+from directory.models import DirectoryAccount, Source
 from directory.oidc import forget_discovery
 from portal.oidc_config import oidc_settings
 from quotas.choices import Role
 from quotas.models import Membership, Tenant
 from quotas.permissions import is_platform_admin
 from tests import clients, oidc_provider
+from tests.factories import directory_mapped_tenant
 from tests.oidc_provider import idp  # noqa: F401 (the session's provider)
 from tokens.interface import issue
 
@@ -76,15 +77,8 @@ def provider(idp, settings, monkeypatch) -> oidc_provider.Provider:  # noqa: F81
 
 @pytest.fixture
 def quant(bob) -> Tenant:
-    """Tenant Quant, the provider's groups mapped by name; bob is its local admin."""
-    tenant = Tenant.objects.create(name="Quant", slug="quant")
-    Membership.objects.create(tenant=tenant, user=bob, role=Role.ADMIN)
-    for group, role in [("gpu-quant-users", MappedRole.MEMBER),
-                        ("gpu-quant-approvers", MappedRole.APPROVER),
-                        ("gpu-quant-admins", MappedRole.ADMIN)]:  # fmt: skip
-        GroupMapping.objects.create(group_dn=group, tenant=tenant, role=role)
-    GroupMapping.objects.create(group_dn="portal-admins", role=MappedRole.PLATFORM_ADMIN)
-    return tenant
+    """The provider's groups mapped by name."""
+    return directory_mapped_tenant(bob, lambda name: name)
 
 
 class _Form(HTMLParser):
