@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import pytest
+from tests import procs
 
 SLAPD = os.environ.get("SLAPD_PATH", "/usr/sbin/slapd")
 SCHEMA = Path("/etc/ldap/schema")
@@ -50,16 +50,6 @@ GROUPS_SEED = {
     "gpu-quant-approvers": ["erik"],
     "portal-admins": ["erik"],
 }
-
-
-def _required() -> bool:
-    return os.environ.get("CI", "").strip().lower() in {"1", "true", "yes"}
-
-
-def _unavailable(message: str) -> None:
-    if _required():
-        pytest.fail(f"{message}; CI is set, so this is a failure")
-    pytest.skip(message)
 
 
 def _free_port() -> int:
@@ -204,14 +194,14 @@ def _server_certificate(folder: Path) -> tuple[Path, Path, Path]:
 
 def start(folder: Path) -> Slapd:
     if not Path(SLAPD).is_file():
-        _unavailable(
+        procs.unavailable(
             f"slapd not found at {SLAPD}: apt-get install slapd ldap-utils (or set SLAPD_PATH)"
         )
     try:
         import django_auth_ldap  # noqa: F401
         import ldap
     except ImportError:
-        _unavailable("python-ldap / django-auth-ldap not installed: pip install -e '.[ldap]'")
+        procs.unavailable("python-ldap / django-auth-ldap not installed: pip install -e '.[ldap]'")
     data = folder / "data"
     data.mkdir(parents=True)
     ca_file, cert_file, key_file = _server_certificate(folder)

@@ -17,7 +17,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from http.server import ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 from urllib.parse import quote
 
 REPO = Path(__file__).resolve().parents[1]
@@ -267,6 +267,16 @@ def run_python(script: str, env: dict[str, str], timeout: float = 120) -> Any:
 
 
 PROMETHEUS = os.environ.get("PROMETHEUS_PATH", "/usr/bin/prometheus")
+
+
+def unavailable(message: str) -> NoReturn:
+    """A service or tool a test needs is missing: a skip saying so on a developer's
+    machine, a failure where ``CI`` is set (there a missing service is red)."""
+    import pytest
+
+    if os.environ.get("CI", "").strip().lower() in {"1", "true", "yes"}:
+        pytest.fail(f"{message}; CI is set, so this is a failure")
+    pytest.skip(message)
 
 
 def start_prometheus(

@@ -6,7 +6,6 @@ the restored key, and `manage.py doctor` fails on it with any other key."""
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 import uuid
@@ -28,9 +27,7 @@ def _tool(name: str) -> str:
     if path:
         return path
     message = f"{name} not found (Debian's postgresql-client package)"
-    if os.environ.get("CI", "").strip().lower() in {"1", "true", "yes"}:
-        pytest.fail(f"{message}; CI is set, so this is a failure")
-    pytest.skip(message)
+    procs.unavailable(message)
 
 
 def _psql(db: dict, database: str, sql: str) -> None:

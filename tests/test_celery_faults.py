@@ -34,9 +34,7 @@ def _redis_server() -> str:
     if path:
         return path
     message = f"redis-server not found at {REDIS_SERVER} (Debian's redis-server package)"
-    if os.environ.get("CI", "").strip().lower() in {"1", "true", "yes"}:
-        pytest.fail(f"{message}; CI is set, so this is a failure")
-    pytest.skip(message)
+    procs.unavailable(message)
 
 
 class PrivateRedis:
