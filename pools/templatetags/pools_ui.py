@@ -1,10 +1,9 @@
 from __future__ import annotations
 
 from django import template
-from django.utils.translation import pgettext
 
 from agents.choices import vendor_label
-from portal.templatetags.portal_ui import gib
+from portal.templatetags.portal_ui import gib, sep
 
 register = template.Library()
 
@@ -26,5 +25,4 @@ register.filter("gib", gib)
 @register.filter
 def vendors(values) -> str:
     """A pool's card vendors (an ArrayAgg, None for a pool without cards) as pages name them."""
-    comma = pgettext("separator between list items", ", ")  # full-width in Chinese
-    return comma.join(sorted(vendor_label(v) for v in values or () if v))
+    return sep("comma").join(sorted(vendor_label(v) for v in values or () if v))

@@ -9,11 +9,11 @@ import re
 from django import forms
 from django.core.exceptions import ValidationError
 from django.utils.translation import gettext_lazy as _
-from django.utils.translation import pgettext
 
 from agents.choices import GpuVendor, vendor_label
 from pools.models import Pool, PoolCard
 from portal.forms import GiBField
+from portal.templatetags.portal_ui import sep
 from quotas.models import Quota, Tenant
 from quotas.permissions import tenants_of
 
@@ -127,8 +127,7 @@ class GpuRequestForm(forms.Form):
 def _pool_label(pool: Pool, vendors: set[str]) -> str:
     if not vendors:
         return pool.name
-    comma = pgettext("separator between list items", ", ")  # full-width in Chinese
-    return f"{pool.name} ({comma.join(sorted(vendor_label(v) for v in vendors))})"
+    return f"{pool.name} ({sep('comma').join(sorted(vendor_label(v) for v in vendors))})"
 
 
 class DecisionForm(forms.Form):
