@@ -8,7 +8,6 @@ from __future__ import annotations
 import re
 
 from agents.gpu_agent.backends.smi.common import (
-    BUS_ID,
     SmiCard,
     SmiProcess,
     TableInfo,
@@ -16,8 +15,8 @@ from agents.gpu_agent.backends.smi.common import (
     mib,
     number,
     percent,
-    table_cells,
     text,
+    two_line_cards,
 )
 
 VENDOR = "cambricon"
@@ -28,30 +27,7 @@ _PROCESS = re.compile(r"^(\d+)\s+(\S+)\s+(\d+)\s+(.*?)\s+(\d+(?:\.\d+)?)\s*(MiB|
 
 
 def parse(output: str) -> TableInfo:
-    cards: list[SmiCard] = []
-    by_index: dict[int, SmiCard] = {}
-    pending: list[str] | None = None
-    in_processes = False
-    for line in output.splitlines():
-        stripped = line.strip()
-        if "Processes:" in stripped:
-            in_processes = True
-            continue
-        if not stripped.startswith("|"):
-            continue
-        cells = table_cells(line)
-        if in_processes:
-            _process(cells[0], by_index)
-            continue
-        if pending is None:
-            words = cells[0].split()
-            if len(cells) >= 3 and words and words[0].isdigit() and BUS_ID.match(cells[1]):
-                pending = cells
-            continue
-        card = _card(pending, cells)
-        pending = None
-        cards.append(card)
-        by_index[card.index] = card
+    cards = two_line_cards(output, processes_heading="Processes:", card=_card, process=_process)
     head = _HEAD.search(output)
     return TableInfo(head.group(1) if head else None, head.group(2) if head else None, cards)
 
@@ -80,8 +56,8 @@ def _card(first: list[str], second: list[str]) -> SmiCard:
     return card
 
 
-def _process(cell: str, by_index: dict[int, SmiCard]) -> None:
-    match = _PROCESS.match(cell)
+def _process(cells: list[str], by_index: dict[int, SmiCard]) -> None:
+    match = _PROCESS.match(cells[0])
     card = by_index.get(int(match.group(1))) if match else None
     if match is None or card is None:
         return

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -143,3 +144,40 @@ class TableInfo:
 def table_cells(line: str) -> list[str]:
     """The cells of one ``| a | b |`` table line, stripped."""
     return [c.strip() for c in line.strip().strip("|").split("|")]
+
+
+def two_line_cards(
+    output: str,
+    *,
+    processes_heading: str,
+    card: Callable[[list[str], list[str]], SmiCard],
+    process: Callable[[list[str], dict[int, SmiCard]], None],
+) -> list[SmiCard]:
+    """The cards of a table that gives each card two ``|`` lines, the first starting with
+    its number and then its bus id (mx-smi, cnmon): ``card(first, second)`` reads one;
+    after the line holding ``processes_heading``, ``process(cells, cards_by_index)``."""
+    cards: list[SmiCard] = []
+    by_index: dict[int, SmiCard] = {}
+    pending: list[str] | None = None
+    in_processes = False
+    for line in output.splitlines():
+        stripped = line.strip()
+        if processes_heading in stripped:
+            in_processes = True
+            continue
+        if not stripped.startswith("|"):
+            continue
+        cells = table_cells(line)
+        if in_processes:
+            process(cells, by_index)
+            continue
+        if pending is None:
+            words = cells[0].split()
+            if len(cells) >= 3 and words and words[0].isdigit() and BUS_ID.match(cells[1]):
+                pending = cells
+            continue
+        read = card(pending, cells)
+        pending = None
+        cards.append(read)
+        by_index[read.index] = read
+    return cards

@@ -9,7 +9,6 @@ from __future__ import annotations
 import re
 
 from agents.gpu_agent.backends.smi.common import (
-    BUS_ID,
     SmiCard,
     SmiProcess,
     TableInfo,
@@ -17,8 +16,8 @@ from agents.gpu_agent.backends.smi.common import (
     mib,
     number,
     percent,
-    table_cells,
     text,
+    two_line_cards,
 )
 
 VENDOR = "metax"
@@ -29,30 +28,7 @@ _VERSION = re.compile(r"MX-SMI\s+(\S+)")
 
 
 def parse(output: str) -> TableInfo:
-    cards: list[SmiCard] = []
-    by_index: dict[int, SmiCard] = {}
-    pending: list[str] | None = None
-    in_processes = False
-    for line in output.splitlines():
-        stripped = line.strip()
-        if "Process:" in stripped:
-            in_processes = True
-            continue
-        if not stripped.startswith("|"):
-            continue
-        cells = table_cells(line)
-        if in_processes:
-            _process(cells[0].split(), by_index)
-            continue
-        if pending is None:
-            words = cells[0].split(None, 1)
-            if len(cells) >= 3 and words and words[0].isdigit() and BUS_ID.match(cells[1]):
-                pending = cells
-            continue
-        card = _card(pending, cells)
-        pending = None
-        cards.append(card)
-        by_index[card.index] = card
+    cards = two_line_cards(output, processes_heading="Process:", card=_card, process=_process)
     version = _VERSION.search(output)
     driver = _DRIVER.search(output)
     return TableInfo(
@@ -81,7 +57,8 @@ def _card(first: list[str], second: list[str]) -> SmiCard:
     return card
 
 
-def _process(words: list[str], by_index: dict[int, SmiCard]) -> None:
+def _process(cells: list[str], by_index: dict[int, SmiCard]) -> None:
+    words = cells[0].split()
     if len(words) < 4 or not words[0].isdigit() or not words[1].isdigit():
         return  # the header, the rule, "no process found"
     card = by_index.get(int(words[0]))
