@@ -179,5 +179,6 @@ def test_a_demo_stopped_while_it_seeds_leaves_no_simulator_behind(transactional_
     for orphan in alive:
         orphan.kill()
     assert alive == [], "".join(demo.lines[-30:])
-    assert exit_code == -15  # it ends as SIGTERM asked, once it has stopped its children
+    # It ends as SIGTERM asked, once it has stopped its children.
+    assert exit_code == -15, "".join(demo.lines[-30:])
     assert "Traceback" not in "".join(demo.lines), "".join(demo.lines[-30:])

@@ -74,9 +74,11 @@ MAX_HISTORY_HOURS = 36
 HISTORY_STEP_S = 10
 
 
-class _Terminated(BaseException):
+class _Terminated(KeyboardInterrupt):
     """SIGTERM before the web server's own handlers: unwinds the command's ``finally``
-    blocks (the simulators, the embedded database) like Ctrl+C does."""
+    blocks (the simulators, the embedded database) like Ctrl+C does. A KeyboardInterrupt,
+    so psycopg cancels a query it cuts short: other exceptions leave the connection busy
+    and the cleanup's next query fails ("another command is already in progress")."""
 
 
 def _on_sigterm(signum: int, frame) -> None:
