@@ -81,9 +81,21 @@ class _Terminated(KeyboardInterrupt):
     and the cleanup's next query fails ("another command is already in progress")."""
 
 
+_terminating = threading.Event()
+
+
 def _on_sigterm(signum: int, frame) -> None:
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a second one must not cut the cleanup
+    if _terminating.is_set():
+        return  # a second one must not cut the cleanup
+    _terminating.set()
     raise _Terminated
+
+
+def _go_on() -> None:
+    """Between the start's steps: a SIGTERM whose exception was swallowed (one landing in a
+    finalizer is printed as "Exception ignored" and dropped) still stops the start."""
+    if _terminating.is_set():
+        raise _Terminated
 
 
 def _var_secret(name: str, nbytes: int = 18) -> str:
@@ -158,6 +170,7 @@ class Command(BaseCommand):
         domestic = pools_demo.seed_domestic(admin, DOMESTIC_LABELS)
         reports_demo.seed(admin, pool)
         self._seed_alerts(admin)
+        _go_on()
         agents: list[subprocess.Popen] = []
         try:
             for kind in KINDS:
@@ -166,11 +179,15 @@ class Command(BaseCommand):
             # One poll before the rest: the cards are known and join the pool, so the
             # story's requests can be placed on them.
             telemetry_tasks.poll_agents()
+            _go_on()
             if quotas_demo.seed_story(admin, pool, DEMO_MODELS):
                 self.stdout.write("Told the demo's day of GPU requests.")
+            _go_on()
             if quotas_demo.seed_domestic(admin, domestic):
                 self.stdout.write("Asked for the Ascend and Hygon cards.")
+            _go_on()
             self._fill_history(options)
+            _go_on()
             self._serve(options, password, people)
         finally:
             for agent in agents:
@@ -393,6 +410,7 @@ def _merged(streams: list[Iterator], node_of: dict[str, str]) -> Iterator[tuple[
     (they step alike),
     each view under its node's name."""
     for parts in zip(*streams, strict=True):
+        _go_on()
         views = {}
         for _moment, part in parts:
             views.update({node_of[host]: view for host, view in part.items()})
