@@ -14,7 +14,6 @@ from datetime import timedelta
 from pathlib import Path
 
 import dj_database_url
-from celery.schedules import crontab
 from csp.constants import NONE, SELF
 from django.conf import global_settings
 from django.core.exceptions import ImproperlyConfigured
@@ -415,6 +414,12 @@ REQUESTS_SWEEP_EVERY_S = env_int("REQUESTS_SWEEP_EVERY_S", 60, minimum=1)
 IDLE_SCAN_EVERY_S = env_int("IDLE_SCAN_EVERY_S", 300, minimum=1)
 TAKEBACK_EVERY_S = env_int("TAKEBACK_EVERY_S", 60, minimum=1)
 ACCOUNTING_EVERY_S = env_int("ACCOUNTING_EVERY_S", 900, minimum=1)
+# The daily idle digest: sent at IDLE_DIGEST_HOUR (TIME_ZONE) or at the first check after
+# it, so a run missed while beat or Redis was away is caught up the same day.
+IDLE_DIGEST_HOUR = env_int("IDLE_DIGEST_HOUR", 8, minimum=0)
+if IDLE_DIGEST_HOUR > 23:
+    raise ImproperlyConfigured(f"IDLE_DIGEST_HOUR must be 0-23, not {IDLE_DIGEST_HOUR}")
+IDLE_DIGEST_CHECK_EVERY_S = env_int("IDLE_DIGEST_CHECK_EVERY_S", 600, minimum=1)
 GPU_POLL_TIMEOUT = env_float("GPU_POLL_TIMEOUT", 3.0, minimum=0.1)
 GPU_POLL_CONCURRENCY = env_int("GPU_POLL_CONCURRENCY", 200, minimum=1)
 # Within a cycle, an agent that refused the connection, dropped it or answered 503 is
@@ -628,10 +633,11 @@ CELERY_BEAT_SCHEDULE = {
         "schedule": timedelta(seconds=ACCOUNTING_EVERY_S),
         "options": {"expires": ACCOUNTING_EVERY_S},
     },
-    # Daily at 08:00 in TIME_ZONE (Celery's timezone).
+    # Checked every IDLE_DIGEST_CHECK_EVERY_S; sent once a day, from IDLE_DIGEST_HOUR on.
     "idle-digest": {
         "task": "reports.tasks.send_idle_digest",
-        "schedule": crontab(hour=8, minute=0),
+        "schedule": timedelta(seconds=IDLE_DIGEST_CHECK_EVERY_S),
+        "options": {"expires": IDLE_DIGEST_CHECK_EVERY_S},
     },
     # The API: forget Idempotency-Keys older than IDEMPOTENCY_KEY_HOURS.
     # Kubernetes clusters: their quota objects put back in step (drift repaired).

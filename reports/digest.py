@@ -2,16 +2,18 @@
 sent as ``reports.signals.idle_digest`` for the alerts app to deliver to its
 subscribers (platform admins get every tenant, tenant admins their own).
 
-Beat's daily send goes through ``send_once``: once per day, whatever runs it twice (two
-beats, a beat restarted after the send but before it saved its schedule, a task redelivered
-after its worker died)."""
+Beat's check goes through ``send_due`` and ``send_once``: from ``IDLE_DIGEST_HOUR`` on,
+once per day, whatever runs it twice (two beats, a beat restarted after the send but before
+it saved its schedule, a task redelivered after its worker died) or missed it (beat or Redis
+away at the hour: the next check sends it)."""
 
 from __future__ import annotations
 
 from collections import defaultdict
-from datetime import date
+from datetime import date, datetime
 from typing import Any
 
+from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.db import IntegrityError, transaction
 from django.utils import timezone
@@ -71,6 +73,16 @@ def send(day: date | None = None) -> dict[str, Any]:
         )
     )
     return content
+
+
+def send_due(now: datetime | None = None) -> dict[str, Any] | None:
+    """Today's digest if it is due (``IDLE_DIGEST_HOUR`` passed in ``TIME_ZONE``) and not
+    sent yet. Beat checks often rather than firing once at the hour: a check missed while
+    beat or Redis was away is made up by the next one, the same day."""
+    local = timezone.localtime(now)
+    if local.hour < settings.IDLE_DIGEST_HOUR:
+        return None
+    return send_once(local.date())
 
 
 def send_once(day: date | None = None) -> dict[str, Any] | None:

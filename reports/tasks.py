@@ -32,9 +32,9 @@ def take_back_borrowed() -> dict[str, int]:
 # queues the deliveries, so a run again, or a second beat, sends nothing.
 @shared_task(acks_late=True, reject_on_worker_lost=True, ignore_result=True)
 def send_idle_digest() -> int:
-    """The daily idle report, as a signal for the alerts app to deliver; once a day (0 and
-    nothing sent when today's went already)."""
-    content = digest.send_once()
+    """The daily idle report, as a signal for the alerts app to deliver; once a day from
+    ``IDLE_DIGEST_HOUR`` on (0 and nothing sent before it or when today's went already)."""
+    content = digest.send_due()
     return len(content["tenants"]) if content else 0
 
 

@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import threading
 import time
-from datetime import date
+from datetime import date, datetime, timedelta
 
 import pytest
+from django.conf import settings as django_settings
 from django.db import connection
+from django.utils import timezone
 
 from alerts.models import Delivery
 from reports import digest
@@ -92,3 +94,30 @@ def test_each_day_is_sent_once_and_a_failed_send_claims_nothing(alice, heard):
     # Rolled back with the send: the next run sends that day's digest.
     assert not DigestSent.objects.filter(period="2026-12-03").exists()
     assert digest.send_once(date(2026, 12, 3)) is not None
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_digest_waits_for_its_hour_then_a_missed_one_is_caught_up(alice, heard, settings):
+    settings.IDLE_DIGEST_HOUR = 8
+    tz = timezone.get_current_timezone()
+    # Before the hour: nothing sent, nothing claimed.
+    assert digest.send_due(datetime(2026, 12, 4, 7, 59, tzinfo=tz)) is None
+    assert not DigestSent.objects.exists() and heard == []
+    # Beat (or Redis) was away at 08:00: the check at 10:20 sends that day's digest...
+    sent = digest.send_due(datetime(2026, 12, 4, 10, 20, tzinfo=tz))
+    assert sent is not None and sent["day"] == "2026-12-04"
+    # ...and the checks after it send nothing more that day, the next day's at its hour.
+    assert digest.send_due(datetime(2026, 12, 4, 23, 50, tzinfo=tz)) is None
+    assert digest.send_due(datetime(2026, 12, 5, 7, 0, tzinfo=tz)) is None
+    assert digest.send_due(datetime(2026, 12, 5, 8, 0, tzinfo=tz)) is not None
+    assert [c["day"] for c in heard] == ["2026-12-04", "2026-12-05"]
+    assert sorted(DigestSent.objects.values_list("period", flat=True)) == [
+        "2026-12-04", "2026-12-05",
+    ]  # fmt: skip
+
+
+def test_beat_checks_the_digest_often_rather_than_once_at_its_hour():
+    entry = django_settings.CELERY_BEAT_SCHEDULE["idle-digest"]
+    assert entry["schedule"] == timedelta(seconds=django_settings.IDLE_DIGEST_CHECK_EVERY_S)
+    # A check queued while no worker was up is dropped, not run late alongside the next one.
+    assert entry["options"]["expires"] == django_settings.IDLE_DIGEST_CHECK_EVERY_S
