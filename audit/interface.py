@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import ipaddress
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from django.core.serializers.json import DjangoJSONEncoder
@@ -17,8 +17,8 @@ from audit.choices import AuditAction
 from audit.models import AuditEntry
 
 __all__ = [
-    "AuditAction", "AuditEntry", "entry", "history_of", "record", "record_all",
-    "request_address", "snapshot",
+    "AuditAction", "AuditEntry", "action_label", "entry", "history_of", "name_actions",
+    "record", "record_all", "request_address", "snapshot",
 ]  # fmt: skip
 
 
@@ -106,6 +106,22 @@ def record(action: str, target: models.Model | None = None, **kwargs: Any) -> Au
 def record_all(entries: Iterable[AuditEntry]) -> list[AuditEntry]:
     """Append many entries made with ``entry`` at once (an import of thousands of nodes)."""
     return AuditEntry.objects.bulk_create(list(entries), batch_size=1000)
+
+
+# What a person reads for each action: apps name their own (``name_actions``, from their
+# AppConfig.ready); an action nobody named shows as its code.
+_ACTION_LABELS: dict[str, Any] = dict(AuditAction.choices)
+
+
+def name_actions(labels: Mapping[str, Any]) -> None:
+    """Register an app's audit actions with their (lazily translated) labels."""
+    _ACTION_LABELS.update(labels)
+
+
+def action_label(action: str) -> str:
+    """The action as the reader's language says it, or its code when unnamed."""
+    label = _ACTION_LABELS.get(action)
+    return str(label) if label is not None else action
 
 
 def history_of(target: models.Model) -> models.QuerySet[AuditEntry]:

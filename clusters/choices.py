@@ -26,3 +26,11 @@ class SyncOutcome(models.TextChoices):
     REPAIRED = "repaired", _("drift repaired")
     UNCHANGED = "unchanged", _("in step")
     DELETED = "deleted", _("deleted: no longer wanted")
+
+
+# The audit log's actions this app records, as a person reads them (audit.name_actions).
+AUDIT_ACTIONS = {
+    "cluster.registered": _("Cluster registered"),
+    "cluster.namespace_mapped": _("Namespace mapped to a tenant"),
+    "cluster.drift_repaired": _("Cluster quota objects put back in step"),
+}

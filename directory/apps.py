@@ -34,3 +34,6 @@ class DirectoryConfig(AppConfig):
         # And an OpenID Connect user's, with OIDC_TOKEN_RECHECK_S set: their refresh token
         # is tried at the provider (off by default: it needs long-lived refresh tokens).
         add_user_check(oidc_tokens.still_honoured)
+        from audit.interface import name_actions
+
+        name_actions({"directory.platform_admin": _("Platform admin granted by the directory")})

@@ -9,6 +9,10 @@ class PoolsConfig(AppConfig):
     verbose_name = _("Pools")
 
     def ready(self) -> None:
+        from audit.interface import name_actions
+        from pools.choices import AUDIT_ACTIONS
+
+        name_actions(AUDIT_ACTIONS)
         from pools import dashboard, receivers
         from pools.metrics import PoolsCollector
         from pools.signals import desired_state_changed

@@ -24,3 +24,19 @@ class AgentSync(models.TextChoices):
     PENDING = "pending", _("Not yet confirmed by the agent")
     CONFIRMED = "confirmed", _("Held by the agent")
     FAILED = "failed", _("Agent did not take it")
+
+
+# The audit log's actions this app records, as a person reads them (audit.name_actions).
+AUDIT_ACTIONS = {
+    "pool.create": _("Pool created"),
+    "pool.update": _("Pool changed"),
+    "pool.delete": _("Pool deleted"),
+    "pool.cards_add": _("Cards added to the pool"),
+    "pool.cards_remove": _("Cards removed from the pool"),
+    "pool_card.cordoned": _("Card cordoned"),
+    "pool_card.cordon_cleared": _("Card uncordoned"),
+    "allocation.moved": _("Slice moved to another card"),
+    "allocation.stranded": _("Slice left without a card"),
+    "node.drained": _("Node drained"),
+    "node.undrained": _("Node back in service"),
+}

@@ -9,6 +9,10 @@ class QuotasConfig(AppConfig):
     verbose_name = _("Tenants and quotas")
 
     def ready(self) -> None:
+        from audit.interface import name_actions
+        from quotas.choices import AUDIT_ACTIONS
+
+        name_actions(AUDIT_ACTIONS)
         # The apps below cannot import this one: they take rules instead. A member sees
         # the process owners on the cards of their tenants' allocations while they held
         # them, and the leases held for their tenants.

@@ -52,3 +52,35 @@ class NoticeKind(models.TextChoices):
     # Borrowed capacity (reports' take-back): the lender is warned; the waiting one told.
     TAKE_BACK = "take_back", _("Borrowed GPUs to be taken back")
     TAKING_BACK = "taking_back", _("Borrowed capacity being taken back for you")
+
+
+# The audit log's actions this app records, as a person reads them (audit.name_actions).
+AUDIT_ACTIONS = {
+    "request.create": _("Asked for GPUs"),
+    "request.approve": _("Approved"),
+    "request.reject": _("Rejected"),
+    "request.place": _("Placed on cards"),
+    "request.escalate": _("Escalated: waiting too long"),
+    "request.extend": _("Extended"),
+    "request.extension_ask": _("Asked for more time"),
+    "request.extension_approve": _("Extension approved"),
+    "request.extension_reject": _("Extension rejected"),
+    "request.resize": _("Resized"),
+    "request.released": _("Released"),
+    "request.cancelled": _("Cancelled"),
+    "request.expired": _("Expired"),
+    "tenant.create": _("Tenant created"),
+    "tenant.update": _("Tenant changed"),
+    "tenant.delete": _("Tenant deleted"),
+    "membership.create": _("Member added"),
+    "membership.update": _("Member's role changed"),
+    "membership.delete": _("Member removed"),
+    "quota.create": _("Quota set"),
+    "quota.update": _("Quota changed"),
+    "quota.delete": _("Quota removed"),
+    "user.create": _("User created"),
+    "user.deactivate": _("User deactivated"),
+    "user.reactivate": _("User reactivated"),
+    "user.password_set": _("Password set"),
+    "user.password_link": _("Password link sent"),
+}

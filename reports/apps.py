@@ -9,6 +9,10 @@ class ReportsConfig(AppConfig):
     verbose_name = _("Reports")
 
     def ready(self) -> None:
+        from audit.interface import name_actions
+        from reports.choices import AUDIT_ACTIONS
+
+        name_actions(AUDIT_ACTIONS)
         from reports import dashboard
         from telemetry.interface import TENANTS_ORDER, add_dashboard_panel
 

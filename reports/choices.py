@@ -30,3 +30,28 @@ class CardState(models.TextChoices):
     UNALLOCATED = "unallocated", _("No allocation")
     IDLE = "idle", _("Allocated, unused")
     FOREIGN = "foreign", _("Used outside any allocation")
+
+
+# The audit log's actions this app records, as a person reads them (audit.name_actions).
+AUDIT_ACTIONS = {
+    "reclaim.warn": _("Idle: warned before reclaim"),
+    "reclaim.warned": _("Idle: warned before reclaim"),
+    "reclaim.appeal": _("Appealed the reclaim"),
+    "reclaim.appealed": _("Appealed the reclaim"),
+    "reclaim.appeal_grant": _("Appeal granted"),
+    "reclaim.granted": _("Appeal granted"),
+    "reclaim.appeal_refuse": _("Appeal refused"),
+    "reclaim.exempt": _("Exempted from reclaim"),
+    "reclaim.exempt_end": _("Exemption ended"),
+    "reclaim.release": _("Reclaimed"),
+    "reclaim.released": _("Reclaimed"),
+    "reclaim.withdrawn": _("Reclaim warning withdrawn"),
+    "reclaim.refused": _("Appeal refused"),
+    "reclaim.take_back": _("Borrowed capacity taken back"),
+    "reclaim_policy.create": _("Reclaim policy created"),
+    "reclaim_policy.update": _("Reclaim policy changed"),
+    "reclaim_policy.delete": _("Reclaim policy deleted"),
+    "unit_price.create": _("Price set"),
+    "unit_price.update": _("Price changed"),
+    "unit_price.delete": _("Price removed"),
+}

@@ -10,6 +10,10 @@ class TokensConfig(AppConfig):
     verbose_name = _("API tokens")
 
     def ready(self) -> None:
+        from audit.interface import name_actions
+        from tokens.choices import AUDIT_ACTIONS
+
+        name_actions(AUDIT_ACTIONS)
         from django.db.models import Q
 
         from quotas.interface import set_apart_users
