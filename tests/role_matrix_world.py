@@ -15,7 +15,9 @@ once per module through the services, and who calls it with which token.
 - member's requests in P: one pending, one allocated, one allocated with an extension
   waiting; the idle scan's rows, a warning on the allocated lease, an appealed one on
   the extended lease, an exemption.
-- A's alert rule, channel, subscription and firing event; A's service account and token.
+- member's released request (placed, then released).
+- A's alert rule, channel, subscription, firing event and a closed one; member's own
+  channel and subscription; A's service account and token.
 - each caller plays a part of tests/cast.py under a name of its own (``rm-admin`` is alice's
   part, ``rm-outsider`` bella's...: ``PARTS``).
 - two users in no tenant: ``spare_user`` (active, no password chosen) and
@@ -44,7 +46,7 @@ from pools import failover
 from pools.models import PoolCard
 from quotas.choices import Role
 from quotas.requests import lifecycle
-from quotas.requests.services import create_request, decide, place_request
+from quotas.requests.services import create_request, decide, end_request, place_request
 from reports import scan
 from reports import services as report_services
 from reports.choices import WarningState
@@ -99,6 +101,8 @@ class World:
     extending: int = 0
     allocation: int = 0
     extending_lease: int = 0
+    released: int = 0  # a request placed and released
+    resolved_event: int = 0
     idle_card: int = 0  # an IdleCard's gpu_id
     warning: int = 0
     appealed: int = 0
@@ -161,6 +165,11 @@ def build_world() -> World:
         assert place_request(req.pk), "the world's requests fit the pool"
         placed.append(req)
     w.allocated, w.extending = placed[0].pk, placed[1].pk
+    # And one that ran and ended: a released request, lease and allocation in the lists.
+    done = create_request(member, **ask)
+    decide(done.pk, approver, approve=True)
+    assert place_request(done.pk)
+    w.released = end_request(done.pk, member).pk
     lifecycle.extend_request(w.extending, member, 2)
     placed = [type(req).objects.get(pk=req.pk) for req in placed]
     w.allocation = placed[0].lease.allocations.get().pk
@@ -197,6 +206,20 @@ def build_world() -> World:
         events.Occurrence(fingerprint="rm.quota", scope=f"tenant:{tenant_a.slug}",
                           summary="A is at 60 %", tenant_id=w.tenant_a),
     )  # fmt: skip
+    # An event that fired and was closed, beside the firing one.
+    closed, _check_again = events.fire(
+        rules.spec_of(Rule.objects.get(pk=w.rule)),
+        events.Occurrence(fingerprint="rm.quota.closed", scope=f"tenant:{tenant_a.slug}",
+                          summary="A was at 70 %", tenant_id=w.tenant_a),
+    )  # fmt: skip
+    assert events.resolve_by_hand(closed, actor=admin, address=None)
+    w.resolved_event = closed
+    # A user's own channel and subscription (no tenant), beside the tenant's.
+    own = alert_services.create_channel(
+        actor=member, address=None, name="rm mine", kind=ChannelKind.SLACK,
+        settings_values={"url": "https://hooks.slack.com/services/rm-mine"}, owner_id=member.pk,
+    )  # fmt: skip
+    config.save_subscription(None, {"channel": own}, actor=member, address=None, owner_id=member.pk)
     w.channel = alert_services.create_channel(
         actor=tadmin, address=None, name="rm ops", kind=ChannelKind.SLACK,
         settings_values={"url": "https://hooks.slack.com/services/rm"}, tenant_id=w.tenant_a,

@@ -26,18 +26,25 @@ counts, the audit log and the object's own row), an allowed one must change it.
 from __future__ import annotations
 
 import functools
+import json
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
 import pytest
+import requests
+import schemathesis
 from django.contrib.auth import get_user_model
 from django.db import connection, transaction
 from django.db.models import Model
 from django.utils import timezone
 from drf_spectacular.generators import SchemaGenerator
+from drf_spectacular.renderers import OpenApiJsonRenderer
 from rest_framework.test import APIClient
+from schemathesis.core.failures import Failure, FailureGroup
+from schemathesis.core.transport import Response
+from schemathesis.specs.openapi.schemas import OpenApiSchema
 
 from agents.models import GPU, Node
 from alerts.models import Channel, Delivery, Event, Rule, Subscription
@@ -343,6 +350,34 @@ TARGETS: dict[str, type[Model]] = {
 
 
 @functools.cache
+def api_schema() -> OpenApiSchema:
+    """The generated OpenAPI document, loaded by schemathesis to judge each answer."""
+    document = json.loads(OpenApiJsonRenderer().render(
+        SchemaGenerator().get_schema(request=None, public=True)
+    ))  # fmt: skip
+    return schemathesis.openapi.from_dict(document)
+
+
+def _off_schema(method: str, template: str, url: str, response) -> str | None:
+    """What the schema does not allow in ``response`` (its status code, media type and
+    body), or None: the answer as schemathesis would have judged it over HTTP."""
+    sent = Response(
+        status_code=response.status_code,
+        headers={name.lower(): [value] for name, value in response.headers.items()},
+        content=response.content,
+        request=requests.Request(method, f"http://testserver{url}").prepare(),
+        elapsed=0.0, verify=True,
+    )  # fmt: skip
+    try:
+        api_schema()[template][method].validate_response(sent)
+    except FailureGroup as failures:
+        return "; ".join(f"{f.title}: {f.message}"[:300] for f in failures.exceptions)
+    except Failure as failure:
+        return f"{failure.title}: {failure.message}"[:300]
+    return None
+
+
+@functools.cache
 def operations() -> frozenset[str]:
     """Every operation under /api/v1/ in the generated OpenAPI schema."""
     schema = SchemaGenerator().get_schema(request=None, public=True)
@@ -414,6 +449,8 @@ def test_each_caller_gets_the_declared_answer(world: World, operation: str) -> N
             status = response.status_code
             if status != expected:
                 wrong.append(f"{caller}: {status} (declared {expected}) {response.content[:200]}")
+            elif off := _off_schema(method, template, url, response):
+                wrong.append(f"{caller}: {status}, an answer the schema does not allow: {off}")
             elif writes:
                 # Refused: nothing changed. Allowed: something did (unless it saves nothing).
                 changed = _state(spec.target, world) != before

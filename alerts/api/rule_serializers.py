@@ -60,7 +60,10 @@ class SubscriptionSerializer(serializers.ModelSerializer):
         source="tenant_id", required=False, allow_null=True,
         help_text="A tenant you administer, for the tenant's subscription; empty: your own.",
     )  # fmt: skip
-    owner = serializers.IntegerField(source="owner_id", read_only=True)
+    owner = serializers.IntegerField(
+        source="owner_id", read_only=True, allow_null=True,
+        help_text="The user whose own subscription it is; null for a tenant's.",
+    )  # fmt: skip
     min_severity = serializers.ChoiceField(choices=Severity.choices, required=False)
     scope_kind = serializers.ChoiceField(choices=ScopeKind.choices, required=False)
 

@@ -51,7 +51,10 @@ class ChannelSerializer(serializers.ModelSerializer):
         source="tenant_id", required=False, allow_null=True,
         help_text="A tenant you administer, for a tenant's channel; empty: your own.",
     )  # fmt: skip
-    owner = serializers.IntegerField(source="owner_id", read_only=True)
+    owner = serializers.IntegerField(
+        source="owner_id", read_only=True, allow_null=True,
+        help_text="The user whose own channel it is; null for a tenant's.",
+    )  # fmt: skip
 
     class Meta:
         model = Channel

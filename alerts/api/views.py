@@ -46,7 +46,8 @@ class ChannelViewSet(ApiModelViewSet):
 
     @extend_schema(summary=_("List a channel's deliveries"),
                    responses={200: DeliverySerializer(many=True)})  # fmt: skip
-    @action(detail=True, methods=["get"])
+    # Its latest DELIVERIES_SHOWN, as one list: neither pages nor the channel list's filters.
+    @action(detail=True, methods=["get"], pagination_class=None, filter_backends=[])
     def deliveries(self, request: Request, pk: str | None = None) -> Response:
         """The channel's latest deliveries, each with every attempt."""
         channel = self.get_object()
