@@ -14,10 +14,13 @@ from __future__ import annotations
 import time
 from collections import defaultdict
 from contextlib import contextmanager
-from dataclasses import dataclass, field, replace
-from datetime import datetime, timedelta
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 
-from django.db import transaction
+import orjson
+import psycopg
+from django.db import connection, transaction
+from django.db.models import Max
 from django.utils import timezone
 
 from pools.choices import AllocationState
@@ -102,22 +105,28 @@ def _windows(rows, policies, default, state, start, now):
     slid forward plus the minutes since its settled mark, or all read afresh (no state, a
     new allocation, or one whose card, owner or thresholds changed)."""
     length = now - start
-    attributions, windows = [], {}
+    fresh, tails, windows = [], [], {}
     for row in rows:
         wanted = _attribution(row, row["placed_at"], policies.get(row["pool_id"], default),
                               window.minute_at(now))  # fmt: skip
         key = (wanted.gpu_id, wanted.owner, row["placed_at"], float(wanted.util_pct),
                float(wanted.memory_mib))  # fmt: skip
-        kept = state.minutes.get(row["id"]) if state else None
-        if kept is not None and kept.key == key:
-            windows[row["id"]] = window.slid(kept, start, length)
-            wanted = replace(wanted, since=window.since_for(row["placed_at"], state.settled))
+        kept = state.kept(row["id"], key) if state else None
+        if kept is not None:
+            windows[row["id"]] = window.slid(state, kept, start, length)
+            tails.append(Attribution(
+                wanted.allocation_id, wanted.gpu_id, wanted.owner,
+                window.since_for(row["placed_at"], state.settled),
+            ))  # fmt: skip
         else:
             windows[row["id"]] = window.empty(start, length, key)
-        attributions.append(wanted)
-    packed = attributed_minutes(attributions, window.minute_at(start), window.minute_at(now))
-    for alloc_id, minutes in packed.items():
-        window.scatter(windows[alloc_id], minutes)
+            fresh.append(wanted)
+    # Two statements: the kept allocations' newest minutes only (a range of buckets the
+    # indexes find), and every minute of the others.
+    for group in (tails, fresh):
+        packed = attributed_minutes(group, window.minute_at(start), window.minute_at(now))
+        for alloc_id, minutes in packed.items():
+            window.scatter(windows[alloc_id], minutes)
     return windows
 
 
@@ -158,7 +167,8 @@ def _owners(gpu_ids, state, start, settled, now):
     last-seen minutes to keep (those before ``settled``)."""
     lo, kept, extra = start, {}, {}
     if state is not None:
-        kept = {pair: last for pair, last in state.owners.items() if pair[0] in gpu_ids}
+        cards = set(gpu_ids)
+        kept = {pair: last for pair, last in state.owners.items() if pair[0] in cards}
         lo = state.settled
         if added := sorted(set(gpu_ids) - state.gpus):
             extra = owners_last_seen(added, window.minute_at(start), window.minute_at(lo))
@@ -169,6 +179,21 @@ def _owners(gpu_ids, state, start, settled, now):
     for gpu_id, owner in window.owners_in_window(keep, start) | latest_seen.keys():
         running[gpu_id].add(owner)
     return running, keep
+
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def _previous(start: datetime) -> dict[int, datetime]:
+    """Each allocation's run start as the last pass saw it, when that pass's range
+    reached this one's; read as microseconds (20,000 timestamps parsed took 0.3 s)."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT allocation_id, (EXTRACT(EPOCH FROM quiet_since) * 1000000)::bigint "
+            "FROM reports_allocationidle WHERE scanned_at >= %s AND quiet_since IS NOT NULL",
+            [start],
+        )
+        return {i: _EPOCH + timedelta(microseconds=us) for i, us in cursor.fetchall()}
 
 
 def _merged_late(state: window.State, start: datetime) -> bool:
@@ -229,14 +254,8 @@ def scan(
         node_ids = {c["gpu__node_id"] for c in pool_cards} | {r["gpu__node_id"] for r in rows}
         live_used, foreign = _live_memory(latest(node_ids))
         # A run seen by a scan whose range reached this one's carries on (no unread gap).
-        previous = {}
-        last_scanned = None
-        for alloc_id, quiet_since, scanned_at in AllocationIdle.objects.values_list(
-            "allocation_id", "quiet_since", "scanned_at"
-        ):
-            last_scanned = scanned_at if last_scanned is None else max(last_scanned, scanned_at)
-            if scanned_at >= start and quiet_since is not None:
-                previous[alloc_id] = quiet_since
+        previous = _previous(start)
+        last_scanned = AllocationIdle.objects.aggregate(last=Max("scanned_at"))["last"]
 
     with stages("state"):
         # Taken before the rollups are read: what is merged from here on, the next
@@ -259,20 +278,13 @@ def scan(
         ):
             idle_by_gpu[row["gpu_id"]].append(verdict.idle)
             owners_by_gpu[row["gpu_id"]].add(row["lease__unix_user"])
-            states.append(
-                AllocationIdle(
-                    allocation_id=row["id"], lease_id=row["lease_id"], pool_id=row["pool_id"],
-                    tenant_id=row[TENANT], node_id=row["gpu__node_id"], idle=verdict.idle,
-                    idle_since=verdict.idle_since, quiet_since=verdict.quiet_since,
-                    idle_minutes=verdict.idle_minutes,
-                    wasted_gpu_hours=verdict.wasted_gpu_hours, coverage=verdict.coverage,
-                    p95_util_pct=week["p95_util_pct"], p95_memory_mib=week["p95_memory_mib"],
-                    over_provisioned=week["over_provisioned"],
-                    advice_compute_pct=week["advice_compute_pct"],
-                    advice_memory_mib=week["advice_memory_mib"],
-                    sparkline=spark, scanned_at=now,
-                )
-            )  # fmt: skip
+            states.append((
+                row["id"], row["lease_id"], row["pool_id"], row[TENANT], row["gpu__node_id"],
+                verdict.idle, verdict.idle_since, verdict.quiet_since, verdict.idle_minutes,
+                verdict.wasted_gpu_hours, verdict.coverage, week["over_provisioned"],
+                week["p95_util_pct"], week["p95_memory_mib"], week["advice_compute_pct"],
+                week["advice_memory_mib"], orjson.dumps(spark).decode(), now,
+            ))  # fmt: skip
 
     with stages("cards"):
         running, owners = _owners(gpu_ids, state, start_m, settled_m, now_m)
@@ -292,26 +304,40 @@ def scan(
                 card_state = CardState.IDLE
             else:
                 continue
-            cards.append(
-                IdleCard(
-                    gpu_id=gpu_id, pool_id=card["pool_id"], node_id=card["gpu__node_id"],
-                    state=card_state, users=", ".join(sorted(others))[:255], scanned_at=now,
-                )
-            )  # fmt: skip
+            cards.append((gpu_id, card["pool_id"], card["gpu__node_id"], card_state,
+                          ", ".join(sorted(others))[:255], now))  # fmt: skip
 
     with stages("write"), transaction.atomic():
-        AllocationIdle.objects.all().delete()
-        AllocationIdle.objects.bulk_create(states, batch_size=5000)
-        IdleCard.objects.all().delete()
-        IdleCard.objects.bulk_create(cards, batch_size=5000)
+        _replace(AllocationIdle, STATE_COLUMNS, states)
+        _replace(IdleCard, CARD_COLUMNS, cards)
     with stages("keep"):
         window.save(
-            window.State(
-                now=now_m, settled=settled_m, longest=length, snapshot=taken,
-                minutes={i: window.kept_until(w, settled_m) for i, w in windows.items()},
+            window.kept_state(
+                windows, start_m, settled_m, now=now_m, longest=length, snapshot=taken,
                 owners=owners, gpus=frozenset(gpu_ids),
             )
         )  # fmt: skip
     return ScanResult(
-        len(states), sum(s.idle for s in states), len(cards), full=state is None, stages=stages
+        len(states), sum(s[5] for s in states), len(cards), full=state is None, stages=stages
     )
+
+
+STATE_COLUMNS = (
+    "allocation_id", "lease_id", "pool_id", "tenant_id", "node_id", "idle", "idle_since",
+    "quiet_since", "idle_minutes", "wasted_gpu_hours", "coverage", "over_provisioned",
+    "p95_util_pct", "p95_memory_mib", "advice_compute_pct", "advice_memory_mib", "sparkline",
+    "scanned_at",
+)  # fmt: skip
+CARD_COLUMNS = ("gpu_id", "pool_id", "node_id", "state", "users", "scanned_at")
+
+
+def _replace(model, columns: tuple[str, ...], rows: list[tuple]) -> None:
+    """Replace a snapshot table's rows (inside the caller's transaction) by COPY: a
+    20,000-row ``bulk_create`` took over a second of building and binding parameters."""
+    table = model._meta.db_table
+    with connection.cursor() as cursor:
+        cursor.execute(f"DELETE FROM {table}")  # noqa: S608
+    cursor = psycopg.Cursor(connection.connection)
+    with cursor.copy(f"COPY {table} ({', '.join(columns)}) FROM STDIN") as copy:
+        for row in rows:
+            copy.write_row(row)

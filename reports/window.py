@@ -60,16 +60,43 @@ class Minutes:
 @dataclass(slots=True)
 class State:
     """What a pass keeps for the next: its minute, the first minute it did not keep, the
-    window's length, the database snapshot it read under, each allocation's minutes, and
-    per (card, owner) the last kept minute the owner held memory there."""
+    window's length, the database snapshot it read under; every allocation's minutes
+    ``[first, settled)`` as rows of three flat buffers (one pickled object each, not
+    20,000: loading and storing them is a copy); per (card, owner) the last kept minute
+    the owner held memory there, and the cards those cover."""
 
     now: int
     settled: int
     longest: int
     snapshot: str
-    minutes: dict[int, Minutes] = field(default_factory=dict)
+    first: int = 0
+    rows: dict[int, int] = field(default_factory=dict)  # allocation -> row
+    keys: list[tuple] = field(default_factory=list)
+    util: array = field(default_factory=lambda: array("d"))
+    read: bytes = b""
+    busy: bytes = b""
     owners: dict[tuple[int, str], int] = field(default_factory=dict)
     gpus: frozenset[int] = frozenset()
+
+    def kept(self, alloc_id: int, key: tuple) -> int | None:
+        """The allocation's row when its minutes were kept under the same key."""
+        row = self.rows.get(alloc_id)
+        return row if row is not None and self.keys[row] == key else None
+
+
+def kept_state(windows: dict[int, Minutes], first: int, settled: int, **fields) -> State:
+    """A pass's state: each window's minutes before ``settled`` (all start at ``first``)."""
+    n = max(settled - first, 0)
+    util, read, busy = array("d"), bytearray(), bytearray()
+    rows, keys = {}, []
+    for alloc_id, got in windows.items():
+        rows[alloc_id] = len(keys)
+        keys.append(got.key)
+        util.extend(got.util[:n])
+        read += got.read[:n]
+        busy += got.busy[:n]
+    return State(settled=settled, first=first, rows=rows, keys=keys, util=util,
+                 read=bytes(read), busy=bytes(busy), **fields)  # fmt: skip
 
 
 def load() -> State | None:
@@ -86,19 +113,26 @@ def forget() -> None:
     cache.delete(STATE_KEY)
 
 
+_ZEROS: dict[int, array] = {}
+
+
 def empty(first: int, length: int, key: tuple = ()) -> Minutes:
-    return Minutes(key, first, array("d", bytes(8 * length)), bytearray(length), bytearray(length))
+    zeros = _ZEROS.get(length)
+    if zeros is None:
+        zeros = _ZEROS[length] = array("d", bytes(8 * length))
+    return Minutes(key, first, zeros[:], bytearray(length), bytearray(length))
 
 
-def slid(kept: Minutes, start: int, length: int) -> Minutes:
-    """``kept``'s minutes from ``start`` on, in arrays ``length`` long (the rest empty)."""
-    out = empty(start, length, kept.key)
-    lo, hi = start - kept.first, len(kept.read)
-    if lo < hi:
-        n = min(hi - lo, length)
-        out.util[:n] = kept.util[lo : lo + n]
-        out.read[:n] = kept.read[lo : lo + n]
-        out.busy[:n] = kept.busy[lo : lo + n]
+def slid(state: State, row: int, start: int, length: int) -> Minutes:
+    """A kept row's minutes from ``start`` on, in arrays ``length`` long (the rest empty)."""
+    out = empty(start, length, state.keys[row])
+    n = state.settled - state.first
+    lo = start - state.first
+    if lo < n:
+        base, count = row * n, min(n - lo, length)
+        out.util[:count] = state.util[base + lo : base + lo + count]
+        out.read[:count] = state.read[base + lo : base + lo + count]
+        out.busy[:count] = state.busy[base + lo : base + lo + count]
     return out
 
 
@@ -109,12 +143,6 @@ def scatter(into: Minutes, packed: bytes) -> None:
         util[offset] = value
         read[offset] = 1
         busy[offset] = is_busy
-
-
-def kept_until(window: Minutes, settled: int) -> Minutes:
-    """The part of a window a pass stores: its minutes before ``settled``."""
-    n = max(settled - window.first, 0)
-    return Minutes(window.key, window.first, window.util[:n], window.read[:n], window.busy[:n])
 
 
 def steps(length: int, points: int) -> list[tuple[int, int]]:
@@ -147,10 +175,10 @@ def summarize(
         first_read=minute_at(first + read_at),
         read_in_window=read.count(1, from_offset),
     )
-    util = window.util
+    util, count = window.util, read.count
     line: list[float | None] = []
     for lo, hi in spark:
-        n = read.count(1, lo, hi)
+        n = count(1, lo, hi)
         line.append(round(sum(util[lo:hi]) / n, 1) if n else None)
     return seen, line
 
@@ -178,12 +206,11 @@ def owners_in_window(owners: dict[tuple[int, str], int], start: int) -> set[tupl
 
 
 def merged_owners(
-    kept: dict[tuple[int, str], int], new: dict[tuple[int, str], datetime], start: int
+    kept: dict[tuple[int, str], int], new: dict[tuple[int, str], int], start: int
 ) -> dict[tuple[int, str], int]:
     """The kept last-seen minutes with new ones folded in, those before ``start`` dropped."""
     out = {pair: last for pair, last in kept.items() if last >= start}
-    for pair, moment in new.items():
-        minute = minute_of(moment)
+    for pair, minute in new.items():
         if minute >= start and minute > out.get(pair, -1):
             out[pair] = minute
     return out
