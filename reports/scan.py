@@ -20,7 +20,6 @@ from datetime import UTC, datetime, timedelta
 import orjson
 import psycopg
 from django.db import connection, transaction
-from django.db.models import Max
 from django.utils import timezone
 
 from pools.choices import AllocationState
@@ -116,7 +115,8 @@ def _windows(rows, policies, default, state, start, now):
             windows[row["id"]] = window.slid(state, kept, start, length)
             tails.append(Attribution(
                 wanted.allocation_id, wanted.gpu_id, wanted.owner,
-                window.since_for(row["placed_at"], state.settled),
+                window.since_for(row["placed_at"], state.settled), wanted.util_pct,
+                wanted.memory_mib,
             ))  # fmt: skip
         else:
             windows[row["id"]] = window.empty(start, length, key)
@@ -255,7 +255,8 @@ def scan(
         live_used, foreign = _live_memory(latest(node_ids))
         # A run seen by a scan whose range reached this one's carries on (no unread gap).
         previous = _previous(start)
-        last_scanned = AllocationIdle.objects.aggregate(last=Max("scanned_at"))["last"]
+        # One pass writes every row: any row's time is the last pass's.
+        last_scanned = AllocationIdle.objects.values_list("scanned_at", flat=True).first()
 
     with stages("state"):
         # Taken before the rollups are read: what is merged from here on, the next

@@ -28,7 +28,8 @@ from django.core.cache import cache
 from reports import idle
 from telemetry.interface import MINUTE_RECORD
 
-SETTLE_MINUTES = 5
+# Beat flushes the rollups every 20 s: three minutes back, a minute is merged.
+SETTLE_MINUTES = 3
 STATE_KEY = "reports:idle-scan:minutes:v1"
 _RECORD = struct.Struct(MINUTE_RECORD)
 
