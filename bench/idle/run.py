@@ -11,6 +11,11 @@ hours). Then it times the beat work (the idle scan; one day's accounting) and, t
 Django's test client, the pages and the API: page time (the whole request) and query
 time (the SQL inside it). The database is migrated and emptied of nodes, pools, tenants
 and requests: use a scratch one.
+
+``--incremental MINUTES`` times instead a full pass, then (``--passes`` times) MINUTES of
+new minute rollups and an incremental pass against a full one on the same data (from the
+same previous verdicts), and prints JSON: seconds, SQL, stages, whether the verdicts are
+the same, the load average. ``--days 8`` gives the scan the same work as 30.
 """
 
 from __future__ import annotations
