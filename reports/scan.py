@@ -130,7 +130,7 @@ def _windows(rows, policies, default, state, start, now):
     return windows
 
 
-def _judged(rows, policies, default, windows, now, previous, live_used, carried):
+def _judged(rows, policies, default, windows, now, previous, live_used, carried, state, lines):
     """The verdicts and sparklines from each allocation's minutes, and the week's p95s
     summed by PostgreSQL; Python per allocation only for the rules' arithmetic."""
     fresh = [r for r in rows if r["id"] not in carried]
@@ -140,6 +140,8 @@ def _judged(rows, policies, default, windows, now, previous, live_used, carried)
     )  # fmt: skip
     length = len(next(iter(windows.values())).read) if windows else 0
     spark = window.steps(length, SPARK_POINTS)
+    start = window.minute_of(now) - length
+    reused, shift = window.reusable_steps(state, start, spark)
     for row in rows:
         thresholds = policies.get(row["pool_id"], default)
         use = idle.AllocationUse(
@@ -149,9 +151,13 @@ def _judged(rows, policies, default, windows, now, previous, live_used, carried)
             live_memory_mib=live_used.get(f"alloc-{row['id']}"),
             previous_since=previous.get(row["id"]),
         )  # fmt: skip
+        got = windows[row["id"]]
+        kept = state.kept(row["id"], got.key) if reused else None
+        drawn = window.old_steps(state, kept, shift, reused) if kept is not None else ()
         summary, line = window.summarize(
-            windows[row["id"]], max(row["placed_at"], now - thresholds.window), spark
+            got, max(row["placed_at"], now - thresholds.window), spark, drawn
         )
+        lines[row["id"]] = line
         if row["id"] in carried:
             week = carried[row["id"]]
         else:
@@ -270,12 +276,13 @@ def scan(
 
     with stages("minutes"):
         windows = _windows(rows, policies, default, state, start_m, now_m)
+    lines: dict[int, list] = {}
     states = []
     idle_by_gpu: dict[int, list[bool]] = defaultdict(list)
     owners_by_gpu: dict[int, set[str]] = defaultdict(set)
     with stages("judge"):
         for row, verdict, week, spark in _judged(
-            rows, policies, default, windows, now, previous, live_used, carried
+            rows, policies, default, windows, now, previous, live_used, carried, state, lines
         ):
             idle_by_gpu[row["gpu_id"]].append(verdict.idle)
             owners_by_gpu[row["gpu_id"]].add(row["lease__unix_user"])
@@ -314,7 +321,7 @@ def scan(
     with stages("keep"):
         window.save(
             window.kept_state(
-                windows, start_m, settled_m, now=now_m, longest=length, snapshot=taken,
+                windows, lines, start_m, settled_m, now=now_m, longest=length, snapshot=taken,
                 owners=owners, gpus=frozenset(gpu_ids),
             )
         )  # fmt: skip

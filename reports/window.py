@@ -76,6 +76,9 @@ class State:
     util: array = field(default_factory=lambda: array("d"))
     read: bytes = b""
     busy: bytes = b""
+    # Each row's sparkline as that pass drew it (NaN: no minute read), ``points`` a row.
+    lines: array = field(default_factory=lambda: array("d"))
+    points: int = 0
     owners: dict[tuple[int, str], int] = field(default_factory=dict)
     gpus: frozenset[int] = frozenset()
 
@@ -85,10 +88,13 @@ class State:
         return row if row is not None and self.keys[row] == key else None
 
 
-def kept_state(windows: dict[int, Minutes], first: int, settled: int, **fields) -> State:
-    """A pass's state: each window's minutes before ``settled`` (all start at ``first``)."""
+def kept_state(
+    windows: dict[int, Minutes], lines: dict[int, list], first: int, settled: int, **fields
+) -> State:
+    """A pass's state: each window's minutes before ``settled`` (all start at ``first``)
+    and its sparkline."""
     n = max(settled - first, 0)
-    util, read, busy = array("d"), bytearray(), bytearray()
+    util, read, busy, drawn = array("d"), bytearray(), bytearray(), array("d")
     rows, keys = {}, []
     for alloc_id, got in windows.items():
         rows[alloc_id] = len(keys)
@@ -96,8 +102,41 @@ def kept_state(windows: dict[int, Minutes], first: int, settled: int, **fields) 
         util.extend(got.util[:n])
         read += got.read[:n]
         busy += got.busy[:n]
+        drawn.extend(_NAN if v is None else v for v in lines[alloc_id])
+    points = len(drawn) // len(keys) if keys else 0
     return State(settled=settled, first=first, rows=rows, keys=keys, util=util,
-                 read=bytes(read), busy=bytes(busy), **fields)  # fmt: skip
+                 read=bytes(read), busy=bytes(busy), lines=drawn, points=points,
+                 **fields)  # fmt: skip
+
+
+_NAN = float("nan")
+
+
+def reusable_steps(
+    state: State | None, start: int, spark: list[tuple[int, int]]
+) -> tuple[int, int]:
+    """(m, d): the new sparkline's first ``m`` steps are the kept lines' steps from ``d``
+    on, because they cover the same minutes and all of those were settled then (so the
+    same arrays give the same averages). (0, 0) when the steps do not line up."""
+    if state is None or state.points != len(spark):
+        return 0, 0
+    old = {
+        (state.first + lo, state.first + hi): j
+        for j, (lo, hi) in enumerate(spark)
+        if hi > lo and state.first + hi <= state.settled
+    }
+    m, d = 0, None
+    for i, (lo, hi) in enumerate(spark):
+        j = old.get((start + lo, start + hi))
+        if j is None or (d is not None and j - i != d):
+            break
+        d, m = j - i, i + 1
+    return (m, d) if d is not None else (0, 0)
+
+
+def old_steps(state: State, row: int, d: int, m: int) -> list[float | None]:
+    base = row * state.points + d
+    return [None if v != v else v for v in state.lines[base : base + m]]
 
 
 def load() -> State | None:
@@ -161,10 +200,14 @@ def steps(length: int, points: int) -> list[tuple[int, int]]:
 
 
 def summarize(
-    window: Minutes, window_start: datetime, spark: list[tuple[int, int]]
+    window: Minutes,
+    window_start: datetime,
+    spark: list[tuple[int, int]],
+    drawn: list[float | None] = (),
 ) -> tuple[idle.Seen, list[float | None]]:
     """What the rules need of a window's minutes (``window.first`` is the range's start)
-    and its sparkline: average utilization per step of the minutes read."""
+    and its sparkline: average utilization per step of the minutes read (the first steps
+    ``drawn`` already, when they are a kept line's)."""
     read, first = window.read, window.first
     busy_at = window.busy.rfind(1)
     read_at = read.find(1)
@@ -177,8 +220,8 @@ def summarize(
         read_in_window=read.count(1, from_offset),
     )
     util, count = window.util, read.count
-    line: list[float | None] = []
-    for lo, hi in spark:
+    line: list[float | None] = list(drawn)
+    for lo, hi in spark[len(line) :]:
         n = count(1, lo, hi)
         line.append(round(sum(util[lo:hi]) / n, 1) if n else None)
     return seen, line
