@@ -17,7 +17,7 @@ from reports import accounting, digest, scan, services, takeback
 @shared_task(acks_late=True, reject_on_worker_lost=True, ignore_result=True)
 def scan_and_reclaim() -> dict[str, int]:
     """Judge every allocation and card, then warn, withdraw and release per policy."""
-    result = scan.scan()
+    result = scan.scan(incremental=True)
     return {"allocations": result.allocations, "idle": result.idle, **services.reclaim()}
 
 

@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from django.db import connection, transaction
+from django.db.models import Max
+from django.db.models.functions import Extract
 
 from telemetry.models import GpuHour, GpuMinute, OwnerHour, OwnerMinute
 
@@ -138,3 +140,83 @@ def owners_seen(gpu_ids: Sequence[int], start: datetime, end: datetime) -> set[t
         .distinct()
     )  # fmt: skip
     return set(rows)
+
+
+# Per allocation, its attributed minutes packed as 11-byte records (big-endian): the
+# minute's offset from ``start`` (int2), its utilization (float8) and whether it was busy
+# (one byte). One aggregate, so the three stay in step; the reader scatters them.
+_MINUTES_SQL = """
+WITH a AS (
+    SELECT * FROM unnest(%(ids)s::bigint[], %(gpus)s::bigint[], %(owners)s::text[],
+                         %(since)s::timestamptz[], %(util)s::float8[], %(mem)s::float8[])
+        AS a(id, gpu_id, owner, since, util_min, mem_min)
+),
+m AS (
+    SELECT a.id, c.bucket,
+           CASE WHEN a.owner IS NULL OR o.bucket IS NOT NULL THEN COALESCE(c.util_avg, 0.0)
+                ELSE 0.0 END AS util,
+           CASE WHEN a.owner IS NULL THEN COALESCE(c.memory_used_avg_mib, 0.0)
+                ELSE COALESCE(o.memory_used_avg_mib, 0.0) END AS mem,
+           a.util_min, a.mem_min
+      FROM a
+      JOIN telemetry_gpuminute c ON c.gpu_id = a.gpu_id
+                                AND c.bucket >= GREATEST(a.since, %(start)s)
+                                AND c.bucket >= %(lo)s AND c.bucket < %(end)s
+      LEFT JOIN telemetry_ownerminute o ON a.owner IS NOT NULL AND o.gpu_id = a.gpu_id
+                                       AND o.owner = a.owner AND o.bucket = c.bucket
+                                       AND o.bucket >= %(lo)s AND o.bucket < %(end)s
+)
+SELECT id, string_agg(
+    int2send((EXTRACT(EPOCH FROM bucket - %(start)s)::int / 60)::int2) || float8send(util)
+    || CASE WHEN util >= util_min OR mem >= mem_min THEN '\\x01'::bytea ELSE '\\x00'::bytea END,
+    ''::bytea)
+  FROM m GROUP BY id
+"""
+MINUTE_RECORD = ">hdB"  # struct format of one packed minute
+
+
+def attributed_minutes(
+    allocations: Sequence[Attribution], start: datetime, end: datetime
+) -> dict[int, bytes]:
+    """Per allocation, its attributed minutes in ``[max(since, start), end)`` (at most
+    36 hours), packed as ``MINUTE_RECORD``s in no particular order: the minute's offset
+    from ``start``, the utilization it is given, and 1 when it is at or over either of its
+    thresholds. Allocations without a minute read are left out."""
+    if not allocations:
+        return {}
+    params = {
+        "ids": [a.allocation_id for a in allocations],
+        "gpus": [a.gpu_id for a in allocations],
+        "owners": [a.owner for a in allocations],
+        "since": [a.since for a in allocations],
+        "util": [float(a.util_pct) for a in allocations],
+        "mem": [float(a.memory_mib) for a in allocations],
+        "start": start, "end": end,
+        # The earliest bucket any of them reads, as a range the indexes can use: a pass
+        # that reads only its newest minutes then reads only those.
+        "lo": max(start, min(a.since for a in allocations)),
+    }  # fmt: skip
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute("SET LOCAL work_mem = %s", [WORK_MEM])
+        cursor.execute(_MINUTES_SQL, params)
+        return {alloc_id: bytes(packed) for alloc_id, packed in cursor}
+
+
+def owners_last_seen(
+    gpu_ids: Sequence[int], start: datetime, end: datetime
+) -> dict[tuple[int, str], int]:
+    """(card, owner) pairs whose processes held memory on the card in ``[start, end)``,
+    each with the last minute they did (a minute number: seconds since the epoch // 60,
+    cheaper to read than 15,000 timestamps)."""
+    if start >= end:
+        return {}
+    # The cards are filtered here, not in SQL: a list of the fleet's ids made the
+    # planner scan the whole table instead of the range of buckets.
+    wanted = set(gpu_ids)
+    rows = (
+        OwnerMinute.objects.filter(bucket__gte=start, bucket__lt=end, memory_used_avg_mib__gt=0)
+        .values_list("gpu_id", "owner")
+        .annotate(last=Max(Extract("bucket", "epoch")))
+        .order_by()
+    )
+    return {(g, owner): int(last) // 60 for g, owner, last in rows if g in wanted}

@@ -16,7 +16,17 @@ from typing import Any
 
 from agents.gpu_agent.schema import GPU_FIELDS, HISTORY_GPU_FIELDS, HISTORY_PROCESS_FIELDS
 from telemetry import history, metrics, readings
-from telemetry.attributed import AttributedUse, Attribution, attributed_use, owners_seen
+from telemetry.attributed import (
+    MINUTE_RECORD,
+    AttributedUse,
+    Attribution,
+    attributed_minutes,
+    attributed_use,
+    owners_last_seen,
+    owners_seen,
+)
+from telemetry.changes import merged_since
+from telemetry.changes import snapshot as rollup_snapshot
 from telemetry.heatmap import BUSY_UTIL_PCT
 from telemetry.interval_usage import Interval, IntervalUsage, interval_usage
 from telemetry.panels import (
@@ -43,6 +53,7 @@ __all__ = [
     "GPU_FIELDS",
     "HISTORY_GPU_FIELDS",
     "HISTORY_PROCESS_FIELDS",
+    "MINUTE_RECORD",
     "POOLS_ORDER",
     "TENANTS_ORDER",
     "AttributedUse",
@@ -62,6 +73,7 @@ __all__ = [
     "add_dashboard_detour",
     "add_dashboard_figures",
     "add_dashboard_panel",
+    "attributed_minutes",
     "attributed_use",
     "card_usage",
     "dashboard_panels",
@@ -69,9 +81,12 @@ __all__ = [
     "interval_usage",
     "last_poll_cycle",
     "latest",
+    "merged_since",
     "owner_usage",
+    "owners_last_seen",
     "owners_seen",
     "poll_cycle_recorded",
+    "rollup_snapshot",
 ]
 
 

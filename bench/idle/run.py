@@ -11,11 +11,17 @@ hours). Then it times the beat work (the idle scan; one day's accounting) and, t
 Django's test client, the pages and the API: page time (the whole request) and query
 time (the SQL inside it). The database is migrated and emptied of nodes, pools, tenants
 and requests: use a scratch one.
+
+``--incremental MINUTES`` times instead a full pass, then (``--passes`` times) MINUTES of
+new minute rollups and an incremental pass against a full one on the same data (from the
+same previous verdicts), and prints JSON: seconds, SQL, stages, whether the verdicts are
+the same, the load average. ``--days 8`` gives the scan the same work as 30.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import time
 from contextlib import contextmanager
@@ -162,6 +168,73 @@ def build(gpus: int, allocations: int, tenants: int, days: int) -> dict:
     return counts
 
 
+def add_minutes(start, minutes: int) -> None:
+    """``minutes`` more minute rollups from ``start``, as the build made the window's."""
+    from django.db import connection
+
+    end = start + timedelta(minutes=minutes - 1)
+    with connection.cursor() as c:
+        c.execute("""
+            INSERT INTO telemetry_gpuminute (gpu_id, bucket, samples, util_avg, util_max,
+                                             memory_used_avg_mib, memory_used_max_mib)
+            SELECT g.id, b, 12,
+                   CASE WHEN EXISTS (SELECT 1 FROM pools_allocation a WHERE a.gpu_id = g.id
+                                     AND a.id %% 4 <> 0) THEN 60 ELSE 0 END, 70, 4096, 8192
+            FROM agents_gpu g CROSS JOIN generate_series(%s::timestamptz, %s, '1 minute') b
+        """, [start, end])  # fmt: skip
+        c.execute("""
+            INSERT INTO telemetry_ownerminute (gpu_id, owner, bucket, samples,
+                                               memory_used_avg_mib, memory_used_max_mib)
+            SELECT a.gpu_id, l.unix_user, b, 12, 6000, 8000
+            FROM pools_allocation a JOIN pools_lease l ON l.id = a.lease_id
+            CROSS JOIN generate_series(%s::timestamptz, %s, '1 minute') b
+            WHERE a.id %% 4 <> 0
+        """, [start, end])  # fmt: skip
+
+
+def incremental(minutes: int, passes: int) -> dict:
+    """A full pass, then ``passes`` times: ``minutes`` of new rollups and an incremental
+    pass, and a full pass on the same data for comparison (p95s carried in all but the
+    first). Seconds, each pass's stages, and the load average."""
+    from reports import scan
+    from reports.models import AllocationIdle
+    from telemetry.models import GpuMinute
+
+    last = GpuMinute.objects.order_by("-bucket").values_list("bucket", flat=True).first()
+    now = last + timedelta(minutes=1)
+    out = {"minutes_per_pass": minutes, "load_before": os.getloadavg(), "passes": []}
+    with measured() as m:
+        result = scan.scan(now, p95=True, incremental=True)
+    out["first_full"] = {"wall": round(m["wall"], 2), "sql": round(m["sql"], 2),
+                         "queries": m["queries"], "stages": result.stages}  # fmt: skip
+    for _ in range(passes):
+        add_minutes(now, minutes)
+        now += timedelta(minutes=minutes)
+        kept = list(AllocationIdle.objects.all())
+        with measured() as m:
+            inc = scan.scan(now, p95=False, incremental=True)
+        got = {r.allocation_id: _fields(r) for r in AllocationIdle.objects.all()}
+        AllocationIdle.objects.all().delete()
+        AllocationIdle.objects.bulk_create(kept, batch_size=5000)
+        with measured() as f:
+            full = scan.scan(now, p95=False, incremental=False)
+        same = got == {r.allocation_id: _fields(r) for r in AllocationIdle.objects.all()}
+        out["passes"].append({
+            "incremental": {"wall": round(m["wall"], 2), "sql": round(m["sql"], 2),
+                            "queries": m["queries"], "full": inc.full, "stages": inc.stages},
+            "full": {"wall": round(f["wall"], 2), "sql": round(f["sql"], 2),
+                     "queries": f["queries"], "stages": full.stages},
+            "same_verdicts": same, "load": os.getloadavg(),
+        })  # fmt: skip
+        # The full pass wrote the state again: the next incremental one starts from it,
+        # as from the incremental pass it replaced.
+    return out
+
+
+def _fields(row) -> tuple:
+    return tuple(getattr(row, f.attname) for f in row._meta.concrete_fields)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--gpus", type=int, default=8000)
@@ -176,6 +249,12 @@ def main() -> int:
         "--scan-only", action="store_true",
         help="time the idle scan alone",
     )  # fmt: skip
+    parser.add_argument(
+        "--incremental", type=int, metavar="MINUTES", default=0,
+        help="time incremental passes (each after MINUTES new minute rollups) against full "
+             "ones and print JSON; nothing else",
+    )  # fmt: skip
+    parser.add_argument("--passes", type=int, default=3, help="incremental passes (JSON)")
     args = parser.parse_args()
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "portal.settings")
     import django
@@ -193,6 +272,11 @@ def main() -> int:
     if not args.reuse:
         counts = build(args.gpus, args.allocations, args.tenants, args.days)
         print(f"built in {time.perf_counter() - started:.0f} s: {counts}")
+    if args.incremental:
+        figures = incremental(args.incremental, args.passes)
+        figures["scale"] = {"gpus": args.gpus, "allocations": args.allocations}
+        print(json.dumps(figures, default=str))
+        return 0
 
     with measured() as m:
         result = scan.scan(p95=True)
