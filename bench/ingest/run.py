@@ -18,6 +18,7 @@ import argparse
 import json
 import os
 import resource
+import socket
 import statistics
 import subprocess
 import sys
@@ -135,6 +136,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--interval", type=float, default=5.0)
     parser.add_argument("--first-port", type=int, default=21000)
     parser.add_argument("--prometheus", action="store_true", help="also run a real Prometheus")
+    parser.add_argument(
+        "--redis-server",
+        help="start this redis-server for the run and use it (REDIS_URL's db number kept): "
+        "a shared server's CPU counts everyone's commands",
+    )
     parser.add_argument("--json", type=Path, help="write the results here too")
     parser.add_argument("--profile", help="cProfile the measured cycles into this pstats file")
     parser.add_argument(
@@ -144,6 +150,36 @@ def main(argv: list[str] | None = None) -> int:
     if args.curve:
         return curve(args, argv if argv is not None else sys.argv[1:])
 
+    own_redis = start_redis(args.redis_server, args.first_port - 1) if args.redis_server else None
+    try:
+        return measure(args, own_redis)
+    finally:
+        if own_redis is not None:
+            own_redis.terminate()
+            own_redis.wait(10)
+
+
+def start_redis(path: str, port: int) -> subprocess.Popen:
+    """A redis-server of the run's own on ``port``, with REDIS_URL pointed at it."""
+    from urllib.parse import urlsplit
+
+    server = subprocess.Popen(
+        [path, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    db = urlsplit(os.environ.get("REDIS_URL", "")).path.lstrip("/") or "0"
+    os.environ["REDIS_URL"] = f"redis://127.0.0.1:{port}/{db}"
+    for _ in range(100):  # up within a second or so
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.1):
+                return server
+        except OSError:
+            time.sleep(0.05)
+    server.kill()
+    raise SystemExit(f"{path} did not start on port {port}")
+
+
+def measure(args: argparse.Namespace, own_redis: subprocess.Popen | None) -> int:
     redis_client = production_stack("bench/ingest")
     from django.db import connection
     from django.utils import timezone
@@ -263,6 +299,8 @@ def main(argv: list[str] | None = None) -> int:
         "loadavg_before": [round(x, 2) for x in load_before],
         "loadavg_after": [round(x, 2) for x in load_after],
         "nodes": args.nodes,
+        # Redis's CPU is the whole server's: only ours when the run started its own.
+        "redis_server_own": own_redis is not None,
         "gpus": gpu_count,
         "cycles": len(cycles),
         "cycle_wall_p50_s": percentile(walls, 0.5),
