@@ -287,7 +287,8 @@ def join_new_cards(node_ids: Iterable[int]) -> int:
     """After a poll cycle: put cards that are in no pool into the rule pools that match
     them. Cheap when nothing is new: one query finds that no card of these nodes lacks a
     pool. Returns how many joined."""
-    new = GPU.objects.filter(node_id__in=list(node_ids), pool_card__isnull=True)
+    # One array parameter, not one per node: a cycle names a thousand nodes.
+    new = GPU.objects.filter(node_id__any=list(node_ids), pool_card__isnull=True)
     if not new.exists():
         return 0
     joined = 0

@@ -125,15 +125,21 @@ class OwnerUsage:
     values: dict[str, float | None]
 
 
+def _values(card: dict[str, Any]) -> dict[str, Any]:
+    # A copy less its processes: dict() copies in C, a comprehension per key cost 8,000
+    # cards a cycle about 10 ms.
+    values = dict(card)
+    values.pop("processes", None)
+    return values
+
+
 def latest(node_ids: Iterable[int]) -> dict[int, NodeReading]:
     """The latest readings of these nodes; nodes without fresh readings are left out."""
     out = {}
     for node_id, stored in readings.latest_for(node_ids).items():
         cards = {
             uuid: CardReading(
-                uuid=uuid,
-                values={k: v for k, v in card.items() if k != "processes"},
-                processes=tuple(card.get("processes") or ()),
+                uuid=uuid, values=_values(card), processes=tuple(card.get("processes") or ())
             )
             for uuid, card in stored.get("gpus", {}).items()
         }

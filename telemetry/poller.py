@@ -31,6 +31,8 @@ from agents.gpu_agent import schema
 SNAPSHOT_PATH = "/v1/snapshot?view=portal"
 # Reject absurd answers before parsing them: 8 GPUs fit in a few KiB.
 MAX_SNAPSHOT_BYTES = 4 * 1024 * 1024
+# The decoder, by a name of its own so bench/ingest's stage timers can count it apart.
+_loads = orjson.loads
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,7 +70,7 @@ def _poll_result(
             try:
                 # The reading schema's check: types, ranges and lengths of every field the
                 # portal keeps; an answer outside them is refused for its node alone.
-                snapshot = schema.check_snapshot(orjson.loads(response.body), max_gpus)
+                snapshot = schema.check_snapshot(_loads(response.body), max_gpus)
             except orjson.JSONDecodeError:
                 error = "answer is not valid JSON"
             except schema.SnapshotError as exc:

@@ -8,8 +8,9 @@ fleet page from per-node summaries, a node page from its cards.
 
 from __future__ import annotations
 
+import contextlib
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from datetime import UTC, datetime
 from operator import itemgetter
 from typing import Any
@@ -130,12 +131,35 @@ def store_latest(snapshots: dict[int, dict[str, Any]]) -> dict[int, dict[str, An
     return reduced
 
 
+# What the poll cycle of this process just stored, while that cycle's receivers run
+# (services.record_poll_results): they ask for the same nodes' readings, and reading 3.5 MB
+# back from Redis and decoding it was the largest part of the alerts' evaluation (#23).
+_cycle_latest: dict[int, dict[str, Any]] | None = None
+
+
+@contextlib.contextmanager
+def cycle_readings(stored: dict[int, dict[str, Any]]) -> Iterator[None]:
+    """``latest_for`` answers from ``stored`` (what ``store_latest`` returned) meanwhile."""
+    global _cycle_latest
+    previous, _cycle_latest = _cycle_latest, stored
+    try:
+        yield
+    finally:
+        _cycle_latest = previous
+
+
 def latest_for(node_ids: Iterable[int]) -> dict[int, dict[str, Any]]:
     now = time.time()
     node_ids = list(node_ids)
     if not node_ids:
         return {}
     found = {}
+    if (memo := _cycle_latest) is not None:
+        # Stored a moment ago: fresh, and the same values Redis now holds for them.
+        found = {n: memo[n] for n in node_ids if n in memo}
+        node_ids = [n for n in node_ids if n not in found]
+        if not node_ids:
+            return found
     for node_id, value in zip(node_ids, redis_client.client().hmget(_latest_key(), node_ids),
                               strict=True):  # fmt: skip
         if value and _fresh(reading := orjson.loads(value), now):

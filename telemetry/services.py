@@ -435,10 +435,15 @@ def record_poll_results(
             at=now, answered=tuple(answered), failed=dict(failed),
             went_offline=tuple(summary.went_offline), came_back=tuple(came_back),
         )  # fmt: skip
-        transaction.on_commit(
-            lambda: signals.poll_cycle_recorded.send_robust(sender=PollCycle, cycle=cycle)
-        )
+        transaction.on_commit(lambda: _announce(cycle, latest))
     return summary
+
+
+def _announce(cycle: PollCycle, latest: dict[int, dict[str, Any]]) -> None:
+    # The receivers (alerts, pools, quotas) read the cycle's readings: from what was just
+    # stored, not back from Redis.
+    with readings.cycle_readings(latest):
+        signals.poll_cycle_recorded.send_robust(sender=PollCycle, cycle=cycle)
 
 
 def _tile_rows(known, answered, failed, went_offline, now, conflicts) -> list[dict[str, Any]]:

@@ -89,3 +89,33 @@ def test_the_cycle_signal_comes_after_the_commit_and_never_for_a_rollback(nodes)
         interface.poll_cycle_recorded.disconnect(broken)
     [cycle] = seen  # the failing subscriber stopped neither the cycle nor the others
     assert cycle.answered == (nodes[0].pk,) and cycle.failed == {nodes[1].pk: "refused"}
+
+
+def test_the_cycles_receivers_read_what_redis_holds_without_reading_it_back(
+    nodes, monkeypatch, django_capture_on_commit_callbacks
+):
+    from telemetry import readings
+
+    services.record_poll_results([_answer(nodes[1], "GPU-B", 7)])  # stored, not in the cycle
+    inside: list[dict] = []
+    asked: list[list[int]] = []
+    read_back = readings.redis_client.client().hmget
+
+    def hmget(key, ids):
+        asked.append(list(ids))
+        return read_back(key, ids)
+
+    def receiver(sender, cycle, **kwargs):
+        monkeypatch.setattr(readings.redis_client.client(), "hmget", hmget)
+        inside.append(interface.latest([n.pk for n in nodes]))
+        monkeypatch.undo()
+
+    interface.poll_cycle_recorded.connect(receiver)
+    try:
+        with django_capture_on_commit_callbacks(execute=True):
+            services.record_poll_results([_answer(nodes[0], "GPU-A", 40)])
+    finally:
+        interface.poll_cycle_recorded.disconnect(receiver)
+    assert asked == [[nodes[1].pk]]  # the cycle's own node came from memory
+    assert readings._cycle_latest is None  # and only while its receivers ran
+    assert inside == [interface.latest([n.pk for n in nodes])]  # the same as Redis holds

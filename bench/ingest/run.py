@@ -18,6 +18,7 @@ import argparse
 import json
 import os
 import resource
+import socket
 import statistics
 import subprocess
 import sys
@@ -135,16 +136,61 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--interval", type=float, default=5.0)
     parser.add_argument("--first-port", type=int, default=21000)
     parser.add_argument("--prometheus", action="store_true", help="also run a real Prometheus")
+    parser.add_argument(
+        "--redis-server",
+        help="start this redis-server for the run and use it (REDIS_URL's db number kept): "
+        "a shared server's CPU counts everyone's commands",
+    )
     parser.add_argument("--json", type=Path, help="write the results here too")
+    parser.add_argument("--profile", help="cProfile the measured cycles into this pstats file")
+    parser.add_argument(
+        "--curve", help="comma-separated node counts: one run of each, in its own process"
+    )
     args = parser.parse_args(argv)
+    if args.curve:
+        return curve(args, argv if argv is not None else sys.argv[1:])
 
+    own_redis = start_redis(args.redis_server, args.first_port - 1) if args.redis_server else None
+    try:
+        return measure(args, own_redis)
+    finally:
+        if own_redis is not None:
+            own_redis.terminate()
+            own_redis.wait(10)
+
+
+def start_redis(path: str, port: int) -> subprocess.Popen:
+    """A redis-server of the run's own on ``port``, with REDIS_URL pointed at it."""
+    from urllib.parse import urlsplit
+
+    server = subprocess.Popen(
+        [path, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    db = urlsplit(os.environ.get("REDIS_URL", "")).path.lstrip("/") or "0"
+    os.environ["REDIS_URL"] = f"redis://127.0.0.1:{port}/{db}"
+    for _ in range(100):  # up within a second or so
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.1):
+                return server
+        except OSError:
+            time.sleep(0.05)
+    server.kill()
+    raise SystemExit(f"{path} did not start on port {port}")
+
+
+def measure(args: argparse.Namespace, own_redis: subprocess.Popen | None) -> int:
     redis_client = production_stack("bench/ingest")
     from django.db import connection
     from django.utils import timezone
 
     from agents.models import GPU, Node
-    from telemetry import rollups, services
+    from bench.ingest import stages
+    from telemetry import poller, rollups, services
     from telemetry.models import GpuMinute
+
+    timers = stages.Timers()
+    timers.install(self_cpu_s)
 
     gpu_count = args.nodes * args.gpus
     agent = start_simulator(args.nodes, args.gpus, args.first_port, args.interval)
@@ -189,6 +235,10 @@ def main(argv: list[str] | None = None) -> int:
         run_started = time.monotonic()
         prom_cpu0 = proc_cpu_s(prometheus.pid) if prometheus is not None else 0.0
         cycles = []
+        timers.reset()
+        load_before = os.getloadavg()
+        profile = stages.profiled(args.profile, poller._loop.loop if poller._loop else None)
+        profile.__enter__()
         for _ in range(args.cycles):
             started = time.monotonic()
             cpu0, pg0 = self_cpu_s(), proc_cpu_s(backend_pid)
@@ -206,7 +256,9 @@ def main(argv: list[str] | None = None) -> int:
             })  # fmt: skip
             time.sleep(max(0.0, args.interval - (time.monotonic() - started)))
 
+        profile.__exit__(None, None, None)
         run_redis1 = redis_client.info("cpu")
+        load_after = os.getloadavg()
         if prometheus is not None:
             prom_cpu = proc_cpu_s(prometheus.pid) - prom_cpu0
             prom_window_s = time.monotonic() - run_started
@@ -243,7 +295,12 @@ def main(argv: list[str] | None = None) -> int:
     in_cycles = statistics.mean(per_cycle_cpu) + flush_share
     all_in = (run["cpu_s"] + run["pg_cpu_s"] + run["redis_cpu_s"]) / len(cycles) + flush_share
     result = {
+        # os.getloadavg() as the measured cycles started and ended (1, 5, 15 minutes).
+        "loadavg_before": [round(x, 2) for x in load_before],
+        "loadavg_after": [round(x, 2) for x in load_after],
         "nodes": args.nodes,
+        # Redis's CPU is the whole server's: only ours when the run started its own.
+        "redis_server_own": own_redis is not None,
         "gpus": gpu_count,
         "cycles": len(cycles),
         "cycle_wall_p50_s": percentile(walls, 0.5),
@@ -265,6 +322,8 @@ def main(argv: list[str] | None = None) -> int:
             for table in rows_after if rows_after[table] != rows_before.get(table, 0)
         },
         "rollup_gpu_minutes_written": written,
+        # The portal process's CPU per cycle by stage (bench/ingest/stages.py), in cycles.
+        "stage_cpu_per_cycle_s": {k: round(v, 4) for k, v in timers.net(len(cycles)).items()},
         "simulator_cpu_s_total": agent_cpu,
         "answered_min": min(c["answered"] for c in cycles),
     }  # fmt: skip
@@ -272,6 +331,57 @@ def main(argv: list[str] | None = None) -> int:
         # Prometheus scraped for the whole run (warm-up included): per interval elapsed.
         result["prometheus_cpu_per_cycle_s"] = prom_cpu / (prom_window_s / args.interval)
         result["prometheus_cpu_per_gpu_us"] = result["prometheus_cpu_per_cycle_s"] / gpu_count * 1e6
+        # How many times cheaper than Prometheus per GPU sample, in this same run.
+        result["prometheus_ratio"] = round(
+            result["prometheus_cpu_per_gpu_us"] / result["cpu_per_gpu_sample_us"], 2
+        )
+    print(json.dumps(result, indent=2))
+    if args.json:
+        args.json.write_text(json.dumps(result, indent=2) + "\n")
+    return 0
+
+
+def curve(args: argparse.Namespace, argv: list[str]) -> int:
+    """One run per fleet size, each in a process of its own (fresh pools, caches and
+    ports), and the CPU per GPU sample against the smallest size's: 1.0 is linear."""
+    sizes = [int(n) for n in args.curve.split(",")]
+    passed = []
+    skip = False
+    for arg in argv:  # the other options, passed on as they were given
+        if skip:
+            skip = False
+            continue
+        if arg in ("--curve", "--nodes", "--json", "--profile"):
+            skip = True
+            continue
+        if arg.startswith(("--curve=", "--nodes=", "--json=", "--profile=")):
+            continue
+        passed.append(arg)
+    points = []
+    for nodes in sizes:
+        with tempfile.NamedTemporaryFile(suffix=".json") as out:
+            command = [sys.executable, "-m", "bench.ingest", *passed, "--nodes", str(nodes),
+                       "--json", out.name]  # fmt: skip
+            subprocess.run(command, cwd=REPO, check=True, stdout=subprocess.DEVNULL)
+            points.append(json.loads(Path(out.name).read_text()))
+    base = points[0]["cpu_per_gpu_sample_us"]
+    result = {
+        "curve": [
+            {
+                "nodes": p["nodes"],
+                "gpus": p["gpus"],
+                "loadavg_before": p["loadavg_before"],
+                "cpu_per_gpu_sample_us": round(p["cpu_per_gpu_sample_us"], 1),
+                # Per GPU sample against the smallest fleet's: 1.0 while the cost is linear.
+                "vs_smallest": round(p["cpu_per_gpu_sample_us"] / base, 2),
+                "cycle_wall_p50_s": round(p["cycle_wall_p50_s"], 3),
+                "prometheus_cpu_per_gpu_us": round(p.get("prometheus_cpu_per_gpu_us", 0), 1),
+                "prometheus_ratio": p.get("prometheus_ratio"),
+                "stage_cpu_per_cycle_s": p["stage_cpu_per_cycle_s"],
+            }
+            for p in points
+        ]
+    }
     print(json.dumps(result, indent=2))
     if args.json:
         args.json.write_text(json.dumps(result, indent=2) + "\n")
