@@ -13,8 +13,6 @@ the agent stays standalone and the portal reads the same declarations.
 
 from __future__ import annotations
 
-import math
-from collections.abc import Callable
 from dataclasses import dataclass
 from operator import itemgetter
 from typing import Any, Literal
@@ -245,15 +243,11 @@ class _Plan:
     texts: tuple[tuple[str, int], ...]
     fields: dict[str, Field]
     lenient: tuple[Field, ...] = ()
-    # The same comparisons as straight-line code (_compiled): the name of the first field
-    # that is not a reading, or None; and the lenient fields' drop.
-    first: Callable[[dict], str | None] = lambda item: None
-    drop: Callable[[dict], None] = lambda item: None
 
 
 def _plan(fields: tuple[Field, ...]) -> _Plan:
     inf = float("inf")
-    plan = _Plan(
+    return _Plan(
         required=tuple(f.name for f in fields if f.required),
         numbers=tuple(
             (f.name, _NUMBER_KINDS[f.type],
@@ -267,67 +261,13 @@ def _plan(fields: tuple[Field, ...]) -> _Plan:
         fields={f.name: f for f in fields},
         lenient=tuple(f for f in fields if f.lenient),
     )  # fmt: skip
-    first, drop = _compiled(plan)
-    return _Plan(**{**{k: getattr(plan, k) for k in plan.__slots__}, "first": first, "drop": drop})
-
-
-def _bad_number(kinds: frozenset, low: float, high: float) -> str:
-    """The condition, in Python, under which ``v`` (not None) is no reading of a number field."""
-    kind = "type(v) is not int"
-    if kinds != {int}:
-        kind = "(t := type(v)) is not int and t is not float"
-    # NaN fails every comparison; an unbounded side still compares, so NaN stays refused.
-    bounds = [f"{low!r} <= v" if math.isfinite(low) else "v == v"]
-    if math.isfinite(high):
-        bounds.append(f"v <= {high!r}")
-    return f"{kind} or not ({' and '.join(bounds)})"
-
-
-def _bad_text(length: int) -> str:
-    return (
-        f"type(v) is not str or len(v) > {length} or '\\x00' in v "
-        "or (not v.isascii() and _unencodable(v))"
-    )
-
-
-def _compiled(plan: _Plan) -> tuple[Callable[[dict], str | None], Callable[[dict], None]]:
-    """``_first_problem``'s and ``_drop_lenient``'s loops unrolled into straight-line code,
-    built once per plan from its tuples: every card of every cycle is checked, and the
-    loops' tuple unpacking and lookups were most of the check's cost (issue #23). The
-    comparisons and their order are the same; the words still come from Field.check."""
-    lines = ["def first(item):", "    get = item.get"]
-    for name in plan.required:
-        lines += [f"    if get({name!r}) is None:", f"        return {name!r}"]
-    for name, kinds, low, high in plan.numbers:
-        lines += [f"    v = get({name!r})",
-                  f"    if v is not None and ({_bad_number(kinds, low, high)}):",
-                  f"        return {name!r}"]  # fmt: skip
-    for name, length in plan.texts:
-        lines += [f"    v = get({name!r})", f"    if v is not None and ({_bad_text(length)}):",
-                  f"        return {name!r}"]  # fmt: skip
-    lines += ["    return None", "def drop(item):", "    get = item.get"]
-    namespace: dict[str, Any] = {"_unencodable": _unencodable}
-    for position, f in enumerate(plan.lenient):
-        lines.append(f"    v = get({f.name!r})")
-        choices = f.choices
-        if f.type == "text" and choices is not None and all(f.check(c) is None for c in choices):
-            # A known word is a reading: one lookup decides (a word is a short, clean text).
-            namespace[f"choices{position}"] = choices
-            bad = f"type(v) is not str or v not in choices{position}"
-        else:
-            namespace[f"field{position}"] = f
-            bad = f"field{position}.check(v) is not None"
-        lines += [f"    if v is not None and ({bad}):", f"        del item[{f.name!r}]"]
-    lines.append("    return None")
-    # Code built from the declarations above only, never from an answer.
-    source = compile("\n".join(lines), f"<schema check of {len(plan.fields)} fields>", "exec")
-    exec(source, namespace)  # noqa: S102
-    return namespace["first"], namespace["drop"]
 
 
 def _drop_lenient(item: dict, plan: _Plan) -> None:
     """Remove the lenient fields whose values are not readings of them (in place)."""
-    plan.drop(item)
+    for f in plan.lenient:
+        if item.get(f.name) is not None and f.check(item[f.name]) is not None:
+            del item[f.name]
 
 
 _GPU_PLAN = _plan(GPU_FIELDS)
@@ -343,12 +283,27 @@ MAX_PROCESSES = 1024
 
 def _first_problem(item: dict, plan: _Plan) -> tuple[str, str] | None:
     """The first field of ``item`` that is not a reading: (name, why). The portal checks
-    every card of every cycle, so the plan compares types and bounds inline (``_compiled``)
-    and the field is asked for the words only when something is wrong."""
-    name = plan.first(item)
-    if name is None:
-        return None
-    return name, plan.fields[name].check(item.get(name)) or "is not valid"
+    every card of every cycle, so this compares types and bounds inline and asks the
+    field for the words only when something is wrong."""
+    get = item.get
+    for name in plan.required:
+        if get(name) is None:
+            return name, "is missing"
+    for name, kinds, low, high in plan.numbers:
+        value = get(name)
+        # NaN fails both comparisons; bool is not a reading (its type is not int).
+        if value is not None and (type(value) not in kinds or not low <= value <= high):
+            return name, plan.fields[name].check(value) or "is not valid"
+    for name, length in plan.texts:
+        value = get(name)
+        if value is not None and (
+            type(value) is not str
+            or len(value) > length
+            or "\x00" in value
+            or (not value.isascii() and _unencodable(value))
+        ):
+            return name, plan.fields[name].check(value) or "is not valid"
+    return None
 
 
 def check_snapshot(data: Any, max_gpus: int | None = None) -> dict[str, Any]:
