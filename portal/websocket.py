@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 from urllib.parse import urlsplit
 
+from asgiref.sync import ThreadSensitiveContext
 from autobahn.exception import Disconnected
 from channels.generic.websocket import AsyncWebsocketConsumer
 from channels.security.websocket import WebsocketDenier
@@ -100,6 +101,25 @@ class SameOriginValidator:
         if not origin_allowed(scope):
             return await WebsocketDenier()(scope, receive, send)
         return await self.application(scope, receive, sends_until_closed(send))
+
+
+class SyncWorkPerSocket:
+    """ASGI middleware: each websocket's synchronous work (the session and user lookup, its
+    page's first picture, a node page's watch) runs in a thread of its own.
+
+    Without it asgiref runs every consumer's thread-sensitive calls, of every socket of the
+    process, one after another in one thread, each opening its own database connection:
+    200 dashboards connecting while the database was busy queued there past daphne's 5 s
+    handshake timeout, and daphne dropped them before they were accepted: clients that got
+    no update at all. Django's ASGI handler gives each HTTP request the same context.
+    """
+
+    def __init__(self, application: Any) -> None:
+        self.application = application
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> Any:
+        async with ThreadSensitiveContext():
+            return await self.application(scope, receive, send)
 
 
 def sends_until_closed(send: Any) -> Any:
