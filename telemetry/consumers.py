@@ -25,12 +25,18 @@ class _LiveConsumer(AsyncJsonWebsocketConsumer):
 
     group: str
     errors_group: str  # node managers only: the agents' error texts
+    # A page that always exists is accepted before its picture is made: daphne drops a
+    # socket it has not accepted within its handshake timeout (5 s), and on a busy
+    # machine the picture alone came near that. One that may not exist checks first.
+    accept_early = False
 
     async def connect(self) -> None:
         user = self.scope.get("user")
         if user is None or not user.is_authenticated:
             await self.close(code=CLOSE_UNAUTHENTICATED)
             return
+        if self.accept_early:
+            await self.accept()
         first = await self.first_message()
         if first is None:
             await self.close(code=CLOSE_NOT_FOUND)
@@ -42,7 +48,8 @@ class _LiveConsumer(AsyncJsonWebsocketConsumer):
             self.joined.append(self.errors_group)
         for group in self.joined:
             await self.channel_layer.group_add(group, self.channel_name)
-        await self.accept()
+        if not self.accept_early:
+            await self.accept()
         for text in messages:
             await self.send(text_data=text)
 
@@ -74,6 +81,7 @@ class FleetConsumer(_LiveConsumer):
 
     group = live.FLEET_GROUP
     errors_group = live.FLEET_ERRORS_GROUP
+    accept_early = True
 
     async def first_message(self) -> str:
         return await database_sync_to_async(live.fleet_picture)()

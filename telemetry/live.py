@@ -8,6 +8,7 @@ details only for nodes whose key exists. One cache read per cycle decides that.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Iterable
 from typing import Any
@@ -61,7 +62,20 @@ PICTURE_TTL_S = 2
 _PICTURE_KEYS = ("live:fleet-picture", "live:fleet-errors")
 
 
+# Dashboards connecting together wait for one of them to build the picture, rather than
+# each building its own (a tenth of a second of CPU at 1,000 nodes).
+_picture_lock = threading.Lock()
+
+
 def _pictures() -> list[str]:
+    texts = cache.get_many(_PICTURE_KEYS)
+    if len(texts) < len(_PICTURE_KEYS):
+        with _picture_lock:
+            texts = _cached_or_built_pictures()
+    return [texts[key] for key in _PICTURE_KEYS]
+
+
+def _cached_or_built_pictures() -> dict[str, str]:
     texts = cache.get_many(_PICTURE_KEYS)
     if len(texts) < len(_PICTURE_KEYS):
         tiles, errors = readings.node_summaries_and_errors()
@@ -70,7 +84,7 @@ def _pictures() -> list[str]:
                                 encode_errors("fleet.errors", errors)["text"]], strict=True)
         )  # fmt: skip
         cache.set_many(texts, timeout=PICTURE_TTL_S)
-    return [texts[key] for key in _PICTURE_KEYS]
+    return texts
 
 
 def fleet_picture() -> str:
