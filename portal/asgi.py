@@ -14,7 +14,11 @@ from django.urls import re_path  # noqa: E402
 
 from alerts.routing import websocket_urlpatterns as alerts_websockets  # noqa: E402
 from pools.routing import websocket_urlpatterns as pools_websockets  # noqa: E402
-from portal.websocket import NotFoundConsumer, SameOriginValidator  # noqa: E402
+from portal.websocket import (  # noqa: E402
+    NotFoundConsumer,
+    SameOriginValidator,
+    SyncWorkPerSocket,
+)
 from quotas.requests.routing import websocket_urlpatterns as requests_ws  # noqa: E402
 from telemetry.routing import websocket_urlpatterns  # noqa: E402
 
@@ -22,16 +26,18 @@ application = ProtocolTypeRouter(
     {
         "http": django_asgi_app,
         "websocket": SameOriginValidator(
-            AuthMiddlewareStack(
-                # Unknown paths end at NotFoundConsumer: closed, instead of URLRouter's error.
-                URLRouter(
-                    [
-                        *websocket_urlpatterns,
-                        *pools_websockets,
-                        *requests_ws,
-                        *alerts_websockets,
-                        re_path(r"", NotFoundConsumer.as_asgi()),
-                    ]
+            SyncWorkPerSocket(
+                AuthMiddlewareStack(
+                    # Unknown paths end at NotFoundConsumer: closed, instead of URLRouter's error.
+                    URLRouter(
+                        [
+                            *websocket_urlpatterns,
+                            *pools_websockets,
+                            *requests_ws,
+                            *alerts_websockets,
+                            re_path(r"", NotFoundConsumer.as_asgi()),
+                        ]
+                    )
                 )
             )
         ),

@@ -400,6 +400,9 @@ SPECTACULAR_SETTINGS = {
 }
 
 # --- Celery ------------------------------------------------------------------
+# bench/live only: each live push is stamped with when its consumer handled it, so the
+# channel layer's share of the latency can be told from the socket's.
+LIVE_STAGE_STAMPS = env_bool("LIVE_STAGE_STAMPS")
 # Every GPU_POLL_INTERVAL seconds the poller reads all agents. Embedded mode
 # runs the same schedule inside the web process (portal.embedded).
 GPU_POLL_INTERVAL = env_float("GPU_POLL_INTERVAL", 5.0, minimum=0.5)

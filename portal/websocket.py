@@ -9,9 +9,11 @@ Django's CSRF check applies to a form post.
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 from urllib.parse import urlsplit
 
+from asgiref.sync import ThreadSensitiveContext
 from autobahn.exception import Disconnected
 from channels.generic.websocket import AsyncWebsocketConsumer
 from channels.security.websocket import WebsocketDenier
@@ -100,6 +102,33 @@ class SameOriginValidator:
         if not origin_allowed(scope):
             return await WebsocketDenier()(scope, receive, send)
         return await self.application(scope, receive, sends_until_closed(send))
+
+
+# Threads for the websockets' synchronous work: a few, so that a slow lookup does not hold
+# up every other socket, and not one per socket, which on two cores made 200 connects
+# share the CPU and all finish late (and all build the fleet picture at once).
+SOCKET_SYNC_THREADS = 4
+_socket_sync = ThreadPoolExecutor(SOCKET_SYNC_THREADS, thread_name_prefix="websocket-sync")
+
+
+class SyncWorkPerSocket:
+    """ASGI middleware: the websockets' synchronous work (the session and user lookup, a
+    page's first picture, a node page's watch) runs in a small pool of threads.
+
+    Without it asgiref runs the thread-sensitive calls of every socket of the process one
+    after another in one thread, each opening its own database connection: dashboards
+    connecting while the database was busy queued there past daphne's 5 s handshake
+    timeout, and daphne dropped them before they were accepted: clients that got no update
+    at all. Each call of a socket's may run in another thread of the pool; none of them
+    keeps a transaction or a connection from one call to the next.
+    """
+
+    def __init__(self, application: Any) -> None:
+        self.application = application
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> Any:
+        async with ThreadSensitiveContext(executor=_socket_sync):
+            return await self.application(scope, receive, send)
 
 
 def sends_until_closed(send: Any) -> Any:

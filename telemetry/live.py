@@ -8,6 +8,7 @@ details only for nodes whose key exists. One cache read per cycle decides that.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Iterable
 from typing import Any
@@ -61,7 +62,20 @@ PICTURE_TTL_S = 2
 _PICTURE_KEYS = ("live:fleet-picture", "live:fleet-errors")
 
 
+# Dashboards connecting together wait for one of them to build the picture, rather than
+# each building its own (a tenth of a second of CPU at 1,000 nodes).
+_picture_lock = threading.Lock()
+
+
 def _pictures() -> list[str]:
+    texts = cache.get_many(_PICTURE_KEYS)
+    if len(texts) < len(_PICTURE_KEYS):
+        with _picture_lock:
+            texts = _cached_or_built_pictures()
+    return [texts[key] for key in _PICTURE_KEYS]
+
+
+def _cached_or_built_pictures() -> dict[str, str]:
     texts = cache.get_many(_PICTURE_KEYS)
     if len(texts) < len(_PICTURE_KEYS):
         tiles, errors = readings.node_summaries_and_errors()
@@ -70,7 +84,7 @@ def _pictures() -> list[str]:
                                 encode_errors("fleet.errors", errors)["text"]], strict=True)
         )  # fmt: skip
         cache.set_many(texts, timeout=PICTURE_TTL_S)
-    return [texts[key] for key in _PICTURE_KEYS]
+    return texts
 
 
 def fleet_picture() -> str:
@@ -87,11 +101,14 @@ def publish_nodes(
     node_ids: list[int],
     latest: dict[int, dict[str, Any]] | None = None,
     rows: list[dict[str, Any]] | None = None,
+    *,
+    fetched_at: float | None = None,
 ) -> None:
     """Push fresh tiles to the fleet page and fresh cards to watched node pages.
 
     ``latest`` and ``rows`` (the nodes as readings.node_summaries reads them) save the
-    reads when the caller has them in hand, as the poller does.
+    reads when the caller has them in hand, as the poller does. ``fetched_at``: when
+    the poll's answers were in, carried along to time the stages.
     """
     layer = get_channel_layer()
     if layer is None or not node_ids:
@@ -101,17 +118,25 @@ def publish_nodes(
     details = []
     for node in Node.objects.filter(pk__any=watched(node_ids)):
         details.append((readings.node_detail(node, (latest or {}).get(node.pk)), node.last_error))
-    send(layer, summaries, errors, details)
+    send(layer, summaries, errors, details, fetched_at)
 
 
-def encode(kind: str, key: str, value: Any) -> dict:
+def encode(
+    kind: str, key: str, value: Any, fetched_at: float | None = None, newest: float | None = None
+) -> dict:
     """A group message carrying the browser's JSON already encoded.
 
     Encoding once here, instead of once per consumer, is what keeps 200 dashboards
     on a 1,000-node fleet cheap: each consumer only forwards the text.
     """
     # sent_at lets a client (and bench/live) tell server-side from delivery latency.
-    message = {"type": kind, "sent_at": time.time(), key: value}
+    # Stamps first, the payload last: bench/live reads them without parsing 250 tiles.
+    message: dict[str, Any] = {"type": kind, "sent_at": time.time()}
+    if fetched_at is not None:
+        message["fetched_at"] = fetched_at
+    if newest is not None:  # the newest reading in the message (collected_at)
+        message["collected_at"] = newest
+    message[key] = value
     return {"type": kind, "text": orjson.dumps(message).decode()}
 
 
@@ -121,16 +146,23 @@ def encode_errors(kind: str, errors: dict[int, str]) -> dict:
 
 
 async def _send_all(
-    layer, summaries: list[dict], errors: dict[int, str], details: list[tuple[dict, str]]
+    layer,
+    summaries: list[dict],
+    errors: dict[int, str],
+    details: list[tuple[dict, str]],
+    fetched_at: float | None = None,
 ) -> None:
     # One event-loop hop for the whole cycle, not one per group. A tile or card without
     # an error clears its text on the page: only the texts still there are sent.
-    await layer.group_send(FLEET_GROUP, encode("fleet.nodes", "nodes", summaries))
+    newest = max((t["collected_at"] for t in summaries if t.get("collected_at")), default=None)
+    message = encode("fleet.nodes", "nodes", summaries, fetched_at, newest)
+    await layer.group_send(FLEET_GROUP, message)
     if errors:
         await layer.group_send(FLEET_ERRORS_GROUP, encode_errors("fleet.errors", errors))
     for detail, error in details:
         node_id = detail["id"]
-        await layer.group_send(node_group(node_id), encode("node.detail", "node", detail))
+        message = encode("node.detail", "node", detail, fetched_at, detail.get("collected_at"))
+        await layer.group_send(node_group(node_id), message)
         if error:
             message = encode_errors("node.errors", {node_id: error})
             await layer.group_send(node_errors_group(node_id), message)

@@ -132,7 +132,9 @@ def poll_fleet(node_ids: Iterable[int] | None = None) -> PollSummary:
             timeout=settings.GPU_POLL_TIMEOUT,
             concurrency=settings.GPU_POLL_CONCURRENCY,
         )
-        summary = record_poll_results(results)
+        # The push carries this moment, so a page (and bench/live) can tell the fetch from
+        # the recording that follows it.
+        summary = record_poll_results(results, fetched_at=time.time())
         # Freed now, while collection is paused: alive when it resumes, the cycle's
         # hundred thousand parsed objects would be walked by the first collection.
         del results
@@ -390,7 +392,10 @@ def _reconcile_gpus(
 
 
 def record_poll_results(
-    results: list[poller.PollResult], *, now: datetime | None = None
+    results: list[poller.PollResult],
+    *,
+    now: datetime | None = None,
+    fetched_at: float | None = None,
 ) -> PollSummary:
     """Record one cycle's answers and failures, then publish them once committed."""
     now = now or timezone.now()
@@ -430,7 +435,9 @@ def record_poll_results(
         latest = readings.store_latest(answered)
         sample_buffer.buffer_samples(answered, gpu_ids, now)
         tiles = _tile_rows(known, answered, failed, summary.went_offline, now, cards.conflicts)
-        transaction.on_commit(lambda: live.publish_nodes(list(known), latest, tiles))
+        transaction.on_commit(
+            lambda: live.publish_nodes(list(known), latest, tiles, fetched_at=fetched_at)
+        )
         cycle = signals.PollCycle(
             at=now, answered=tuple(answered), failed=dict(failed),
             went_offline=tuple(summary.went_offline), came_back=tuple(came_back),
