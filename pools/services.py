@@ -226,7 +226,8 @@ def slice_refusal(pool: Pool, model: str = "", vendor: str = "") -> str | None:
         if vendor not in slicing.OTHER_VENDORS:
             return None  # NVIDIA's cards always slice
         cards = cards.filter(gpu__vendor=vendor)
-    kinds = set(cards.values_list("gpu__vendor", "gpu__model").distinct())
+    # No ordering: the cards' default one would join the DISTINCT and sort every card.
+    kinds = set(cards.order_by().values_list("gpu__vendor", "gpu__model").distinct())
     if not kinds and pool.match_vendor in slicing.OTHER_VENDORS and not pool.cards.exists():
         kinds = {(vendor or pool.match_vendor, model)}
     return slicing.slice_refusal(kinds)
@@ -253,7 +254,7 @@ def could_ever_fit(pool: Pool, ask: placement.Ask) -> bool:
     if ask.same_node:
         per_node = rows.values("gpu__node_id").annotate(n=Count("pk")).filter(n__gte=ask.count)
         return per_node.exists()
-    return rows[: ask.count].count() >= ask.count
+    return rows.order_by()[: ask.count].count() >= ask.count  # the first matches, unsorted
 
 
 def place_lease(
