@@ -91,7 +91,8 @@ def test_a_create_tells_once_only_after_its_commit_and_only_when_the_task_runs(
     assert [(e["request_id"], e["kind"]) for e in heard] == [
         (req.pk, NoticeKind.AUTO_APPROVED), (req.pk, NoticeKind.PLACED),
     ]  # fmt: skip
-    assert [d.notice["kind"] for d in Delivery.objects.filter(channel=sub.channel).order_by("id")] == [
+    sends = Delivery.objects.filter(channel=sub.channel).order_by("id")
+    assert [d.notice["kind"] for d in sends] == [
         NoticeKind.AUTO_APPROVED, NoticeKind.PLACED,
     ]  # fmt: skip
     assert len(pushed) == 2 and all(f'"request":{req.pk}' in m["text"] for m in pushed)
