@@ -198,14 +198,19 @@ def picks(pool: Pool, ask: placement.Ask, exclude: Iterable[int] = ()):
 
 
 def _placed(
-    pool: Pool, ask: placement.Ask, lease: Lease, template: Allocation
-) -> list[tuple[int, int, int, int]]:
+    pool: Pool, ask: placement.Ask, lease: Lease, template: Allocation, *,
+    slicing_checked: bool = False,
+) -> list[tuple[int, int, int, int]]:  # fmt: skip
     """Place the ask's vGPUs and insert ``lease`` with them, each try one statement
     (``pools.lease_sql``); (lease id, allocation id, gpu id, node id) per vGPU. Raises
     PlacementError, having changed nothing, when it does not fit."""
     if not ask.valid:
         raise PlacementError("no card in this pool could ever hold this request", never=True)
-    if not ask.whole_card and (refusal := slice_refusal(pool, ask.model, ask.vendor)):
+    if (
+        not ask.whole_card
+        and not slicing_checked
+        and (refusal := slice_refusal(pool, ask.model, ask.vendor))
+    ):
         raise PlacementError(refusal, never=True)
     for pick, params, count in picks(pool, ask):
         if rows := lease_sql.place(pick, params, count, ask.whole_card, lease, template):
@@ -258,11 +263,14 @@ def could_ever_fit(pool: Pool, ask: placement.Ask) -> bool:
 
 
 def place_lease(
-    pool: Pool, ask: placement.Ask, *, holder, unix_user: str, label: str = ""
-) -> Lease:
+    pool: Pool, ask: placement.Ask, *, holder, unix_user: str, label: str = "",
+    slicing_checked: bool = False,
+) -> Lease:  # fmt: skip
     """Place ``ask`` in ``pool`` for ``holder``: a lease with one allocation per vGPU, all
     or nothing. Raises PlacementError (and changes nothing) when it does not fit. Usually
-    one SQL statement; no transaction of its own (each statement is all or nothing)."""
+    one SQL statement; no transaction of its own (each statement is all or nothing).
+    ``slicing_checked``: the caller asked ``slice_refusal`` of this ask in this
+    transaction already (a create does), so it is not read again."""
     ask = replace(ask, policy=pool.policy)
     lease = Lease(
         pool=pool,
@@ -288,7 +296,7 @@ def place_lease(
         whole_card=ask.whole_card,
         placed_at=timezone.now(),
     )
-    rows = _placed(pool, ask, lease, template)
+    rows = _placed(pool, ask, lease, template, slicing_checked=slicing_checked)
     lease.pk = rows[0][0]
     lease._state.adding, lease._state.db = False, connection.alias
     notify_nodes(row[3] for row in rows)

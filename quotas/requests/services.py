@@ -19,7 +19,7 @@ from django.db.models import Count, Q, Subquery, Sum
 from django.utils import timezone
 from django.utils.translation import gettext as _
 
-from audit.interface import record, snapshot
+from audit.interface import record, recorded_together, snapshot
 from pools.interface import (
     Ask,
     PlacementError,
@@ -165,7 +165,8 @@ def create_request(
         if not Quota.objects.filter(tenant=tenant, pool=pool).exists():
             errors.update(closed)
         raise ValidationError(errors)
-    with transaction.atomic(), batched():
+    # Its steps' audit entries and notices each in one INSERT at the end.
+    with transaction.atomic(), batched(), recorded_together():
         # The quota row serializes this tenant's checks in the pool.
         quota = Quota.objects.select_for_update().filter(tenant=tenant, pool=pool).first()
         if quota is None:
@@ -204,7 +205,7 @@ def create_request(
                 # Placed in this transaction (the quota row is held already), so the answer
                 # says allocated; walking the pool's queue instead made every create of a
                 # busy pool try every other waiting request too (docs/performance.md).
-                if not _place_locked(req, quota, used=placed):
+                if not _place_locked(req, quota, used=placed, slicing_checked=True):
                     # The cards were full as this transaction saw them; a release that
                     # commits before it walked a queue this request was not yet in.
                     transaction.on_commit(lambda: place_request(req.pk))
@@ -327,7 +328,9 @@ def place_request(req_id: int) -> bool:
         return _place_locked(req, quota)
 
 
-def _place_locked(req: GpuRequest, quota: Quota, *, used: Usage | None = None) -> bool:
+def _place_locked(
+    req: GpuRequest, quota: Quota, *, used: Usage | None = None, slicing_checked: bool = False
+) -> bool:
     """``place_request`` once the caller's transaction holds the quota row and the
     request's (``create_request`` holds both from the start, and passes the tenant's
     usage it read under that lock: nothing placed since)."""
@@ -343,7 +346,7 @@ def _place_locked(req: GpuRequest, quota: Quota, *, used: Usage | None = None) -
             lease = place_lease(
                 req.pool, Ask.of(req, req.pool.policy), holder=req.requester,
                 unix_user=req.requester.get_username()[:64],
-                label=f"{req.tenant.slug} #{req.pk}",
+                label=f"{req.tenant.slug} #{req.pk}", slicing_checked=slicing_checked,
             )  # fmt: skip
             if req.whole_card:
                 # A whole card's memory is known once the card is: check it now, and
