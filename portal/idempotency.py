@@ -91,7 +91,7 @@ def fingerprint(request: Request) -> str:
 
 
 _INSERT_SQL = (
-    f"INSERT INTO {IdempotencyRecord._meta.db_table}"  # noqa: S608 (the model's name)
+    f'INSERT INTO "{IdempotencyRecord._meta.db_table}"'  # noqa: S608 (the model's name)
     " (owner_id, key, fingerprint, method, path, status_code, body, created)"
     " VALUES (%s, %s, %s, %s, %s, 0, '', %s) ON CONFLICT (owner_id, key) DO NOTHING RETURNING id"
 )
