@@ -4,9 +4,11 @@ a change committed always has one."""
 
 from __future__ import annotations
 
+import contextvars
 import ipaddress
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from typing import Any
 
 from django.core.serializers.json import DjangoJSONEncoder
@@ -18,7 +20,7 @@ from audit.models import AuditEntry
 
 __all__ = [
     "AuditAction", "AuditEntry", "action_label", "entry", "history_of", "name_actions",
-    "record", "record_all", "request_address", "snapshot",
+    "record", "record_all", "recorded_together", "request_address", "snapshot",
 ]  # fmt: skip
 
 
@@ -92,15 +94,43 @@ def entry(
     )
 
 
+_held: contextvars.ContextVar[list[AuditEntry] | None] = contextvars.ContextVar(
+    "audit_held", default=None
+)
+
+
 def record(action: str, target: models.Model | None = None, **kwargs: Any) -> AuditEntry:
     """Append one entry. ``actor`` is a user or None (the system: a task, the poller).
+    Inside ``recorded_together`` it is written when the block ends (no id until then).
 
     Keywords as ``entry``: actor, address, tenant_id, before, after, message, target_type,
     target_id, target_repr.
     """
     new = entry(action, target, **kwargs)
-    new.save()
+    if (held := _held.get()) is not None:
+        held.append(new)
+    else:
+        new.save()
     return new
+
+
+@contextmanager
+def recorded_together() -> Iterator[None]:
+    """Inside one transaction: the entries recorded in the block are written in one INSERT,
+    in order, when it ends without an error (a create that is approved and placed at once
+    records three). An error leaves them unwritten, as its transaction's rollback would.
+    Nested blocks join the outer one."""
+    if _held.get() is not None:
+        yield
+        return
+    held: list[AuditEntry] = []
+    token = _held.set(held)
+    try:
+        yield
+    finally:
+        _held.reset(token)
+    if held:
+        AuditEntry.objects.bulk_create(held)
 
 
 def record_all(entries: Iterable[AuditEntry]) -> list[AuditEntry]:

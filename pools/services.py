@@ -198,14 +198,19 @@ def picks(pool: Pool, ask: placement.Ask, exclude: Iterable[int] = ()):
 
 
 def _placed(
-    pool: Pool, ask: placement.Ask, lease: Lease, template: Allocation
-) -> list[tuple[int, int, int, int]]:
+    pool: Pool, ask: placement.Ask, lease: Lease, template: Allocation, *,
+    slicing_checked: bool = False,
+) -> list[tuple[int, int, int, int]]:  # fmt: skip
     """Place the ask's vGPUs and insert ``lease`` with them, each try one statement
     (``pools.lease_sql``); (lease id, allocation id, gpu id, node id) per vGPU. Raises
     PlacementError, having changed nothing, when it does not fit."""
     if not ask.valid:
         raise PlacementError("no card in this pool could ever hold this request", never=True)
-    if not ask.whole_card and (refusal := slice_refusal(pool, ask.model, ask.vendor)):
+    if (
+        not ask.whole_card
+        and not slicing_checked
+        and (refusal := slice_refusal(pool, ask.model, ask.vendor))
+    ):
         raise PlacementError(refusal, never=True)
     for pick, params, count in picks(pool, ask):
         if rows := lease_sql.place(pick, params, count, ask.whole_card, lease, template):
@@ -226,7 +231,8 @@ def slice_refusal(pool: Pool, model: str = "", vendor: str = "") -> str | None:
         if vendor not in slicing.OTHER_VENDORS:
             return None  # NVIDIA's cards always slice
         cards = cards.filter(gpu__vendor=vendor)
-    kinds = set(cards.values_list("gpu__vendor", "gpu__model").distinct())
+    # No ordering: the cards' default one would join the DISTINCT and sort every card.
+    kinds = set(cards.order_by().values_list("gpu__vendor", "gpu__model").distinct())
     if not kinds and pool.match_vendor in slicing.OTHER_VENDORS and not pool.cards.exists():
         kinds = {(vendor or pool.match_vendor, model)}
     return slicing.slice_refusal(kinds)
@@ -253,15 +259,18 @@ def could_ever_fit(pool: Pool, ask: placement.Ask) -> bool:
     if ask.same_node:
         per_node = rows.values("gpu__node_id").annotate(n=Count("pk")).filter(n__gte=ask.count)
         return per_node.exists()
-    return rows[: ask.count].count() >= ask.count
+    return rows.order_by()[: ask.count].count() >= ask.count  # the first matches, unsorted
 
 
 def place_lease(
-    pool: Pool, ask: placement.Ask, *, holder, unix_user: str, label: str = ""
-) -> Lease:
+    pool: Pool, ask: placement.Ask, *, holder, unix_user: str, label: str = "",
+    slicing_checked: bool = False,
+) -> Lease:  # fmt: skip
     """Place ``ask`` in ``pool`` for ``holder``: a lease with one allocation per vGPU, all
     or nothing. Raises PlacementError (and changes nothing) when it does not fit. Usually
-    one SQL statement; no transaction of its own (each statement is all or nothing)."""
+    one SQL statement; no transaction of its own (each statement is all or nothing).
+    ``slicing_checked``: the caller asked ``slice_refusal`` of this ask in this
+    transaction already (a create does), so it is not read again."""
     ask = replace(ask, policy=pool.policy)
     lease = Lease(
         pool=pool,
@@ -287,7 +296,7 @@ def place_lease(
         whole_card=ask.whole_card,
         placed_at=timezone.now(),
     )
-    rows = _placed(pool, ask, lease, template)
+    rows = _placed(pool, ask, lease, template, slicing_checked=slicing_checked)
     lease.pk = rows[0][0]
     lease._state.adding, lease._state.db = False, connection.alias
     notify_nodes(row[3] for row in rows)

@@ -90,6 +90,31 @@ def fingerprint(request: Request) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
+_INSERT_SQL = (
+    f'INSERT INTO "{IdempotencyRecord._meta.db_table}"'  # noqa: S608 (the model's name)
+    " (owner_id, key, fingerprint, method, path, status_code, body, created)"
+    " VALUES (%s, %s, %s, %s, %s, 0, '', %s) ON CONFLICT (owner_id, key) DO NOTHING RETURNING id"
+)
+
+
+def _insert(owner_id: int, key: str, digest: str, request: Request) -> IdempotencyRecord | None:
+    """The key's new row, or None when one is there. One statement: a concurrent insert
+    of the same key waits for that transaction (within the lock timeout), then finds it."""
+    record = IdempotencyRecord(
+        owner_id=owner_id, key=key, fingerprint=digest, method=request.method,
+        path=request.get_full_path()[:2048], created=timezone.now(),
+    )  # fmt: skip
+    with connection.cursor() as cursor:
+        cursor.execute(_INSERT_SQL, [owner_id, key, digest, record.method, record.path,
+                                     record.created])  # fmt: skip
+        row = cursor.fetchone()
+    if row is None:
+        return None
+    record.pk = row[0]
+    record._state.adding, record._state.db = False, connection.alias
+    return record
+
+
 def _claim(
     owner_id: int, key: str, digest: str, request: Request
 ) -> tuple[IdempotencyRecord, bool]:
@@ -100,13 +125,12 @@ def _claim(
         with transaction.atomic():  # a savepoint: a lock timeout is undone alone
             with connection.cursor() as cursor:
                 cursor.execute(f"SET LOCAL lock_timeout = {wait_ms}")
-            record, created = IdempotencyRecord.objects.get_or_create(
-                owner_id=owner_id, key=key,
-                defaults={"fingerprint": digest, "method": request.method,
-                          "path": request.get_full_path()[:2048]},
-            )  # fmt: skip
+            record = _insert(owner_id, key, digest, request)
+            created = record is not None
             if not created:
-                record = IdempotencyRecord.objects.select_for_update().get(pk=record.pk)
+                record = IdempotencyRecord.objects.select_for_update().get(
+                    owner_id=owner_id, key=key
+                )
             with connection.cursor() as cursor:
                 cursor.execute("SET LOCAL lock_timeout TO DEFAULT")
     except OperationalError as exc:

@@ -543,6 +543,9 @@ CELERY_TASK_ROUTES = {
     # Alert and notice sends (email, IM, webhooks) and the outbox's re-send.
     "alerts.tasks.deliver": {"queue": CELERY_QUEUE_DELIVERIES},
     "alerts.tasks.requeue_deliveries": {"queue": CELERY_QUEUE_DELIVERIES},
+    # A GPU request step's signal (which writes its deliveries) and live pushes, after the
+    # request's commit: not behind the reports and digests of the default queue.
+    "quotas.tasks.send_notices": {"queue": CELERY_QUEUE_DELIVERIES},
     # Everything that talks to the agents: polls, the rollups they feed, desired-state sends
     # and the reading of the agents' reports after a cycle.
     "telemetry.tasks.*": {"queue": CELERY_QUEUE_POLLS},

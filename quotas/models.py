@@ -245,6 +245,21 @@ class Notice(models.Model):
         return f"{self.get_kind_display()} · {self.gpu_request_id}"
 
 
+class SentNotice(models.Model):
+    """A notice the worker has told (its signal and pushes): the key ``announce`` gave it,
+    so a task message handed out again tells nobody twice (``quotas.requests.notices``)."""
+
+    key = models.UUIDField(primary_key=True)
+    sent_at = models.DateTimeField(auto_now_add=True, db_index=True)
+
+    class Meta:
+        verbose_name = _("sent notice")
+        verbose_name_plural = _("sent notices")
+
+    def __str__(self) -> str:
+        return str(self.key)
+
+
 class UserPreference(models.Model):
     """How one person reads the portal: the language and the time zone of their pages,
     e-mails and IM messages. Empty fields follow the default: the browser's language, the

@@ -169,6 +169,19 @@ def _default_language() -> Iterator[None]:
 
 
 @pytest.fixture
+def eager_tasks() -> Iterator[None]:
+    """Celery tasks run in the test's process as they are sent (Celery's eager mode, as the
+    embedded default runs them): for tests of what a service's after-commit task does, a
+    request step's notices (``quotas.tasks.send_notices``) above all."""
+    from portal.celery import app
+
+    before = app.conf.task_always_eager
+    app.conf.task_always_eager = True
+    yield
+    app.conf.task_always_eager = before
+
+
+@pytest.fixture
 def in_process_redis(settings) -> Iterator[redis.Redis]:
     """The embedded default's store: with no REDIS_URL, the data paths' client is an
     in-process server (fresh for each test), as ``./dev up`` runs them."""

@@ -182,6 +182,18 @@ def start_celery_worker(env: dict[str, str], name: str, *extra: str, pool: str =
     return worker
 
 
+@contextlib.contextmanager
+def celery_worker(
+    env: dict[str, str], name: str, *extra: str, pool: str = "solo"
+) -> Iterator[Proc]:
+    """``start_celery_worker`` for a ``with`` block: stopped when it ends, however."""
+    worker = start_celery_worker(env, name, *extra, pool=pool)
+    try:
+        yield worker
+    finally:
+        worker.stop()
+
+
 def database_url(db: dict) -> str:
     """A DATABASE_URL for child processes that points at the test database."""
     user = quote(db.get("USER") or "")

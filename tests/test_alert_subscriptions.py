@@ -167,7 +167,7 @@ def test_request_notices_reach_the_people_concerned_on_their_own_channels(db):
     assert sent_to(tenant_sub.channel) == 0 and sent_to(other.channel) == 0
 
 
-def test_the_request_signal_turns_into_notices(db, django_capture_on_commit_callbacks):
+def test_the_request_signal_turns_into_notices(db, django_capture_on_commit_callbacks, eager_tasks):
     team = gpu_team()
     dev_sub = SubscriptionFactory(owner=team.dev, min_severity=Severity.INFO)
     req = quota_services.create_request(team.dev, **team.ask())

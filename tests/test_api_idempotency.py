@@ -111,8 +111,8 @@ def test_the_claims_row_takes_the_answer_without_being_read_again(team):
     with CaptureQueriesContext(connection) as queries:
         assert post(team.dev, ask(team), "job-5").status_code == 201
     on_records = [q["sql"] for q in queries if '"portal_idempotencyrecord"' in q["sql"]]
-    # get_or_create's look-up and insert, then the answer: no second look-up of the row.
-    assert [sql.split()[0] for sql in on_records] == ["SELECT", "INSERT", "UPDATE"], on_records
+    # One INSERT ... ON CONFLICT DO NOTHING claims the key, then the answer: no look-up.
+    assert [sql.split()[0] for sql in on_records] == ["INSERT", "UPDATE"], on_records
     assert IdempotencyRecord.objects.get().status_code == 201
 
 

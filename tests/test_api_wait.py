@@ -65,7 +65,9 @@ def test_a_waiting_client_is_answered_when_an_approver_approves(child_env_for_te
     req = pending_request(team)
     dev, approver = token(team.dev), token(team.approver)
     answer: list = []
-    with procs.daphne(child_env_for_test_db) as (url, _proc):
+    # The approval's push comes from the notices' task in a worker, as in production.
+    with procs.celery_worker(child_env_for_test_db, "wait"), \
+            procs.daphne(child_env_for_test_db) as (url, _proc):  # fmt: skip
         # The wait is 60 s and the client gives up after 45: only a wake-up answers in time.
         waiter = threading.Thread(
             target=lambda: answer.append(

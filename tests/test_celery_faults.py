@@ -109,6 +109,7 @@ def test_deliveries_polls_and_the_rest_go_to_their_own_queues():
     celery_app.loader.import_default_modules()
     assert _queue_of("alerts.tasks.deliver") == "deliveries"
     assert _queue_of("alerts.tasks.requeue_deliveries") == "deliveries"
+    assert _queue_of("quotas.tasks.send_notices") == "deliveries"
     for task in ("telemetry.tasks.poll_agents", "telemetry.tasks.poll_agent_chunk",
                  "telemetry.tasks.poll_prometheus", "telemetry.tasks.flush_rollups",
                  "pools.tasks.sync_desired_state", "pools.tasks.after_poll_cycle"):  # fmt: skip

@@ -14,7 +14,8 @@ from quotas.requests.services import create_request, decide
 from tests import clients
 from tests.factories import gpu_team
 
-pytestmark = pytest.mark.django_db(transaction=True)
+# A step's pushes go out from the notices' task, run here as it is sent.
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("eager_tasks")]
 
 
 def _headers(user=None, origin: bytes = b"http://localhost") -> list[tuple[bytes, bytes]]:

@@ -84,7 +84,10 @@ def test_a_socket_on_one_web_process_hears_an_api_call_to_another(child_env_for_
     dev, approver = token(team.dev), token(team.approver)
     body = {"tenant": team.tenant.pk, "pool": team.pool.pk, "count": 1, "compute_pct": 25,
             "memory_mib": 8192, "duration_hours": 4, "reason": "scale-out"}  # fmt: skip
-    with procs.daphne(child_env_for_test_db) as (a, proc_a), \
+    # A step's pushes go out from a Celery worker (quotas.tasks.send_notices), as in
+    # production, whichever web process made the step.
+    with procs.celery_worker(child_env_for_test_db, "scale-out") as worker, \
+            procs.daphne(child_env_for_test_db) as (a, proc_a), \
             procs.daphne(child_env_for_test_db) as (b, proc_b):  # fmt: skip
         assert proc_a.popen.pid != proc_b.popen.pid and a != b
         page = RawSocket(a, "/ws/requests/", clients.cookie_header(team.approver)[1])
@@ -113,6 +116,6 @@ def test_a_socket_on_one_web_process_hears_an_api_call_to_another(child_env_for_
     [got] = answer
     assert got.status == 200 and got.body["state"] == "allocated", got.body
     assert waited < 10, waited  # woken by B's push, not by the 60 s running out
-    for proc in (proc_a, proc_b):
+    for proc in (proc_a, proc_b, worker):
         output = "".join(proc.lines)
         assert "Traceback" not in output, output

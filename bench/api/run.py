@@ -25,6 +25,8 @@ sends pile up unsent). ``--pace S`` starts each client's cycle every S seconds i
 back to back (a CI job runs between its calls; back to back is the saturation case, where
 latency is the clients' queue for the CPU: docs/performance.md). ``--web N`` serves the
 portal from N daphne processes, the clients spread over them as a load balancer would.
+``--curve 12,25,50`` runs it once per client count and prints each run's figures (with
+``os.getloadavg()`` before and after) as a JSON line: the scale curve.
 """
 
 from __future__ import annotations
@@ -171,19 +173,24 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--interval", type=float, default=5.0)
     parser.add_argument("--first-port", type=int, default=24000)
     parser.add_argument("--poller", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--curve", metavar="N,N,...",
+                        help="a scale curve: one run per client count (each a fresh setup, "
+                        "as a child process), one JSON line of figures per run")  # fmt: skip
     parser.add_argument("--json", type=Path, help="write the results here too")
     parser.add_argument("--server-log", type=Path, help="daphne's output, for the errors")
     args = parser.parse_args(argv)
     if args.poller:
         poller(args.interval)
         return 0
+    if args.curve:
+        return curve(args, [int(n) for n in args.curve.split(",")])
 
     production_stack("bench/api")
     empty_requests()
     from quotas.choices import OPEN_STATES
     from quotas.models import GpuRequest
 
-    load = os.getloadavg()[0]
+    load, loads = os.getloadavg()[0], os.getloadavg()
     agent = start_simulator(args.nodes, args.gpus, args.first_port, args.interval)
     children = [agent]
     try:
@@ -228,6 +235,9 @@ def main(argv: list[str] | None = None) -> int:
         "tenants": args.tenants, "gpus": args.nodes * args.gpus,
         "poll_interval_s": args.interval, "duration_s": round(wall, 1),
         "load_avg_before": round(load, 1), "load_avg_after": round(os.getloadavg()[0], 1),
+        # os.getloadavg(): the 1, 5 and 15 minute averages, before and after the run.
+        "loadavg_before": [round(x, 2) for x in loads],
+        "loadavg_after": [round(x, 2) for x in os.getloadavg()],
         "calls": len(every), "calls_per_s": round(len(every) / wall, 1),
         "cycles": sum(c.cycles for c in clients),
         "cycles_per_s": round(sum(c.cycles for c in clients) / wall, 1),
@@ -239,3 +249,37 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         args.json.write_text(json.dumps(result, indent=2))
     return 0 if not errors and not left_open else 1
+
+
+CURVE_FIGURES = ("clients", "calls_per_s", "p50_ms", "p99_ms", "errors", "loadavg_before",
+                 "loadavg_after")  # fmt: skip
+
+
+def curve(args: argparse.Namespace, counts: list[int]) -> int:
+    """Run the bench once per client count, the other options the same; print each run's
+    figures (and each call's p50 / p99) as a JSON line, then the whole curve."""
+    import tempfile
+
+    points, failed = [], 0
+    for n in counts:
+        with tempfile.NamedTemporaryFile(suffix=".json") as out:
+            command = [
+                sys.executable, "-m", "bench.api", "--clients", str(n),
+                "--duration", str(args.duration), "--tenants", str(args.tenants),
+                "--pace", str(args.pace), "--web", str(args.web), "--nodes", str(args.nodes),
+                "--gpus", str(args.gpus), "--interval", str(args.interval),
+                "--first-port", str(args.first_port), "--json", out.name,
+                *([] if args.worker else ["--no-worker"]),
+            ]  # fmt: skip
+            failed |= subprocess.run(command, cwd=REPO, stdout=subprocess.DEVNULL).returncode
+            run = json.loads(Path(out.name).read_text() or "{}")
+        point = {k: run.get(k) for k in CURVE_FIGURES}
+        point["by_call"] = {op: {k: v for k, v in run.get("by_call", {}).get(op, {}).items()
+                                 if k in ("p50_ms", "p99_ms")} for op in OPS}  # fmt: skip
+        print(json.dumps(point), flush=True)
+        points.append(point)
+    result = {"pace_s": args.pace, "web_processes": args.web, "curve": points}
+    print(json.dumps(result, indent=2))
+    if args.json:
+        args.json.write_text(json.dumps(result, indent=2))
+    return 1 if failed else 0

@@ -1,24 +1,39 @@
 """Telling people about a request's steps: a Notice row per person (the list on their
 page and the badge), a push to the live pages, and the ``request_event`` signal.
 
-The rows are written in the caller's transaction; the push and the signal go out after
-it commits, so nobody hears of a change that was rolled back.
+The rows are written in the caller's transaction. The push and the signal (which alerts
+turns into e-mail and IM deliveries) are a Celery task sent after it commits, so nobody
+hears of a change that was rolled back and the request's thread does not wait on them.
+Each step carries a key: the task claims it with the deliveries in one transaction, so a
+message handed out again (a lost worker, late acks) tells nobody twice.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import contextvars
+import logging
+import uuid
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import timedelta
 
 import orjson
 from asgiref.sync import async_to_sync
+from celery import shared_task
 from channels.layers import get_channel_layer
-from django.db import transaction
+from django.db import connection, transaction
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
 from quotas.choices import NoticeKind
-from quotas.models import GpuRequest, Notice
+from quotas.models import GpuRequest, Notice, SentNotice
 from quotas.requests.signals import request_event
+
+logger = logging.getLogger(__name__)
+# A redelivered message comes back within the broker's visibility timeout (an hour by
+# default); the keys are kept far longer, then pruned by the requests' sweep.
+SENT_KEY_DAYS = 2
 
 # Everyone a platform admin: every tenant's events.
 ALL_GROUP = "requests.all"
@@ -63,6 +78,35 @@ def text_of(kind: str) -> str:
     return str(TEXTS.get(kind, kind))
 
 
+@dataclass
+class _Batch:
+    notices: list[Notice] = field(default_factory=list)
+    steps: list[dict] = field(default_factory=list)
+
+
+_batch: contextvars.ContextVar[_Batch | None] = contextvars.ContextVar("notices", default=None)
+
+
+@contextmanager
+def batched() -> Iterator[None]:
+    """Inside a transaction: the steps announced in the block are written in one INSERT
+    and sent in one task message when the block ends without an error (a create that is
+    approved and placed announces two). Nested blocks join the outer one."""
+    if _batch.get() is not None:
+        yield
+        return
+    batch = _Batch()
+    token = _batch.set(batch)
+    try:
+        yield
+    finally:
+        _batch.reset(token)
+    if batch.notices:
+        Notice.objects.bulk_create(batch.notices)
+    if batch.steps:
+        transaction.on_commit(lambda: _queue(batch.steps))
+
+
 def announce(
     req: GpuRequest,
     kind: str,
@@ -73,26 +117,72 @@ def announce(
 ) -> None:
     """Tell ``recipients`` (default: the requester) of this step in the portal; after
     commit push it to the request's tenant, the recipients' and ``watchers``' pages, and
-    send the signal."""
+    send the signal (both in the worker, ``send_notices``)."""
     told = frozenset(recipients if recipients is not None else (req.requester_id,))
-    Notice.objects.bulk_create(
-        [Notice(recipient_id=uid, gpu_request=req, kind=kind, comment=comment) for uid in told]
-    )
+    rows = [Notice(recipient_id=uid, gpu_request=req, kind=kind, comment=comment) for uid in told]
+    step = {
+        "key": uuid.uuid4().hex, "request": req.pk, "tenant": req.tenant_id,
+        "pool": req.pool_id, "state": req.state, "kind": kind,
+        "requester": req.requester_id, "recipients": sorted(told),
+        "users": sorted(told | {req.requester_id} | frozenset(watchers)), "comment": comment,
+    }  # fmt: skip
+    if (batch := _batch.get()) is not None:
+        batch.notices += rows
+        batch.steps.append(step)
+        return
+    Notice.objects.bulk_create(rows)
+    transaction.on_commit(lambda: _queue([step]))
+
+
+def _queue(steps: list[dict]) -> None:
+    try:
+        send_notices.delay(steps)
+    except Exception:  # the broker is away: the step stands, its pushes and sends are lost
+        logger.exception("notices of request %s not queued", steps[0]["request"])
+
+
+# Late acks: each step is claimed by its key in the transaction that writes its
+# deliveries, so a message run again after a lost worker tells nobody twice.
+@shared_task(
+    name="quotas.tasks.send_notices", acks_late=True, reject_on_worker_lost=True,
+    ignore_result=True,
+)  # fmt: skip
+def send_notices(steps: list[dict]) -> int:
+    """Signal and push each step not yet told; how many this run told."""
+    return sum(_tell(step) for step in steps)
+
+
+_CLAIM_SQL = (
+    f"INSERT INTO {SentNotice._meta.db_table} (key, sent_at) VALUES (%s, %s) "  # noqa: S608
+    "ON CONFLICT (key) DO NOTHING RETURNING key"
+)
+
+
+def _tell(step: dict) -> bool:
+    with transaction.atomic():
+        with connection.cursor() as cursor:
+            cursor.execute(_CLAIM_SQL, [uuid.UUID(step["key"]), timezone.now()])
+            if cursor.fetchone() is None:
+                return False  # told by an earlier run of this message
+        # The receivers' deliveries commit with the claim, or neither does.
+        request_event.send_robust(
+            sender=GpuRequest, request_id=step["request"], kind=step["kind"],
+            tenant_id=step["tenant"], requester_id=step["requester"],
+            recipient_ids=frozenset(step["recipients"]), comment=step["comment"],
+        )  # fmt: skip
     event = {
-        "request": req.pk, "tenant": req.tenant_id, "pool": req.pool_id,
-        "state": req.state, "kind": kind,
+        "request": step["request"], "tenant": step["tenant"], "pool": step["pool"],
+        "state": step["state"], "kind": step["kind"],
     }  # fmt: skip
-    users = told | {req.requester_id} | frozenset(watchers)
-    details = {
-        "request_id": req.pk, "kind": kind, "tenant_id": req.tenant_id,
-        "requester_id": req.requester_id, "recipient_ids": told, "comment": comment,
-    }  # fmt: skip
+    publish(step["tenant"], step["users"], event)
+    return True
 
-    def after_commit() -> None:
-        publish(req.tenant_id, users, event)
-        request_event.send_robust(sender=GpuRequest, **details)
 
-    transaction.on_commit(after_commit)
+def prune_sent(now=None) -> int:
+    """Forget the keys of steps told more than SENT_KEY_DAYS ago."""
+    cutoff = (now or timezone.now()) - timedelta(days=SENT_KEY_DAYS)
+    deleted, _rows = SentNotice.objects.filter(sent_at__lt=cutoff).delete()
+    return deleted
 
 
 def announce_id(request_id: int, kind: str, *, comment: str = "") -> None:

@@ -19,7 +19,7 @@ from django.db.models import Count, Q, Subquery, Sum
 from django.utils import timezone
 from django.utils.translation import gettext as _
 
-from audit.interface import record, snapshot
+from audit.interface import record, recorded_together, snapshot
 from pools.interface import (
     Ask,
     PlacementError,
@@ -33,7 +33,7 @@ from pools.models import Allocation, Pool
 from quotas.choices import OPEN_STATES, NoticeKind, RequestState
 from quotas.models import GpuRequest, Quota, Tenant
 from quotas.permissions import role_in
-from quotas.requests.notices import announce, publish
+from quotas.requests.notices import announce, batched, publish
 from quotas.requests.permissions import can_decide
 from quotas.tenancy.usage import LIVE, Usage, ask_hours, gpu_hours_left
 
@@ -74,10 +74,14 @@ def allocated_usage(tenant_id: int, pool_id: int, *, user_id: int | None = None)
     return Usage(n, int(compute), int(memory))
 
 
-def _claimed_usage(tenant_id: int, pool_id: int, *, user_id: int | None = None) -> Usage:
-    """Live allocations plus what pending and queued requests ask for: the part of the
-    quota already spoken for when a new request is checked."""
-    placed = allocated_usage(tenant_id, pool_id, user_id=user_id)
+def _claimed_usage(
+    tenant_id: int, pool_id: int, placed: Usage | None = None, *, user_id: int | None = None
+) -> Usage:
+    """Live allocations (``placed``, when the caller read them already) plus what pending
+    and queued requests ask for: the part of the quota already spoken for when a new
+    request is checked."""
+    if placed is None:
+        placed = allocated_usage(tenant_id, pool_id, user_id=user_id)
     waiting = GpuRequest.objects.filter(
         tenant_id=tenant_id,
         pool_id=pool_id,
@@ -161,7 +165,8 @@ def create_request(
         if not Quota.objects.filter(tenant=tenant, pool=pool).exists():
             errors.update(closed)
         raise ValidationError(errors)
-    with transaction.atomic():
+    # Its steps' audit entries and notices each in one INSERT at the end.
+    with transaction.atomic(), batched(), recorded_together():
         # The quota row serializes this tenant's checks in the pool.
         quota = Quota.objects.select_for_update().filter(tenant=tenant, pool=pool).first()
         if quota is None:
@@ -173,7 +178,8 @@ def create_request(
                 _("No card in this pool is large enough for this request (or enough of them).")
             ]
         demand = demand_of(req)
-        if over := limits_passed(quota, _claimed_usage(tenant.pk, pool.pk), demand):
+        placed = allocated_usage(tenant.pk, pool.pk)
+        if over := limits_passed(quota, _claimed_usage(tenant.pk, pool.pk, placed), demand):
             errors.setdefault("count", []).extend([_("Over the tenant's quota."), *over])
         if _caps_members(quota) and (over := limits_passed(
             quota, _claimed_usage(tenant.pk, pool.pk, user_id=user.pk), demand, per_user=True
@@ -199,7 +205,7 @@ def create_request(
                 # Placed in this transaction (the quota row is held already), so the answer
                 # says allocated; walking the pool's queue instead made every create of a
                 # busy pool try every other waiting request too (docs/performance.md).
-                if not _place_locked(req, quota):
+                if not _place_locked(req, quota, used=placed, slicing_checked=True):
                     # The cards were full as this transaction saw them; a release that
                     # commits before it walked a queue this request was not yet in.
                     transaction.on_commit(lambda: place_request(req.pk))
@@ -322,11 +328,15 @@ def place_request(req_id: int) -> bool:
         return _place_locked(req, quota)
 
 
-def _place_locked(req: GpuRequest, quota: Quota) -> bool:
+def _place_locked(
+    req: GpuRequest, quota: Quota, *, used: Usage | None = None, slicing_checked: bool = False
+) -> bool:
     """``place_request`` once the caller's transaction holds the quota row and the
-    request's (``create_request`` holds both from the start)."""
+    request's (``create_request`` holds both from the start, and passes the tenant's
+    usage it read under that lock: nothing placed since)."""
     demand = demand_of(req)
-    used = allocated_usage(req.tenant_id, req.pool_id)
+    if used is None:
+        used = allocated_usage(req.tenant_id, req.pool_id)
     if limits_passed(quota, used, demand):
         return False
     try:
@@ -336,7 +346,7 @@ def _place_locked(req: GpuRequest, quota: Quota) -> bool:
             lease = place_lease(
                 req.pool, Ask.of(req, req.pool.policy), holder=req.requester,
                 unix_user=req.requester.get_username()[:64],
-                label=f"{req.tenant.slug} #{req.pk}",
+                label=f"{req.tenant.slug} #{req.pk}", slicing_checked=slicing_checked,
             )  # fmt: skip
             if req.whole_card:
                 # A whole card's memory is known once the card is: check it now, and

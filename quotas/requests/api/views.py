@@ -5,7 +5,7 @@ extend, resize. The same services and rules as the pages: a request of another t
 
 from __future__ import annotations
 
-from django.db.models import Prefetch
+from django.db.models import Prefetch, prefetch_related_objects
 from django.utils.translation import gettext_lazy as _
 from drf_spectacular.utils import extend_schema
 from rest_framework import mixins, status
@@ -32,6 +32,10 @@ from quotas.requests.permissions import visible_requests
 from quotas.requests.services import create_request, decide
 
 
+def _allocations() -> Prefetch:
+    return Prefetch("lease__allocations", queryset=Allocation.objects.select_related("gpu__node"))
+
+
 class GpuRequestViewSet(
     mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.CreateModelMixin,
     ApiGenericViewSet,
@@ -45,11 +49,10 @@ class GpuRequestViewSet(
     filterset_class = GpuRequestFilterSet
 
     def get_queryset(self):
-        allocations = Allocation.objects.select_related("gpu__node")
         return (
             visible_requests(self.request.user)
             .select_related("lease")
-            .prefetch_related(Prefetch("lease__allocations", queryset=allocations))
+            .prefetch_related(_allocations())
             .order_by("-created", "-pk")
         )
 
@@ -80,10 +83,12 @@ class GpuRequestViewSet(
         serializer = self.get_serializer(data=request.data)
         serializer.is_valid(raise_exception=True)
         data = serializer.validated_data
-        return self._run(
-            lambda: create_request(request.user, address=self._address(), **data),
-            status_code=status.HTTP_201_CREATED,
-        )
+        req = create_request(request.user, address=self._address(), **data)
+        # Answered from the rows this call just wrote (its tenant, pool, requester and
+        # lease are in hand; the requester sees their own request): only the allocations
+        # are read, not the request again through the visibility check.
+        prefetch_related_objects([req], _allocations())
+        return Response(self.get_serializer(req).data, status=status.HTTP_201_CREATED)
 
     def _comment(self) -> str:
         serializer = CommentSerializer(data=self.request.data)

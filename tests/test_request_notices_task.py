@@ -1,0 +1,194 @@
+"""A request step's notices leave the request's thread: the Notice rows are written with
+the step, the signal (e-mail and IM deliveries) and the live pushes are one Celery task
+sent after commit (``quotas.tasks.send_notices``). It tells once; a rolled-back step tells
+nobody; a message handed out again tells nobody twice; a refused create queues nothing."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from asgiref.sync import async_to_sync, sync_to_async
+from channels.layers import get_channel_layer
+from django.db import transaction
+
+from alerts.choices import Severity
+from alerts.models import Delivery
+from audit.models import AuditEntry
+from quotas.choices import NoticeKind
+from quotas.interface import request_event
+from quotas.models import GpuRequest, Notice, SentNotice
+from quotas.requests import notices
+from quotas.requests.services import create_request
+from quotas.tasks import send_notices
+from tests import clients, procs
+from tests.api import error_fields
+from tests.factories import SubscriptionFactory, gpu_team
+
+URL = "/api/v1/gpu-requests/"
+POLICY = {"auto_approve_vgpus": 1, "auto_approve_compute_pct": 50, "auto_approve_hours": 8}
+
+
+@pytest.fixture
+def heard():
+    got: list[dict] = []
+
+    def listen(sender, **kwargs):
+        got.append(kwargs)
+
+    request_event.connect(listen)
+    yield got
+    request_event.disconnect(listen)
+
+
+@pytest.fixture
+def queued(monkeypatch):
+    """The steps each task message would carry, caught instead of sent to the broker."""
+    messages: list[list[dict]] = []
+    monkeypatch.setattr(notices.send_notices, "delay", lambda steps: messages.append(steps))
+    return messages
+
+
+def _pushes(user_id: int, act) -> list[dict]:
+    """What a socket of ``user_id`` hears while ``act`` runs."""
+    layer = get_channel_layer()
+
+    async def run():
+        channel = await layer.new_channel("test")
+        await layer.group_add(notices.user_group(user_id), channel)
+        await sync_to_async(act)()
+        got = []
+        while True:
+            try:
+                got.append(await asyncio.wait_for(layer.receive(channel), timeout=0.5))
+            except TimeoutError:
+                return got
+
+    return async_to_sync(run)()
+
+
+@pytest.mark.django_db
+def test_a_create_tells_once_only_after_its_commit_and_only_when_the_task_runs(
+    django_capture_on_commit_callbacks, heard, queued
+):
+    team = gpu_team(**POLICY)
+    sub = SubscriptionFactory(owner=team.dev, min_severity=Severity.INFO)
+    with django_capture_on_commit_callbacks(execute=False) as callbacks:
+        req = create_request(team.dev, **team.ask())
+    # The portal's own list is written with the step; nothing else has happened yet.
+    told = Notice.objects.filter(recipient=team.dev).order_by("id")
+    assert list(told.values_list("kind", flat=True)) == [
+        NoticeKind.AUTO_APPROVED, NoticeKind.PLACED,
+    ]  # fmt: skip
+    assert heard == [] and queued == [] and not Delivery.objects.exists()
+    for callback in callbacks:
+        callback()
+    # Approved and placed: two steps, one message.
+    [steps] = queued
+    assert [s["kind"] for s in steps] == [NoticeKind.AUTO_APPROVED, NoticeKind.PLACED]
+    assert heard == []
+    pushed = _pushes(team.dev.pk, lambda: send_notices(steps))
+    assert [(e["request_id"], e["kind"]) for e in heard] == [
+        (req.pk, NoticeKind.AUTO_APPROVED), (req.pk, NoticeKind.PLACED),
+    ]  # fmt: skip
+    sends = Delivery.objects.filter(channel=sub.channel).order_by("id")
+    assert [d.notice["kind"] for d in sends] == [
+        NoticeKind.AUTO_APPROVED, NoticeKind.PLACED,
+    ]  # fmt: skip
+    assert len(pushed) == 2 and all(f'"request":{req.pk}' in m["text"] for m in pushed)
+
+
+@pytest.mark.django_db
+def test_a_message_handed_out_again_tells_nobody_twice(
+    django_capture_on_commit_callbacks, heard, queued
+):
+    team = gpu_team(**POLICY)
+    sub = SubscriptionFactory(owner=team.dev, min_severity=Severity.INFO)
+    with django_capture_on_commit_callbacks(execute=True):
+        create_request(team.dev, **team.ask())
+    [steps] = queued
+    assert send_notices(steps) == 2
+    deliveries = Delivery.objects.filter(channel=sub.channel).count()
+    assert deliveries == 2 and len(heard) == 2
+    # The worker was lost after its commit: the broker hands the message out again.
+    assert _pushes(team.dev.pk, lambda: send_notices(steps)) == []
+    assert send_notices(steps) == 0
+    assert Delivery.objects.filter(channel=sub.channel).count() == deliveries
+    assert len(heard) == 2
+    assert SentNotice.objects.count() == 2
+
+
+@pytest.mark.django_db
+def test_a_step_rolled_back_tells_nobody(django_capture_on_commit_callbacks, heard, queued):
+    team = gpu_team(**POLICY)
+    with (
+        django_capture_on_commit_callbacks(execute=True) as callbacks,
+        pytest.raises(RuntimeError),
+        transaction.atomic(),
+    ):
+        create_request(team.dev, **team.ask())
+        raise RuntimeError("the caller's transaction fails after the create")
+    assert callbacks == [] and queued == [] and heard == []
+    assert not GpuRequest.objects.exists() and not Notice.objects.exists()
+
+
+@pytest.mark.django_db
+def test_a_refused_create_is_a_clear_400_and_changes_and_queues_nothing(
+    django_capture_on_commit_callbacks, heard, queued
+):
+    team = gpu_team(limit_vgpus=1, guaranteed_vgpus=1, **POLICY)
+    client = clients.api(team.dev)
+    body = {"tenant": team.tenant.pk, "pool": team.pool.pk, "count": 2, "compute_pct": 25,
+            "memory_mib": 8192, "duration_hours": 4, "reason": "too many"}  # fmt: skip
+    audit = AuditEntry.objects.count()
+    with django_capture_on_commit_callbacks(execute=True):
+        over = client.post(URL, body, format="json", HTTP_IDEMPOTENCY_KEY="over-1")
+        bad = client.post(URL, {**body, "count": 1, "compute_pct": 0}, format="json")
+    assert over.status_code == 400 and "count" in error_fields(over), over.json()
+    assert bad.status_code == 400 and "compute_pct" in error_fields(bad), bad.json()
+    assert not GpuRequest.objects.exists() and not Notice.objects.exists()
+    assert AuditEntry.objects.count() == audit
+    assert queued == [] and heard == []
+
+
+@pytest.mark.django_db
+def test_the_create_answer_is_what_a_read_of_the_request_then_says(
+    django_capture_on_commit_callbacks, queued
+):
+    team = gpu_team(**POLICY)
+    client = clients.api(team.dev)
+    body = {"tenant": team.tenant.pk, "pool": team.pool.pk, "count": 1, "compute_pct": 25,
+            "memory_mib": 8192, "duration_hours": 4, "reason": "as read"}  # fmt: skip
+    with django_capture_on_commit_callbacks(execute=True):
+        created = client.post(URL, body, format="json", HTTP_IDEMPOTENCY_KEY="read-1")
+    assert created.status_code == 201, created.json()
+    read = client.get(f"{URL}{created.json()['id']}/")
+    assert created.json()["state"] == "allocated" and len(created.json()["allocations"]) == 1
+    assert created.json() == read.json()
+
+
+@pytest.mark.stack
+@pytest.mark.django_db(transaction=True)
+def test_a_worker_given_the_same_message_twice_delivers_once(child_env_for_test_db):
+    team = gpu_team(**POLICY)
+    sub = SubscriptionFactory(owner=team.dev, min_severity=Severity.INFO)
+    sent: list[list[dict]] = []
+    before = notices.send_notices.delay
+    notices.send_notices.delay = lambda steps: sent.append(steps)
+    try:
+        req = create_request(team.dev, **team.ask())  # committed: the worker reads it
+    finally:
+        notices.send_notices.delay = before
+    [steps] = sent
+    with procs.celery_worker(child_env_for_test_db, "notices") as worker:
+        # As a redelivery looks to a worker: the same message again.
+        send_notices.delay(steps)
+        send_notices.delay(steps)
+        worker.wait_for("succeeded", count=2, timeout=30)
+    kinds = list(
+        Delivery.objects.filter(channel=sub.channel, notice__request=req.pk)
+        .order_by("id")
+        .values_list("notice__kind", flat=True)
+    )
+    assert kinds == [NoticeKind.AUTO_APPROVED, NoticeKind.PLACED]
+    assert SentNotice.objects.count() == 2
