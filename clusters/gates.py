@@ -29,7 +29,7 @@ from kubernetes import client as k8s
 
 from clusters.models import Cluster, ClusterWorkload, NamespaceMapping, WorkloadState
 from clusters.render import HAMI_CORES, HAMI_GPU, HAMI_MEMORY
-from clusters.sync import CONFLICT_RETRIES, Kube, _error_text, api_client
+from clusters.sync import CONFLICT_RETRIES, Kube, api_client, error_text
 from quotas.choices import RequestState, Role
 from quotas.interface import create_request, end_request
 from quotas.models import GpuRequest, Membership
@@ -379,7 +379,7 @@ def _pass_namespace(pods: Pods, cluster: Cluster, mapping: NamespaceMapping) -> 
     except Exception as exc:
         logger.warning("cluster %s: listing Pods of %s failed: %s", cluster.name,
                        mapping.namespace, exc)  # fmt: skip
-        return _error_text(exc)
+        return error_text(exc)
     by_uid = {}
     for pod in listed:
         uid = ((pod.get("metadata") or {}) if isinstance(pod, dict) else {}).get("uid")
@@ -399,7 +399,7 @@ def _pass_namespace(pods: Pods, cluster: Cluster, mapping: NamespaceMapping) -> 
         except Exception as exc:
             logger.warning("cluster %s: Pod %s/%s: %s", cluster.name, link.namespace, link.name,
                            exc)  # fmt: skip
-            _update(link, error=_error_text(exc)[:2000])
+            _update(link, error=error_text(exc)[:2000])
     return "ok"
 
 
@@ -411,5 +411,5 @@ def pass_all() -> dict[str, dict[str, str]]:
             results[cluster.name] = pass_cluster(cluster)
         except Exception as exc:
             logger.warning("cluster %s: gate pass failed: %s", cluster.name, exc)
-            results[cluster.name] = {"": _error_text(exc)}
+            results[cluster.name] = {"": error_text(exc)}
     return results
