@@ -27,6 +27,7 @@ from django.utils import timezone
 from django.utils.translation import gettext as _
 from kubernetes import client as k8s
 
+from audit.interface import record
 from clusters.models import Cluster, ClusterWorkload, NamespaceMapping, WorkloadState
 from clusters.render import HAMI_CORES, HAMI_GPU, HAMI_MEMORY
 from clusters.sync import CONFLICT_RETRIES, Kube, api_client, error_text
@@ -127,6 +128,12 @@ def size_of(pod: dict) -> Size:
         raise Refused(
             _("%(count)s vGPUs asked: at most %(max)s.") % {"count": count, "max": MAX_VGPUS}
         )
+    if cores and not memory:
+        # HAMi gives such a container the whole card's memory: the ask cannot be sized.
+        raise Refused(
+            _("Give %(memory)s with %(cores)s: without it HAMi gives the whole card's memory.")
+            % {"memory": HAMI_MEMORY, "cores": HAMI_CORES}
+        )
     whole = not memory and not cores
     return Size(count, cores or 100, memory or 1024, whole)
 
@@ -140,8 +147,12 @@ def _requester(mapping: NamespaceMapping):
     if made:
         user.set_unusable_password()
         user.save()
-    Membership.objects.get_or_create(user=user, tenant_id=mapping.tenant_id,
-                                     defaults={"role": Role.MEMBER})  # fmt: skip
+    _membership, joined = Membership.objects.get_or_create(
+        user=user, tenant_id=mapping.tenant_id, defaults={"role": Role.MEMBER}
+    )
+    if joined:  # a member no person added: the log says why it is there
+        record("cluster.requester_made", mapping.cluster, tenant_id=mapping.tenant_id,
+               after={"username": username, "namespace": mapping.namespace})  # fmt: skip
     return user
 
 

@@ -9,6 +9,7 @@ import logging
 import kubernetes_validate
 import pytest
 
+from audit.interface import AuditEntry
 from clusters import gates
 from clusters.models import ClusterWorkload, WorkloadState
 from clusters.services import map_namespace, register_cluster
@@ -88,6 +89,8 @@ def test_a_gated_pod_within_policy_becomes_a_request_and_loses_its_gate(team, ap
         team.tenant, team.pool, 1, 25, 8192)  # fmt: skip
     assert req.duration_hours == 4 and req.state == RequestState.ALLOCATED
     assert req.requester.memberships.get().tenant == team.tenant
+    assert not req.requester.has_usable_password()
+    assert AuditEntry.objects.filter(action="cluster.requester_made").count() == 1
     assert link.state == WorkloadState.ADMITTED and link.uid == api.get("pods", "train-1", NS)[
         "metadata"]["uid"]  # fmt: skip
     assert _gate_names(api) == ["other.io/wait"]  # exactly the portal's gate went
@@ -219,6 +222,7 @@ HOSTILE = {
     "a negative": {"gpus": "-1"},
     "an hour count too large": {"hours": "100000000"},
     "no gpu at all": {"gpus": None},
+    "cores without memory": {"mem": None},
 }
 
 
