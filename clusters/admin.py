@@ -1,6 +1,6 @@
 from django.contrib import admin
 
-from clusters.models import Cluster, NamespaceMapping
+from clusters.models import Cluster, ClusterWorkload, NamespaceMapping
 
 
 class NamespaceInline(admin.TabularInline):
@@ -15,3 +15,12 @@ class ClusterAdmin(admin.ModelAdmin):
     exclude = ("token_encrypted",)
     readonly_fields = ("token_hint", "synced_at", "sync_error", "sync_report")
     inlines = [NamespaceInline]
+
+
+@admin.register(ClusterWorkload)
+class ClusterWorkloadAdmin(admin.ModelAdmin):
+    # Written by the gate pass only (clusters.gates): shown, not edited.
+    list_display = ("name", "namespace", "cluster", "state", "request", "updated")
+    list_filter = ("cluster", "state")
+    readonly_fields = ("cluster", "namespace", "kind", "name", "uid", "request", "state",
+                       "error", "told")  # fmt: skip

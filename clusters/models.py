@@ -103,3 +103,46 @@ class NamespaceMapping(models.Model):
 
     def __str__(self) -> str:
         return f"{self.cluster} / {self.namespace}"
+
+
+class WorkloadState(models.TextChoices):
+    GATED = "gated", _("gated: waiting for its request")
+    ADMITTED = "admitted", _("gate removed")
+    HELD = "held", _("held: its request ended without GPUs")
+    REFUSED = "refused", _("refused: no request made")
+    ENDED = "ended", _("ended: its request released")
+
+
+class ClusterWorkload(models.Model):
+    """A gated Pod the controller turned into a request (clusters.gates): one per uid, so
+    no pass ever asks twice for the same workload."""
+
+    cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="workloads")
+    namespace = models.CharField(_("namespace"), max_length=63)
+    kind = models.CharField(_("kind"), max_length=32, default="Pod")
+    name = models.CharField(_("name"), max_length=253)
+    uid = models.CharField(_("uid"), max_length=64)
+    request = models.OneToOneField(
+        "quotas.GpuRequest", on_delete=models.PROTECT, null=True, blank=True,
+        related_name="cluster_workload", verbose_name=_("request"),
+    )  # fmt: skip
+    state = models.CharField(
+        _("state"), max_length=16, choices=WorkloadState, default=WorkloadState.GATED
+    )
+    # Why it was refused, or the last error acting on it; shown to admins, logged.
+    error = models.TextField(_("error"), blank=True)
+    # The request state last told to the workload by an Event, so each is told once.
+    told = models.CharField(_("last state told"), max_length=16, blank=True)
+    created = models.DateTimeField(auto_now_add=True)
+    updated = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["-created"]
+        verbose_name = _("cluster workload")
+        verbose_name_plural = _("cluster workloads")
+        constraints = [
+            models.UniqueConstraint(fields=["cluster", "uid"], name="one_link_per_workload")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.cluster} / {self.namespace}/{self.name}"

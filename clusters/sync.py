@@ -225,7 +225,7 @@ def prune(kube: Kube, wanted: list[dict], pool_slug: str) -> list[Applied]:
     return removed
 
 
-def _error_text(exc: BaseException) -> str:
+def error_text(exc: BaseException) -> str:
     # The client wraps a TLS or connection failure in an ApiException with status 0 and
     # then fails decoding its empty body: the ApiException underneath says what happened.
     found: BaseException | None = exc
@@ -254,7 +254,7 @@ def sync_cluster(cluster: Cluster) -> list[Applied]:
         applied += prune(kube, wanted, cluster.pool.slug)
     except Exception as exc:
         logger.warning("cluster %s: sync failed: %s", cluster.name, exc)
-        error = _error_text(exc)
+        error = error_text(exc)
     finally:
         api.close()
         if cluster.ca_bundle:

@@ -18,3 +18,13 @@ def sync_pool_clusters(pool_id: int) -> None:
     """After a quota of the pool changed: its clusters at once, not at the next round."""
     for cluster in Cluster.objects.filter(pool_id=pool_id).select_related("pool"):
         sync.sync_cluster(cluster)
+
+
+# Late acks: a pass reads every Pod and its link first, so a second run after a lost worker
+# asks nothing twice (one request per uid) and a gate removed twice is no error.
+@shared_task(acks_late=True, reject_on_worker_lost=True, ignore_result=True)
+def pass_gated_workloads() -> dict[str, dict[str, str]]:
+    """Every CLUSTER_GATE_EVERY_S: gated Pods become requests, decisions reach their Pods."""
+    from clusters import gates
+
+    return gates.pass_all()

@@ -580,6 +580,9 @@ CELERY_WORKER_CANCEL_LONG_RUNNING_TASKS_ON_CONNECTION_LOSS = False
 # call may take before the cluster is reported as not answering.
 CLUSTER_SYNC_EVERY_S = env_int("CLUSTER_SYNC_EVERY_S", 300, minimum=10)
 CLUSTER_TIMEOUT_S = env_float("CLUSTER_TIMEOUT_S", 10.0, minimum=0.1)
+# How often the gated Pods of every cluster are looked at (clusters.gates): a Pod within
+# policy waits at most this long for its gate to go.
+CLUSTER_GATE_EVERY_S = env_int("CLUSTER_GATE_EVERY_S", 30, minimum=5)
 CELERY_BEAT_SCHEDULE = {
     "poll-agents": {
         "task": "telemetry.tasks.poll_agents",
@@ -651,6 +654,12 @@ CELERY_BEAT_SCHEDULE = {
         "task": "clusters.tasks.sync_clusters",
         "schedule": timedelta(seconds=CLUSTER_SYNC_EVERY_S),
         "options": {"expires": CLUSTER_SYNC_EVERY_S},
+    },
+    # Kubernetes clusters: gated Pods become requests, decisions reach their Pods.
+    "gate-cluster-workloads": {
+        "task": "clusters.tasks.pass_gated_workloads",
+        "schedule": timedelta(seconds=CLUSTER_GATE_EVERY_S),
+        "options": {"expires": CLUSTER_GATE_EVERY_S},
     },
     "prune-idempotency-keys": {
         "task": "portal.tasks.prune_idempotency_keys",

@@ -18,7 +18,7 @@ from quotas.requests.facts import RequestFact, expiring_requests, pending_reques
 from quotas.requests.lifecycle import release_lease_request
 from quotas.requests.notices import announce_id
 from quotas.requests.notices import text_of as notice_text
-from quotas.requests.services import demand_of
+from quotas.requests.services import create_request, demand_of, end_request
 from quotas.requests.signals import request_event
 from quotas.tenancy.accounts import is_managed as is_managed_user
 from quotas.tenancy.accounts import own_accounts, source_of
@@ -55,7 +55,9 @@ __all__ = [
     "administered_tenant_ids",
     "announce_id",
     "apply_directory_roles",
+    "create_request",
     "demand_of",
+    "end_request",
     "expiring_requests",
     "held_hours",
     "is_managed_user",

@@ -9,6 +9,11 @@ token is required. kmock 0.8 was tried first: it keeps no resourceVersion, answe
 409 on a stale one and merges a PUT instead of replacing, so it could not test the sync's
 conflict handling; its pytest plugin also needs pytest-asyncio, which this project lacks.
 
+Pods and Events too, for the gate pass (clusters.gates): PATCH takes an RFC 6902 JSON patch
+(test, remove, replace, add; a failed test of the resourceVersion is a 409), ``add`` makes a
+Pod as kubectl would, ``fail_lists`` makes the next lists answer 500, and ``written`` keeps
+every object written, for the schema checks.
+
 ``before_put`` lets a test play another writer: called with the stored object before a PUT
 is judged, it may change it and return True (a new resourceVersion: the PUT is then stale).
 """
@@ -34,7 +39,50 @@ PATH = re.compile(
     r"^/(?:api/v1|apis/(?P<group>[^/]+)/(?P<version>[^/]+))"
     r"(?:/namespaces/(?P<namespace>[^/]+))?/(?P<plural>[a-z]+)(?:/(?P<name>[^/?]+))?/?$"
 )
-COLLECTIONS = {"resourcequotas", "clusterqueues", "localqueues", "resourceflavors"}
+COLLECTIONS = {"resourcequotas", "clusterqueues", "localqueues", "resourceflavors", "pods",
+               "events"}  # fmt: skip
+
+
+class PatchFailed(Exception):
+    def __init__(self, code: int, reason: str, message: str):
+        super().__init__(message)
+        self.code, self.reason, self.message = code, reason, message
+
+
+def _pointer(path: str) -> list[str]:
+    return [p.replace("~1", "/").replace("~0", "~") for p in path.split("/")[1:]]
+
+
+def json_patch(obj: dict, ops: list[dict]) -> dict:
+    """RFC 6902's test, remove, replace and add, enough for the gate's patch. A failed test
+    of ``/metadata/resourceVersion`` is a 409 Conflict (the API server's precondition);
+    any other failed test or a missing path a 422, as the API server answers."""
+    obj = copy.deepcopy(obj)
+    for op in ops:
+        *parents, last = _pointer(op["path"])
+        node = obj
+        try:
+            for part in parents:
+                node = node[int(part)] if isinstance(node, list) else node[part]
+            key = int(last) if isinstance(node, list) else last
+            if op["op"] == "test":
+                if node[key] != op["value"]:
+                    if op["path"] == "/metadata/resourceVersion":
+                        raise PatchFailed(409, "Conflict", "the object has been modified")
+                    raise PatchFailed(422, "Invalid", f"test failed at {op['path']}")
+            elif op["op"] == "remove":
+                del node[key]
+            elif op["op"] == "replace":
+                node[key]  # must exist: a KeyError is the 422
+                node[key] = op["value"]
+            elif op["op"] == "add":
+                if isinstance(node, list):
+                    node.insert(key, op["value"])
+                else:
+                    node[key] = op["value"]
+        except (KeyError, IndexError, ValueError, TypeError):
+            raise PatchFailed(422, "Invalid", f"no such path {op['path']}") from None
+    return obj
 
 
 def _query(path: str) -> dict[str, str]:
@@ -54,10 +102,24 @@ class KubeApi:
         self.versions = itertools.count(1)
         self.lock = threading.Lock()
         self.before_put: Callable[[dict], None] | None = None
+        # Like before_put, for a PATCH: may change the stored object (a new resourceVersion).
+        self.before_patch: Callable[[dict], bool] | None = None
+        self.fail_lists = 0  # the next this many lists answer 500, as an API server away
+        self.written: list[dict] = []  # every object POSTed, PUT or PATCHed, as stored
         self.url = ""
 
     def get(self, plural: str, name: str, namespace: str = "") -> dict | None:
         return self.objects.get((plural, namespace, name))
+
+    def add(self, plural: str, obj: dict) -> dict:
+        """An object made in the cluster by someone else (kubectl apply), with its uid."""
+        with self.lock:
+            obj = copy.deepcopy(obj)
+            obj["metadata"].update(resourceVersion=str(next(self.versions)),
+                                   uid=obj["metadata"].get("uid") or str(uuid.uuid4()))  # fmt: skip
+            key = (plural, obj["metadata"].get("namespace", ""), obj["metadata"]["name"])
+            self.objects[key] = obj
+            return copy.deepcopy(obj)
 
     def edit(self, plural: str, name: str, change: Callable[[dict], None], namespace: str = ""):
         """Someone else's write in the cluster (kubectl edit): a new resourceVersion."""
@@ -81,6 +143,9 @@ class KubeApi:
                     return 404, status(404, "NotFound", f'{plural} "{name}" not found')
                 return 200, copy.deepcopy(obj)
             if method == "GET" and not name:  # a list, in one namespace or all of them
+                if self.fail_lists:
+                    self.fail_lists -= 1
+                    return 500, status(500, "InternalError", "etcdserver: request timed out")
                 wanted = dict(
                     pair.split("=", 1)
                     for pair in _query(path).get("labelSelector", "").split(",")
@@ -115,6 +180,7 @@ class KubeApi:
                 if namespace:
                     obj["metadata"]["namespace"] = namespace
                 self.objects[(plural, namespace, name)] = obj
+                self.written.append(copy.deepcopy(obj))
                 return 201, copy.deepcopy(obj)
             if method == "PUT" and name:
                 stored = self.objects.get((plural, namespace, name))
@@ -132,6 +198,21 @@ class KubeApi:
                 obj["metadata"]["resourceVersion"] = str(next(self.versions))
                 obj["metadata"]["uid"] = stored["metadata"]["uid"]
                 self.objects[(plural, namespace, name)] = obj
+                self.written.append(copy.deepcopy(obj))
+                return 200, copy.deepcopy(obj)
+            if method == "PATCH" and name:
+                stored = self.objects.get((plural, namespace, name))
+                if stored is None:
+                    return 404, status(404, "NotFound", f'{plural} "{name}" not found')
+                if self.before_patch is not None and self.before_patch(stored):
+                    stored["metadata"]["resourceVersion"] = str(next(self.versions))
+                try:
+                    obj = json_patch(stored, body)
+                except PatchFailed as exc:
+                    return exc.code, status(exc.code, exc.reason, exc.message)
+                obj["metadata"]["resourceVersion"] = str(next(self.versions))
+                self.objects[(plural, namespace, name)] = obj
+                self.written.append(copy.deepcopy(obj))
                 return 200, copy.deepcopy(obj)
         return 405, status(405, "MethodNotAllowed", f"{method} {path}")
 
@@ -150,7 +231,7 @@ def _handler(api: KubeApi) -> type[BaseHTTPRequestHandler]:
             self.end_headers()
             self.wfile.write(data)
 
-        do_GET = do_POST = do_PUT = do_DELETE = _serve
+        do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = _serve
 
         def log_message(self, *args) -> None:
             pass

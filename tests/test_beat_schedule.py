@@ -25,7 +25,7 @@ EVERY_ENTRY = {
     "poll-agents", "flush-rollups", "prune-rollups", "pools-reconcile",
     "requeue-alert-deliveries", "alerts-business-rules", "place-queued-requests",
     "sweep-requests", "scan-idle", "take-back-borrowed", "account-days", "idle-digest",
-    "prune-idempotency-keys", "sync-clusters",
+    "prune-idempotency-keys", "sync-clusters", "gate-cluster-workloads",
 }  # fmt: skip
 
 
