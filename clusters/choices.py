@@ -33,4 +33,5 @@ AUDIT_ACTIONS = {
     "cluster.registered": _("Cluster registered"),
     "cluster.namespace_mapped": _("Namespace mapped to a tenant"),
     "cluster.drift_repaired": _("Cluster quota objects put back in step"),
+    "cluster.requester_made": _("Namespace's requester account made"),
 }
