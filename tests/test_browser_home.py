@@ -34,7 +34,9 @@ def site(transactional_db, child_env_for_test_db) -> Iterator[dict]:
     mine = held_allocation(team.tenant, team.pool, team.dev, timezone.now() - timedelta(hours=1),
                            compute_pct=30, memory_mib=8192, gpu=card)  # fmt: skip
     poll(card, util=12, report=[slice_report(mine, 1024)])
-    with procs.daphne(child_env_for_test_db) as (url, _):
+    # A worker for the deliveries queue: a request step's pushes go out from its notice task.
+    with (procs.celery_worker(child_env_for_test_db, "notices", "-Q", "deliveries"),
+          procs.daphne(child_env_for_test_db) as (url, _)):  # fmt: skip
         yield {"url": url, "team": team, "card": card, "vgpu": mine}
 
 

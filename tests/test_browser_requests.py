@@ -29,7 +29,9 @@ def site(transactional_db, child_env_for_test_db) -> Iterator[tuple[str, dict]]:
         "dev": team.dev.username, "approver": team.approver.username,
     }  # fmt: skip
     names["team"] = team
-    with procs.daphne(child_env_for_test_db) as (url, _):
+    # A worker for the deliveries queue: a request step's pushes go out from its notice task.
+    with (procs.celery_worker(child_env_for_test_db, "notices", "-Q", "deliveries"),
+          procs.daphne(child_env_for_test_db) as (url, _)):  # fmt: skip
         yield url, names
 
 

@@ -266,7 +266,7 @@ def test_the_home_socket_pushes_a_poll_cycles_use_to_the_holder_alone():
 
 
 @pytest.mark.django_db(transaction=True)
-def test_the_home_socket_hears_the_holders_request_steps():
+def test_the_home_socket_hears_the_holders_request_steps(eager_tasks):
     team = gpu_team("vision")
     done = {}
 

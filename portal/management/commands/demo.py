@@ -159,6 +159,9 @@ class Command(BaseCommand):
             raise CommandError("--nodes must be 1-64 and --gpus 1-16")
         if not 0 <= options["history_hours"] <= MAX_HISTORY_HOURS:
             raise CommandError(f"--history-hours must be 0-{MAX_HISTORY_HOURS}")
+        # One process tree, no worker: tasks sent run in process, as without REDIS_URL (a
+        # request step's notices and pushes, alert deliveries, desired-state sends).
+        celery_app.conf.task_always_eager = True
         call_command("migrate", interactive=False, verbosity=0)
         password = self._seed_admin(options["username"])
         people = {name: _var_secret(f"demo-{name}-password", 12) for name in quotas_demo.PEOPLE}
