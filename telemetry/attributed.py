@@ -102,14 +102,7 @@ def attributed_use(
                       p95=_P95 if p95 else "NULL AS p95_util, NULL AS p95_mem")  # fmt: skip
     points = max(spark_points, 0)
     params = {
-        "ids": [a.allocation_id for a in allocations],
-        "gpus": [a.gpu_id for a in allocations],
-        "owners": [a.owner for a in allocations],
-        "since": [a.since for a in allocations],
-        # float8[]: psycopg refuses a list mixing int and float (one pool's reclaim
-        # thresholds in whole numbers, another's with decimals).
-        "util": [float(a.util_pct) for a in allocations],
-        "mem": [float(a.memory_mib) for a in allocations],
+        **_columns(allocations),
         "win": [a.window_start or start for a in allocations],
         "start": start, "end": end, "points": points, "last": max(points - 1, 0),
         "step": max((end - start).total_seconds() / points, 1e-9) if points else 1.0,
@@ -185,12 +178,7 @@ def attributed_minutes(
     if not allocations:
         return {}
     params = {
-        "ids": [a.allocation_id for a in allocations],
-        "gpus": [a.gpu_id for a in allocations],
-        "owners": [a.owner for a in allocations],
-        "since": [a.since for a in allocations],
-        "util": [float(a.util_pct) for a in allocations],
-        "mem": [float(a.memory_mib) for a in allocations],
+        **_columns(allocations),
         "start": start, "end": end,
         # The earliest bucket any of them reads, as a range the indexes can use: a pass
         # that reads only its newest minutes then reads only those.
@@ -220,3 +208,17 @@ def owners_last_seen(
         .order_by()
     )
     return {(g, owner): int(last) // 60 for g, owner, last in rows if g in wanted}
+
+
+def _columns(allocations) -> dict[str, list]:
+    """The allocations as the statements' array parameters, one list per column."""
+    return {
+        "ids": [a.allocation_id for a in allocations],
+        "gpus": [a.gpu_id for a in allocations],
+        "owners": [a.owner for a in allocations],
+        "since": [a.since for a in allocations],
+        # float8[]: psycopg refuses a list mixing int and float (one pool's reclaim
+        # thresholds in whole numbers, another's with decimals).
+        "util": [float(a.util_pct) for a in allocations],
+        "mem": [float(a.memory_mib) for a in allocations],
+    }

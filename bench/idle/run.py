@@ -142,22 +142,7 @@ def build(gpus: int, allocations: int, tenants: int, days: int) -> dict:
             WHERE NOT a.whole_card AND a.id %% 4 <> 0 AND b >= a.placed_at
               AND extract(hour FROM b) IN (10, 11)
         """, [month_start, now - timedelta(hours=1)])  # fmt: skip
-        c.execute("""
-            INSERT INTO telemetry_gpuminute (gpu_id, bucket, samples, util_avg, util_max,
-                                             memory_used_avg_mib, memory_used_max_mib)
-            SELECT g.id, b, 12,
-                   CASE WHEN EXISTS (SELECT 1 FROM pools_allocation a WHERE a.gpu_id = g.id
-                                     AND a.id %% 4 <> 0) THEN 60 ELSE 0 END, 70, 4096, 8192
-            FROM agents_gpu g CROSS JOIN generate_series(%s::timestamptz, %s, '1 minute') b
-        """, [now - timedelta(minutes=120), now - timedelta(minutes=1)])  # fmt: skip
-        c.execute("""
-            INSERT INTO telemetry_ownerminute (gpu_id, owner, bucket, samples,
-                                               memory_used_avg_mib, memory_used_max_mib)
-            SELECT a.gpu_id, l.unix_user, b, 12, 6000, 8000
-            FROM pools_allocation a JOIN pools_lease l ON l.id = a.lease_id
-            CROSS JOIN generate_series(%s::timestamptz, %s, '1 minute') b
-            WHERE a.id %% 4 <> 0
-        """, [now - timedelta(minutes=120), now - timedelta(minutes=1)])  # fmt: skip
+        add_minutes(now - timedelta(minutes=120), 120)  # the idle window's minutes
         c.execute("ANALYZE")
         counts = {}
         for table in ("telemetry_gpuhour", "telemetry_ownerhour", "telemetry_gpuminute",
