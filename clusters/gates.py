@@ -12,14 +12,12 @@ deleted. Every pass lists everything again, so a list that failed is simply the 
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import re
 import uuid
 from dataclasses import dataclass
 
-from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.exceptions import ValidationError
 from django.db import transaction
@@ -223,22 +221,11 @@ class Pods:
         return self.kube.call("GET", f"/api/v1/namespaces/{namespace}/pods").get("items", [])
 
     def read(self, namespace: str, name: str) -> dict | None:
-        try:
-            return self.kube.call("GET", f"/api/v1/namespaces/{namespace}/pods/{name}")
-        except k8s.ApiException as exc:
-            if exc.status == 404:
-                return None
-            raise
+        return self.kube.get(f"/api/v1/namespaces/{namespace}/pods/{name}")
 
     def patch(self, namespace: str, name: str, ops: list[dict]) -> dict:
-        response = self.kube.api.call_api(
-            f"/api/v1/namespaces/{namespace}/pods/{name}", "PATCH",
-            header_params={"Content-Type": "application/json-patch+json",
-                           "Accept": "application/json"},
-            body=ops, auth_settings=["BearerToken"], _preload_content=False,
-            _return_http_data_only=True, _request_timeout=settings.CLUSTER_TIMEOUT_S,
-        )  # fmt: skip
-        return json.loads(response.data or b"{}")
+        return self.kube.call("PATCH", f"/api/v1/namespaces/{namespace}/pods/{name}", ops,
+                              content_type="application/json-patch+json")  # fmt: skip
 
     def delete(self, namespace: str, name: str) -> None:
         try:

@@ -114,9 +114,12 @@ class Kube:
     def __init__(self, api: k8s.ApiClient):
         self.api = api
 
-    def call(self, method: str, path: str, body: dict | None = None) -> dict:
+    def call(
+        self, method: str, path: str, body: dict | list | None = None, *,
+        content_type: str = "application/json",
+    ) -> dict:  # fmt: skip
         response = self.api.call_api(
-            path, method, header_params={"Content-Type": "application/json",
+            path, method, header_params={"Content-Type": content_type,
                                          "Accept": "application/json"},
             body=body, auth_settings=["BearerToken"], _preload_content=False,
             _request_timeout=settings.CLUSTER_TIMEOUT_S, _return_http_data_only=True,
@@ -141,8 +144,12 @@ class Kube:
         return json.loads(answer.data).get("items", [])
 
     def read(self, obj: dict) -> dict | None:
+        return self.get(_path(obj, named=True))
+
+    def get(self, path: str) -> dict | None:
+        """The object at ``path``, or None where there is none (404)."""
         try:
-            return self.call("GET", _path(obj, named=True))
+            return self.call("GET", path)
         except k8s.ApiException as exc:
             if exc.status == 404:
                 return None
