@@ -74,26 +74,23 @@ MAX_HISTORY_HOURS = 36
 HISTORY_STEP_S = 10
 
 
-class _Terminated(KeyboardInterrupt):
+class _Terminated(BaseException):
     """SIGTERM before the web server's own handlers: unwinds the command's ``finally``
-    blocks (the simulators, the embedded database) like Ctrl+C does. A KeyboardInterrupt,
-    so psycopg cancels a query it cuts short: other exceptions leave the connection busy
-    and the cleanup's next query fails ("another command is already in progress")."""
+    blocks (the simulators, the embedded database) like Ctrl+C does."""
 
 
 _terminating = threading.Event()
 
 
 def _on_sigterm(signum: int, frame) -> None:
-    if _terminating.is_set():
-        return  # a second one must not cut the cleanup
+    # Only noted: the start stops at its next step (_go_on). An exception raised here lands
+    # wherever the process is, and one that cut a database call short left its connection
+    # unusable for the cleanup (psycopg: "connection in transaction status ACTIVE").
     _terminating.set()
-    raise _Terminated
 
 
 def _go_on() -> None:
-    """Between the start's steps: a SIGTERM whose exception was swallowed (one landing in a
-    finalizer is printed as "Exception ignored" and dropped) still stops the start."""
+    """Between the start's steps (and the history's moments): stop if SIGTERM came."""
     if _terminating.is_set():
         raise _Terminated
 
@@ -373,6 +370,8 @@ class Command(BaseCommand):
             tasks.extend(
                 embedded.start(celery_app, settings.CELERY_BEAT_SCHEDULE, asyncio.get_event_loop())
             )
+            # A SIGTERM noted after the last step, before the reactor's own handlers.
+            reactor.callWhenRunning(lambda: _terminating.is_set() and reactor.stop())
             # On Ctrl+C or SIGTERM the runs in flight finish before the loop stops.
             reactor.addSystemEventTrigger(
                 "before", "shutdown",
