@@ -361,10 +361,13 @@ class _SlowHandler(_KeepAliveHandler):
 
     requests = 0
     lock = threading.Lock()
+    two_in = threading.Event()
 
     def do_GET(self) -> None:
         with self.lock:
             type(self).requests += 1
+            if type(self).requests == 2:
+                type(self).two_in.set()
         time.sleep(0.5)
         super().do_GET()
 
@@ -372,12 +375,13 @@ class _SlowHandler(_KeepAliveHandler):
 def test_an_interrupted_poll_stops_its_batch_too():
     """A Celery soft time limit or a signal raised in the caller must not leave the batch
     running beside the next poll, with its own share of requests in flight."""
+    import os
     import signal
 
     class Interrupted(Exception):
         pass
 
-    handler = type("Slow", (_SlowHandler,), {"requests": 0})
+    handler = type("Slow", (_SlowHandler,), {"requests": 0, "two_in": threading.Event()})
     servers = [ThreadingHTTPServer(("127.0.0.1", 0), handler) for _ in range(6)]
     for server in servers:
         server.daemon_threads = True
@@ -386,22 +390,29 @@ def test_an_interrupted_poll_stops_its_batch_too():
         poller.AgentTarget(i, f"http://127.0.0.1:{s.server_address[1]}", "t")
         for i, s in enumerate(servers)
     ]
+    at_interrupt = []
 
     def interrupt(*args):
+        at_interrupt.append(handler.requests)
         raise Interrupted
+
+    def interrupt_once_two_are_in_flight():
+        # Not a fixed timer: on a loaded machine the first requests may not be out by then.
+        if handler.two_in.wait(10):
+            os.kill(os.getpid(), signal.SIGALRM)
 
     previous = signal.signal(signal.SIGALRM, interrupt)
     try:
-        signal.setitimer(signal.ITIMER_REAL, 0.2)
+        threading.Thread(target=interrupt_once_two_are_in_flight, daemon=True).start()
         with pytest.raises(Interrupted):
             poller.poll(targets, timeout=5, concurrency=2)
+        assert at_interrupt == [2]
         # The first two requests were in flight; the other four must never be sent.
         results = poller.poll(targets[:1], timeout=5, concurrency=2)
         assert results[0].ok
         time.sleep(1.2)  # what the abandoned batch would have sent by now
         assert handler.requests == 3, handler.requests
     finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
         for server in servers:
             server.shutdown()
