@@ -20,6 +20,8 @@ COPY audit ./audit
 COPY reports ./reports
 COPY tokens ./tokens
 COPY directory ./directory
+COPY clusters ./clusters
+COPY gpuctl ./gpuctl
 COPY templates ./templates
 COPY static ./static
 COPY locale ./locale
@@ -37,8 +39,9 @@ RUN if [ "$WITH_LDAP" = 1 ]; then \
         && apt-get purge -y build-essential && apt-get autoremove -y \
         && rm -rf /var/lib/apt/lists/*; \
     else pip install --no-cache-dir -e ".[oidc]"; fi \
-    && useradd --system --home /var/lib/gpu-portal --create-home portal
-USER portal
+    && useradd --system --uid 10001 --user-group --home /var/lib/gpu-portal --create-home portal
+# Numeric, so that Kubernetes' runAsNonRoot can check it (deploy/helm: runAsUser 10001).
+USER 10001
 
 EXPOSE 8000
 CMD ["daphne", "-b", "0.0.0.0", "-p", "8000", "portal.asgi:application"]
