@@ -1,22 +1,24 @@
-"""Gated Pods become GPU requests: the controller pass (docs/kubernetes.md, "Gated workloads").
+"""Gated workloads become GPU requests: the controller pass (docs/kubernetes.md, "Gated
+workloads").
 
-Each pass lists the Pods of every mapped namespace. A Pod carrying the portal's gate (the
-scheduling gate ``gpu-portal.io/approval``, or under Kueue the annotation
-``kueue.x-k8s.io/admission-gated-by`` naming ``gpu-portal/approval``) and not seen before
-(by uid) gets a GPU request for the namespace's tenant in the cluster's pool, made by
+Each pass lists the Pods and Jobs of every mapped namespace. A workload carrying the
+portal's gate (clusters.workloads says which) and not seen before (by uid) gets a GPU
+request for the namespace's tenant in the cluster's pool, made by
 ``quotas.interface.create_request`` as any request is, so policy, quota and approval apply.
-Then, each pass, the request's state is carried to the Pod: allocated, the gate is removed;
-rejected, cancelled or expired, an Event says why (the gate stays); released, the Pod is
-deleted. Every pass lists everything again, so a list that failed is simply the next one.
+A Job is one request for the Pods it runs at once; the Pods a Job controls are its own,
+never requests of their own. Then, each pass, the request's state is carried to the
+workload: allocated, the gate is removed (from a Job's Pods as the Job makes them, or under
+Kueue from the Job); rejected, cancelled or expired, an Event says why (the gate stays);
+released, the workload is deleted; finished (a Pod succeeded or failed, a Job complete or
+failed), its request is released. Every pass lists everything again, so a list that failed
+is simply the next one.
 """
 
 from __future__ import annotations
 
 import logging
 import os
-import re
 import uuid
-from dataclasses import dataclass
 
 from django.contrib.auth import get_user_model
 from django.core.exceptions import ValidationError
@@ -27,118 +29,36 @@ from kubernetes import client as k8s
 
 from audit.interface import record
 from clusters.models import Cluster, ClusterWorkload, NamespaceMapping, WorkloadState
-from clusters.render import HAMI_CORES, HAMI_GPU, HAMI_MEMORY
 from clusters.sync import CONFLICT_RETRIES, Kube, api_client, error_text
+from clusters.workloads import (
+    API_VERSIONS,
+    JOB,
+    POD,
+    Refused,
+    finished,
+    identity,
+    is_gated,
+    job_of,
+    kind_of,
+    path_of,
+    removal,
+    size_of,
+)  # fmt: skip
+from clusters.workloads import ask as ask_of
 from quotas.choices import RequestState, Role
 from quotas.interface import create_request, end_request
 from quotas.models import GpuRequest, Membership
 
 logger = logging.getLogger(__name__)
 
-GATE = "gpu-portal.io/approval"
-KUEUE_GATED_BY = "kueue.x-k8s.io/admission-gated-by"
-KUEUE_GATE = "gpu-portal/approval"
-DURATION = "gpu-portal.io/duration-hours"
-REASON = "gpu-portal.io/reason"
 COMPONENT = "gpu-portal"
-MAX_VGPUS, MAX_MEMORY_MIB, MAX_HOURS = 64, 16 * 1024 * 1024, 24 * 366
 ENDED_BADLY = {RequestState.REJECTED, RequestState.CANCELLED, RequestState.EXPIRED}
-
-
-class Refused(Exception):
-    """A Pod the portal asks nothing for: the message says why, to the log and the Pod."""
-
-
-def _annotations(pod: dict) -> dict:
-    annotations = (pod.get("metadata") or {}).get("annotations") or {}
-    return annotations if isinstance(annotations, dict) else {}
-
-
-def _gates(pod: dict) -> list:
-    gates = (pod.get("spec") or {}).get("schedulingGates") or []
-    return gates if isinstance(gates, list) else []
-
-
-def _kueue_gaters(pod: dict) -> list[str]:
-    value = _annotations(pod).get(KUEUE_GATED_BY)
-    if not isinstance(value, str):
-        return []
-    return [part.strip() for part in value.split(",") if part.strip()]
-
-
-def is_gated(pod: dict, kueue: bool) -> bool:
-    """Whether the Pod waits for the portal: Kueue's annotation under Kueue (kueue#9482),
-    the Pod scheduling gate without it."""
-    if kueue:
-        return KUEUE_GATE in _kueue_gaters(pod)
-    return any(isinstance(g, dict) and g.get("name") == GATE for g in _gates(pod))
-
-
-_INTEGER = re.compile(r"^[0-9]{1,9}$")
-
-
-def _whole(value, what: str, low: int, high: int) -> int:
-    """A plain integer quantity within bounds: HAMi's resources are counts, MiB and %, never
-    '1Gi' or '0.5'; anything else is refused rather than guessed."""
-    text = (
-        str(value).strip() if isinstance(value, str | int) and not isinstance(value, bool) else ""
-    )
-    if not _INTEGER.match(text) or not low <= int(text) <= high:
-        raise Refused(
-            _("%(what)s must be a whole number from %(low)s to %(high)s, not %(value)s.")
-            % {"what": what, "low": low, "high": high, "value": repr(value)[:40]}
-        )
-    return int(text)
-
-
-@dataclass(frozen=True)
-class Size:
-    count: int
-    compute_pct: int
-    memory_mib: int
-    whole_card: bool
-
-
-def size_of(pod: dict) -> Size:
-    """The request a Pod asks for, from its containers' HAMi limits (requests where a limit is
-    missing): vGPUs summed, memory (MiB) and cores (%) per vGPU the largest any container asks;
-    no ``nvidia.com/gpumem`` and ``gpucores`` is a whole card."""
-    containers = (pod.get("spec") or {}).get("containers")
-    if not isinstance(containers, list) or not containers:
-        raise Refused(_("The Pod has no containers."))
-    count, memory, cores = 0, 0, 0
-    for container in containers:
-        resources = container.get("resources") if isinstance(container, dict) else None
-        resources = resources if isinstance(resources, dict) else {}
-        limits = resources.get("limits") if isinstance(resources.get("limits"), dict) else {}
-        asks = resources.get("requests") if isinstance(resources.get("requests"), dict) else {}
-        merged = {**asks, **limits}
-        if HAMI_GPU not in merged:
-            continue
-        count += _whole(merged[HAMI_GPU], HAMI_GPU, 1, MAX_VGPUS)
-        if HAMI_MEMORY in merged:
-            memory = max(memory, _whole(merged[HAMI_MEMORY], HAMI_MEMORY, 1, MAX_MEMORY_MIB))
-        if HAMI_CORES in merged:
-            cores = max(cores, _whole(merged[HAMI_CORES], HAMI_CORES, 1, 100))
-    if not count:
-        raise Refused(_("No container asks for %(gpu)s.") % {"gpu": HAMI_GPU})
-    if count > MAX_VGPUS:
-        raise Refused(
-            _("%(count)s vGPUs asked: at most %(max)s.") % {"count": count, "max": MAX_VGPUS}
-        )
-    if cores and not memory:
-        # HAMi gives such a container the whole card's memory: the ask cannot be sized.
-        raise Refused(
-            _("Give %(memory)s with %(cores)s: without it HAMi gives the whole card's memory.")
-            % {"memory": HAMI_MEMORY, "cores": HAMI_CORES}
-        )
-    whole = not memory and not cores
-    return Size(count, cores or 100, memory or 1024, whole)
+HELD_OPEN = (RequestState.PENDING, RequestState.APPROVED, RequestState.ALLOCATED)
 
 
 def _requester(mapping: NamespaceMapping):
-    """The namespace's own portal user, a member of its tenant: the requester of its Pods'
-    requests (a Pod says nothing trustworthy about who made it). Made on first use."""
+    """The namespace's own portal user, a member of its tenant: the requester of its
+    workloads' requests (a Pod says nothing trustworthy about who made it). Made on first use."""
     users = get_user_model()
     username = f"k8s-{mapping.cluster_id}-{mapping.namespace}"[:150]
     user, made = users.objects.get_or_create(**{users.USERNAME_FIELD: username})
@@ -154,95 +74,80 @@ def _requester(mapping: NamespaceMapping):
     return user
 
 
-def _ask(pod: dict, size: Size) -> dict:
-    annotations = _annotations(pod)
-    hours = None
-    if DURATION in annotations:
-        hours = _whole(annotations[DURATION], DURATION, 1, MAX_HOURS)
-    meta = pod["metadata"]
-    reason = annotations.get(REASON)
-    if not isinstance(reason, str) or not reason.strip():
-        reason = _("Kubernetes Pod %(namespace)s/%(name)s") % {
-            "namespace": meta["namespace"], "name": meta["name"]}  # fmt: skip
-    return {"count": size.count, "whole_card": size.whole_card, "compute_pct": size.compute_pct,
-            "memory_mib": size.memory_mib, "duration_hours": hours,
-            "reason": reason[:2000]}  # fmt: skip
-
-
-def _identity(pod: dict) -> tuple[str, str, str]:
-    meta = pod.get("metadata")
-    if not isinstance(meta, dict):
-        raise Refused(_("The Pod has no metadata."))
-    name, namespace, uid = meta.get("name"), meta.get("namespace"), meta.get("uid")
-    if not all(isinstance(v, str) and 0 < len(v) <= 253 for v in (name, namespace, uid)):
-        raise Refused(_("The Pod has no name, namespace or uid."))
-    return name, namespace, uid[:64]
-
-
 def _messages(exc: ValidationError) -> str:
     if hasattr(exc, "message_dict"):
         return " ".join(m for ms in exc.message_dict.values() for m in ms)
     return " ".join(exc.messages)
 
 
-def admit_new(cluster: Cluster, mapping: NamespaceMapping, pod: dict) -> ClusterWorkload | None:
-    """Link a gated Pod seen for the first time to a new request (or to the reason it got
-    none); the Pod already linked is left to ``carry``. None for a Pod without identity."""
+def admit_new(cluster: Cluster, mapping: NamespaceMapping, obj: dict) -> ClusterWorkload | None:
+    """Link a gated workload seen for the first time to a new request (or to the reason it
+    got none); one already linked is left to ``carry``. None for one without identity."""
+    kind = kind_of(obj)
     try:
-        name, namespace, uid = _identity(pod)
+        name, namespace, uid = identity(obj)
     except Refused as exc:
-        logger.warning("cluster %s: a Pod refused: %s", cluster.name, exc)
+        logger.warning("cluster %s: a %s refused: %s", cluster.name, kind, exc)
         return None
     found = ClusterWorkload.objects.filter(cluster=cluster, uid=uid).first()
     if found is not None:
         return found
     with transaction.atomic():
-        link = ClusterWorkload(cluster=cluster, namespace=namespace, name=name, uid=uid)
+        link = ClusterWorkload(cluster=cluster, namespace=namespace, kind=kind, name=name, uid=uid)
         try:
-            size = size_of(pod)
+            size = size_of(obj)
             link.request = create_request(_requester(mapping), tenant=mapping.tenant,
-                                          pool=cluster.pool, **_ask(pod, size))  # fmt: skip
+                                          pool=cluster.pool, **ask_of(obj, size))  # fmt: skip
         except (Refused, ValidationError) as exc:
             text = _messages(exc) if isinstance(exc, ValidationError) else str(exc)
-            logger.warning("cluster %s: Pod %s/%s refused: %s", cluster.name, namespace, name,
-                           text)  # fmt: skip
+            logger.warning("cluster %s: %s %s/%s refused: %s", cluster.name, kind, namespace,
+                           name, text)  # fmt: skip
             link.state, link.error = WorkloadState.REFUSED, text[:2000]
         link.save()
     return link
 
 
-class Pods:
-    """The Pod calls of the pass, raw JSON through the official client."""
+class Workloads:
+    """The pass's calls for Pods and Jobs, raw JSON through the official client."""
 
     def __init__(self, kube: Kube):
         self.kube = kube
 
-    def list(self, namespace: str) -> list[dict]:
-        return self.kube.call("GET", f"/api/v1/namespaces/{namespace}/pods").get("items", [])
+    def list(self, kind: str, namespace: str) -> list[dict]:
+        items = self.kube.call("GET", path_of(kind, namespace)).get("items", [])
+        # A list's items carry no kind of their own: the collection says what they are.
+        return [{**item, "kind": kind} for item in items if isinstance(item, dict)]
 
-    def read(self, namespace: str, name: str) -> dict | None:
-        return self.kube.get(f"/api/v1/namespaces/{namespace}/pods/{name}")
+    def read(self, kind: str, namespace: str, name: str) -> dict | None:
+        found = self.kube.get(path_of(kind, namespace, name))
+        return None if found is None else {**found, "kind": kind}
 
-    def patch(self, namespace: str, name: str, ops: list[dict]) -> dict:
-        return self.kube.call("PATCH", f"/api/v1/namespaces/{namespace}/pods/{name}", ops,
-                              content_type="application/json-patch+json")  # fmt: skip
+    def patch(self, obj: dict, ops: list[dict]) -> dict:
+        meta = obj["metadata"]
+        return self.kube.call("PATCH", path_of(kind_of(obj), meta["namespace"], meta["name"]),
+                              ops, content_type="application/json-patch+json")  # fmt: skip
 
-    def delete(self, namespace: str, name: str) -> None:
+    def delete(self, obj: dict) -> None:
+        meta = obj["metadata"]
+        # A Job's Pods go with it (the API's default for a Job leaves them orphaned).
+        body = {"kind": "DeleteOptions", "apiVersion": "v1", "propagationPolicy": "Background"}
         try:
-            self.kube.call("DELETE", f"/api/v1/namespaces/{namespace}/pods/{name}")
+            self.kube.call("DELETE", path_of(kind_of(obj), meta["namespace"], meta["name"]),
+                           body if kind_of(obj) == JOB else None)  # fmt: skip
         except k8s.ApiException as exc:
             if exc.status != 404:  # gone already: what was wanted
                 raise
 
-    def event(self, pod: dict, reason: str, message: str, kind: str = "Warning") -> dict:
-        meta = pod["metadata"]
+    def event(self, obj: dict, reason: str, message: str, kind: str = "Warning") -> dict:
+        meta = obj["metadata"]
         now = timezone.now().strftime("%Y-%m-%dT%H:%M:%SZ")
         event = {
             "apiVersion": "v1", "kind": "Event",
             "metadata": {"name": f"{meta['name'][:200]}.{uuid.uuid4().hex[:16]}",
                          "namespace": meta["namespace"]},
-            "involvedObject": {"apiVersion": "v1", "kind": "Pod", "name": meta["name"],
-                               "namespace": meta["namespace"], "uid": meta["uid"]},
+            "involvedObject": {"apiVersion": API_VERSIONS[kind_of(obj)], "kind": kind_of(obj),
+                               "name": meta["name"], "namespace": meta["namespace"],
+                               "uid": meta["uid"]},
             "reason": reason, "message": message[:1024], "type": kind,
             "source": {"component": COMPONENT}, "reportingComponent": COMPONENT,
             "firstTimestamp": now, "lastTimestamp": now, "count": 1,
@@ -250,51 +155,29 @@ class Pods:
         return self.kube.call("POST", f"/api/v1/namespaces/{meta['namespace']}/events", event)
 
 
-def _removal(pod: dict, kueue: bool) -> list[dict] | None:
-    """The JSON patch taking exactly the portal's gate off, None when it is gone already.
-    The resourceVersion read makes it conditional (409 when the Pod changed), and a test of
-    the entry keeps it from removing another's gate at the same index."""
-    version = [{"op": "test", "path": "/metadata/resourceVersion",
-                "value": pod["metadata"]["resourceVersion"]}]  # fmt: skip
-    if kueue:
-        gaters = _kueue_gaters(pod)
-        if KUEUE_GATE not in gaters:
-            return None
-        path = "/metadata/annotations/" + KUEUE_GATED_BY.replace("~", "~0").replace("/", "~1")
-        rest = [g for g in gaters if g != KUEUE_GATE]
-        if rest:
-            return [*version, {"op": "replace", "path": path, "value": ",".join(rest)}]
-        return [*version, {"op": "remove", "path": path}]
-    for i, gate in enumerate(_gates(pod)):
-        if isinstance(gate, dict) and gate.get("name") == GATE:
-            return [*version, {"op": "test", "path": f"/spec/schedulingGates/{i}", "value": gate},
-                    {"op": "remove", "path": f"/spec/schedulingGates/{i}"}]  # fmt: skip
-    return None
-
-
-def remove_gate(pods: Pods, pod: dict, kueue: bool) -> bool:
+def remove_gate(calls: Workloads, obj: dict, kueue: bool) -> bool:
     """Take the gate off; True once it is off (by us or anyone). A 409 or a failed test (the
-    Pod changed between the read and the patch) reads it again and retries."""
-    meta = pod["metadata"]
+    object changed between the read and the patch) reads it again and retries."""
+    meta = obj["metadata"]
     for _try in range(CONFLICT_RETRIES):
-        ops = _removal(pod, kueue)
+        ops = removal(obj, kueue)
         if ops is None:
             return True
         try:
-            pods.patch(meta["namespace"], meta["name"], ops)
+            calls.patch(obj, ops)
             return True
         except k8s.ApiException as exc:
             if exc.status not in (409, 422):
                 raise
-            logger.info("%s on Pod %s/%s: reading it again", exc.status, meta["namespace"],
-                        meta["name"])  # fmt: skip
-        pod = pods.read(meta["namespace"], meta["name"])
-        if pod is None:
+            logger.info("%s on %s %s/%s: reading it again", exc.status, kind_of(obj),
+                        meta["namespace"], meta["name"])  # fmt: skip
+        obj = calls.read(kind_of(obj), meta["namespace"], meta["name"])
+        if obj is None:
             return True  # deleted meanwhile: nothing left to gate
     return False
 
 
-def _why(req: GpuRequest, gated: bool) -> tuple[str, str]:
+def _why(req: GpuRequest, gated: bool, kind: str) -> tuple[str, str]:
     """The Event's reason and message for a request that ended without GPUs."""
     words = {
         RequestState.REJECTED: ("GpuRequestRejected", _("GPU request #%(id)s was rejected.")),
@@ -305,47 +188,71 @@ def _why(req: GpuRequest, gated: bool) -> tuple[str, str]:
     message = text % {"id": req.pk}
     if req.decision_comment:
         message += " " + req.decision_comment
-    if gated:
+    if gated and kind == JOB:
+        message += " " + _("The Job's Pods keep their gate and will not start.")
+    elif gated:
         message += " " + _("The Pod keeps its gate and will not start.")
     return reason, message
 
 
-def carry(pods: Pods, cluster: Cluster, link: ClusterWorkload, pod: dict | None) -> None:
-    """Carry the request's state to its Pod (``pod`` as listed; None: not listed)."""
-    if link.state in (WorkloadState.ENDED,):
+def _ungate_pods(calls: Workloads, pods: list[dict]) -> bool:
+    """A Job's Pods, as its controller makes them, each lose the gate; True when all did."""
+    done = True
+    for pod in pods:
+        if is_gated(pod, False):
+            done = remove_gate(calls, pod, kueue=False) and done  # try every one of them
+    return done
+
+
+def carry(
+    calls: Workloads,
+    cluster: Cluster,
+    link: ClusterWorkload,
+    obj: dict | None,
+    pods: list[dict] = (),
+) -> None:
+    """Carry the request's state to its workload (``obj`` as listed, None: not listed;
+    ``pods``: the Pods a listed Job controls)."""
+    if link.state == WorkloadState.ENDED:
         return
     if link.state == WorkloadState.REFUSED:
-        if pod is None:
+        if obj is None:
             _update(link, state=WorkloadState.ENDED)
         elif link.told != WorkloadState.REFUSED:
-            pods.event(pod, "GpuRequestRefused", link.error)
+            calls.event(obj, "GpuRequestRefused", link.error)
             _update(link, told=WorkloadState.REFUSED)
         return
     req = GpuRequest.objects.get(pk=link.request_id)
-    if pod is None:
-        if req.state in (RequestState.PENDING, RequestState.APPROVED, RequestState.ALLOCATED):
-            end_request(req.pk)  # the Pod went: its request goes with it
+    if obj is None or finished(obj):
+        if req.state in HELD_OPEN:
+            end_request(req.pk)  # the workload went or is done: its request goes with it
+            if obj is not None and req.state == RequestState.ALLOCATED:
+                calls.event(obj, "GpuRequestReleased", _(
+                    "GPU request #%(id)s was released: the %(kind)s finished."
+                ) % {"id": req.pk, "kind": link.kind}, kind="Normal")  # fmt: skip
         _update(link, state=WorkloadState.ENDED)
         return
-    if req.state == RequestState.ALLOCATED and link.state == WorkloadState.GATED:
-        if remove_gate(pods, pod, cluster.kueue):
+    if req.state == RequestState.ALLOCATED and link.kind == JOB and not cluster.kueue:
+        # The Job makes its Pods gated (retries and later completions too): each pass lifts
+        # the gate of those it has made since, for as long as the request holds its GPUs.
+        if _ungate_pods(calls, list(pods)) and link.state == WorkloadState.GATED:
+            _update(link, state=WorkloadState.ADMITTED, error="")
+    elif req.state == RequestState.ALLOCATED and link.state == WorkloadState.GATED:
+        if remove_gate(calls, obj, cluster.kueue):
             _update(link, state=WorkloadState.ADMITTED, error="")
     elif req.state in ENDED_BADLY and link.told != req.state:
-        reason, message = _why(req, link.state == WorkloadState.GATED)
-        pods.event(pod, reason, message)
+        reason, message = _why(req, link.state == WorkloadState.GATED, link.kind)
+        calls.event(obj, reason, message)
         held = WorkloadState.HELD if link.state == WorkloadState.GATED else link.state
         _update(link, state=held, told=req.state)
     elif req.state == RequestState.RELEASED:
-        owners = pod["metadata"].get("ownerReferences") or []
-        if any(isinstance(o, dict) and o.get("kind") == "Job" for o in owners):
-            # The Job would make it again: it is told, and its owner deletes the Job.
-            pods.event(
-                pod,
-                "GpuRequestReleased",
-                _("GPU request #%(id)s was released; delete the Job to stop it.") % {"id": req.pk},
-            )
+        if link.kind == POD and job_of(obj):
+            # A Job's Pod linked on its own (before Jobs were workloads): the Job would only
+            # make it again, so it is told, and its owner deletes the Job.
+            text = _("GPU request #%(id)s was released; delete the Job to stop it.")
+            calls.event(obj, "GpuRequestReleased", text % {"id": req.pk})
         else:
-            pods.delete(pod["metadata"]["namespace"], pod["metadata"]["name"])
+            calls.delete(obj)
         _update(link, state=WorkloadState.ENDED, told=req.state)
 
 
@@ -357,13 +264,13 @@ def _update(link: ClusterWorkload, **fields) -> None:
 
 def pass_cluster(cluster: Cluster) -> dict[str, str]:
     """One pass over the cluster's mapped namespaces: ``{namespace: "ok" | error}``. A
-    namespace whose list fails, or a Pod whose handling fails, stops nothing else."""
+    namespace whose list fails, or a workload whose handling fails, stops nothing else."""
     results: dict[str, str] = {}
     api = api_client(cluster)
     try:
-        pods = Pods(Kube(api))
+        calls = Workloads(Kube(api))
         for mapping in cluster.namespaces.select_related("tenant"):
-            results[mapping.namespace] = _pass_namespace(pods, cluster, mapping)
+            results[mapping.namespace] = _pass_namespace(calls, cluster, mapping)
     finally:
         api.close()
         if cluster.ca_bundle:
@@ -371,32 +278,43 @@ def pass_cluster(cluster: Cluster) -> dict[str, str]:
     return results
 
 
-def _pass_namespace(pods: Pods, cluster: Cluster, mapping: NamespaceMapping) -> str:
+def _uid(obj: dict) -> str | None:
+    uid = (obj.get("metadata") or {}).get("uid") if isinstance(obj.get("metadata"), dict) else None
+    return uid[:64] if isinstance(uid, str) else None
+
+
+def _pass_namespace(calls: Workloads, cluster: Cluster, mapping: NamespaceMapping) -> str:
     try:
-        listed = pods.list(mapping.namespace)
+        listed = calls.list(JOB, mapping.namespace) + calls.list(POD, mapping.namespace)
     except Exception as exc:
-        logger.warning("cluster %s: listing Pods of %s failed: %s", cluster.name,
+        logger.warning("cluster %s: listing the workloads of %s failed: %s", cluster.name,
                        mapping.namespace, exc)  # fmt: skip
         return error_text(exc)
-    by_uid = {}
-    for pod in listed:
-        uid = ((pod.get("metadata") or {}) if isinstance(pod, dict) else {}).get("uid")
-        if isinstance(uid, str):
-            by_uid[uid[:64]] = pod
+    by_uid: dict[str, dict] = {}
+    pods_of_job: dict[str, list[dict]] = {}
+    for obj in listed:
+        uid = _uid(obj)
+        if uid:
+            by_uid[uid] = obj
+        job = job_of(obj) if kind_of(obj) == POD else None
+        if job:
+            pods_of_job.setdefault(job, []).append(obj)
+            continue  # the Job's, never a request of its own
         try:
-            if isinstance(pod, dict) and is_gated(pod, cluster.kueue):
-                admit_new(cluster, mapping, pod)
+            if is_gated(obj, cluster.kueue):
+                admit_new(cluster, mapping, obj)
         except Exception:
-            logger.exception("cluster %s: a Pod of %s failed", cluster.name, mapping.namespace)
+            logger.exception("cluster %s: a workload of %s failed", cluster.name,
+                             mapping.namespace)  # fmt: skip
     links = ClusterWorkload.objects.filter(cluster=cluster, namespace=mapping.namespace).exclude(
         state=WorkloadState.ENDED
     )
     for link in links:
         try:
-            carry(pods, cluster, link, by_uid.get(link.uid))
+            carry(calls, cluster, link, by_uid.get(link.uid), pods_of_job.get(link.uid, []))
         except Exception as exc:
-            logger.warning("cluster %s: Pod %s/%s: %s", cluster.name, link.namespace, link.name,
-                           exc)  # fmt: skip
+            logger.warning("cluster %s: %s %s/%s: %s", cluster.name, link.kind, link.namespace,
+                           link.name, exc)  # fmt: skip
             _update(link, error=error_text(exc)[:2000])
     return "ok"
 

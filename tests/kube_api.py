@@ -14,6 +14,10 @@ Pods and Events too, for the gate pass (clusters.gates): PATCH takes an RFC 6902
 Pod as kubectl would, ``fail_lists`` makes the next lists answer 500, and ``written`` keeps
 every object written, for the schema checks.
 
+Jobs too: ``play_job_controller`` makes a Job's Pods from its template as the Job controller
+would (gates, owner reference and all), and a DELETE with ``propagationPolicy`` Background or
+Foreground deletes what the object owns, as the garbage collector would.
+
 ``before_put`` lets a test play another writer: called with the stored object before a PUT
 is judged, it may change it and return True (a new resourceVersion: the PUT is then stale).
 """
@@ -40,7 +44,7 @@ PATH = re.compile(
     r"(?:/namespaces/(?P<namespace>[^/]+))?/(?P<plural>[a-z]+)(?:/(?P<name>[^/?]+))?/?$"
 )
 COLLECTIONS = {"resourcequotas", "clusterqueues", "localqueues", "resourceflavors", "pods",
-               "events"}  # fmt: skip
+               "events", "jobs"}  # fmt: skip
 
 
 class PatchFailed(Exception):
@@ -106,6 +110,7 @@ class KubeApi:
         self.before_patch: Callable[[dict], bool] | None = None
         self.fail_lists = 0  # the next this many lists answer 500, as an API server away
         self.written: list[dict] = []  # every object POSTed, PUT or PATCHed, as stored
+        self.deleted: list[tuple[str, str, str, str | None]] = []  # and the propagation asked
         self.url = ""
 
     def get(self, plural: str, name: str, namespace: str = "") -> dict | None:
@@ -127,6 +132,40 @@ class KubeApi:
             obj = self.objects[(plural, namespace, name)]
             change(obj)
             obj["metadata"]["resourceVersion"] = str(next(self.versions))
+
+    def pods_of(self, job: dict) -> list[dict]:
+        uid = job["metadata"]["uid"]
+        pods = [o for (p, _ns, _n), o in sorted(self.objects.items()) if p == "pods"]
+        owners = [{r.get("uid") for r in o["metadata"].get("ownerReferences", [])} for o in pods]
+        return copy.deepcopy([o for o, uids in zip(pods, owners, strict=True) if uid in uids])
+
+    def play_job_controller(self) -> list[dict]:
+        """What the Job controller does in a pass: for each Job not finished, make Pods from
+        its template until ``parallelism`` run (no more than the completions left), each
+        with the template's gates and labels and the Job as its controlling owner."""
+        made = []
+        for job in [o for (p, _ns, _n), o in sorted(self.objects.items()) if p == "jobs"]:
+            spec = job["spec"]
+            pods = self.pods_of(job)
+            done = sum(1 for p in pods if p.get("status", {}).get("phase") == "Succeeded")
+            running = [p for p in pods if p.get("status", {}).get("phase") not in
+                       ("Succeeded", "Failed")]  # fmt: skip
+            # Without completions, a work queue: parallelism Pods until one succeeds.
+            left = spec["completions"] - done if "completions" in spec else (not done) * 10**6
+            for _i in range(min(spec.get("parallelism", 1), left) - len(running)):
+                template = copy.deepcopy(spec["template"])
+                meta = template.get("metadata", {})
+                meta.update(name=f"{job['metadata']['name']}-{uuid.uuid4().hex[:5]}",
+                            namespace=job["metadata"]["namespace"],
+                            ownerReferences=[{"apiVersion": "batch/v1", "kind": "Job",
+                                              "name": job["metadata"]["name"],
+                                              "uid": job["metadata"]["uid"],
+                                              "controller": True,
+                                              "blockOwnerDeletion": True}])  # fmt: skip
+                made.append(self.add("pods", {"apiVersion": "v1", "kind": "Pod",
+                                              "metadata": meta, "spec": template["spec"],
+                                              "status": {"phase": "Pending"}}))  # fmt: skip
+        return made
 
     def handle(self, method: str, path: str, auth: str, body: dict | None) -> tuple[int, dict]:
         self.requests.append((method, path))
@@ -165,8 +204,20 @@ class KubeApi:
                     "metadata": {"resourceVersion": str(next(self.versions))},
                 }
             if method == "DELETE" and name:
-                if self.objects.pop((plural, namespace, name), None) is None:
+                gone = self.objects.pop((plural, namespace, name), None)
+                if gone is None:
                     return 404, status(404, "NotFound", f'{plural} "{name}" not found')
+                self.deleted.append(
+                    (plural, namespace, name, (body or {}).get("propagationPolicy"))
+                )
+                if (body or {}).get("propagationPolicy") in ("Background", "Foreground"):
+                    for key in [
+                        k
+                        for k, o in self.objects.items()
+                        if gone["metadata"]["uid"]
+                        in {r.get("uid") for r in o["metadata"].get("ownerReferences", [])}
+                    ]:
+                        del self.objects[key]  # fmt: skip
                 return 200, status(200, "", "deleted") | {"status": "Success"}
             if method == "POST" and not name:
                 name = body["metadata"]["name"]

@@ -10,7 +10,7 @@ import kubernetes_validate
 import pytest
 
 from audit.interface import AuditEntry
-from clusters import gates
+from clusters import gates, workloads
 from clusters.models import ClusterWorkload, WorkloadState
 from clusters.services import map_namespace, register_cluster
 from quotas.choices import RequestState
@@ -53,12 +53,12 @@ def pod(
     if cores is not None:
         limits["nvidia.com/gpucores"] = cores
     meta = {"name": name, "namespace": namespace,
-            "annotations": {gates.DURATION: hours} if hours else {}}  # fmt: skip
+            "annotations": {workloads.DURATION: hours} if hours else {}}  # fmt: skip
     spec = {"containers": [{"name": "main", "image": "pytorch:2", "resources": {"limits": limits}}]}
     if kueue:
-        meta["annotations"][gates.KUEUE_GATED_BY] = "other.io/check,gpu-portal/approval"
+        meta["annotations"][workloads.KUEUE_GATED_BY] = "other.io/check,gpu-portal/approval"
     else:
-        spec["schedulingGates"] = [{"name": "other.io/wait"}, {"name": gates.GATE}]
+        spec["schedulingGates"] = [{"name": "other.io/wait"}, {"name": workloads.GATE}]
     obj = {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec}
     for key, value in extra.items():
         obj[key] = value
@@ -113,9 +113,9 @@ def test_a_pod_beyond_policy_waits_gated_until_approved(team, api):
     api.add("pods", pod(cores="75"))  # 75 %: more than auto-approval allows
     gates.pass_cluster(cluster)
     req = ClusterWorkload.objects.get().request
-    assert req.state == RequestState.PENDING and gates.GATE in _gate_names(api)
+    assert req.state == RequestState.PENDING and workloads.GATE in _gate_names(api)
     gates.pass_cluster(cluster)
-    assert gates.GATE in _gate_names(api)
+    assert workloads.GATE in _gate_names(api)
     services.decide(req.pk, team.approver, approve=True)
     services.place_request(req.pk)  # what the commit runs after the decision
     gates.pass_cluster(cluster)
@@ -135,7 +135,7 @@ def test_rejection_tells_the_pod_why_and_keeps_its_gate(team, api):
     assert event["reason"] == "GpuRequestRejected" and event["type"] == "Warning"
     assert "Use the small pool." in event["message"] and "keeps its gate" in event["message"]
     assert event["involvedObject"]["uid"] == api.get("pods", "train-1", NS)["metadata"]["uid"]
-    assert gates.GATE in _gate_names(api)
+    assert workloads.GATE in _gate_names(api)
     assert ClusterWorkload.objects.get().state == WorkloadState.HELD
     _written_are_valid(api)
 
@@ -190,7 +190,7 @@ def test_a_gate_removed_by_someone_else_is_fine(team, api):
     link = ClusterWorkload.objects.get()
     assert link.state == WorkloadState.ADMITTED and not link.error
     # Removed twice (a second pass, or a pass after a lost worker): still fine.
-    assert gates.remove_gate(gates.Pods(gates.Kube(gates.api_client(cluster))),
+    assert gates.remove_gate(gates.Workloads(gates.Kube(gates.api_client(cluster))),
                              api.get("pods", "train-1", NS), kueue=False)  # fmt: skip
 
 
@@ -202,7 +202,7 @@ def test_under_kueue_the_annotation_entry_is_the_gate(team, api):
     (link,) = ClusterWorkload.objects.all()
     assert link.name == "train-1" and link.state == WorkloadState.ADMITTED
     annotations = api.get("pods", "train-1", NS)["metadata"]["annotations"]
-    assert annotations[gates.KUEUE_GATED_BY] == "other.io/check"
+    assert annotations[workloads.KUEUE_GATED_BY] == "other.io/check"
     _written_are_valid(api)
 
 
@@ -251,7 +251,7 @@ def test_pods_with_missing_fields_are_skipped_and_the_rest_go_on(team, api, capl
                      "metadata": {"name": "no-spec", "namespace": NS}})  # fmt: skip
     api.add("pods", {"apiVersion": "v1", "kind": "Pod", "metadata": {
         "name": "odd", "namespace": NS, "annotations": ["not", "a", "map"]},
-        "spec": {"schedulingGates": [{"name": gates.GATE}], "containers": "nope"}})  # fmt: skip
+        "spec": {"schedulingGates": [{"name": workloads.GATE}], "containers": "nope"}})  # fmt: skip
     api.add("pods", pod(name="good"))
     with caplog.at_level(logging.WARNING, logger="clusters.gates"):
         gates.pass_cluster(cluster)

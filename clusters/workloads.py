@@ -1,0 +1,221 @@
+"""What a workload in a cluster asks for, read from its object alone (plain dicts as the API
+answers them; no calls, no database): whether it waits for the portal, its size, who it is,
+whether it has finished, and the patch that lifts the portal's gate.
+
+Two kinds are workloads: a Pod, and a Job, whose Pods then belong to it (one request for
+the Job, not one per Pod). Without Kueue the gate is the Pod scheduling gate
+``gpu-portal.io/approval``, on the Pod or in the Job's pod template (the Job controller
+copies it to every Pod it makes); under Kueue it is the entry ``gpu-portal/approval`` of the
+annotation ``kueue.x-k8s.io/admission-gated-by`` on the Pod or the Job (kueue#9482).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from django.utils.translation import gettext as _
+
+from clusters.render import HAMI_CORES, HAMI_GPU, HAMI_MEMORY
+
+GATE = "gpu-portal.io/approval"
+KUEUE_GATED_BY = "kueue.x-k8s.io/admission-gated-by"
+KUEUE_GATE = "gpu-portal/approval"
+DURATION = "gpu-portal.io/duration-hours"
+REASON = "gpu-portal.io/reason"
+MAX_VGPUS, MAX_MEMORY_MIB, MAX_HOURS = 64, 16 * 1024 * 1024, 24 * 366
+POD, JOB = "Pod", "Job"
+API_VERSIONS = {POD: "v1", JOB: "batch/v1"}
+
+
+class Refused(Exception):
+    """A workload the portal asks nothing for: the message says why, to the log and to it."""
+
+
+def kind_of(obj: dict) -> str:
+    return JOB if obj.get("kind") == JOB else POD
+
+
+def path_of(kind: str, namespace: str, name: str = "") -> str:
+    """The API path of the kind's collection in a namespace, or of one object in it."""
+    base = "/api/v1" if kind == POD else "/apis/batch/v1"
+    plural = "pods" if kind == POD else "jobs"
+    return f"{base}/namespaces/{namespace}/{plural}" + (f"/{name}" if name else "")
+
+
+def _dict(value) -> dict:
+    return value if isinstance(value, dict) else {}
+
+
+def annotations(obj: dict) -> dict:
+    return _dict(_dict(obj.get("metadata")).get("annotations"))
+
+
+def pod_spec(obj: dict) -> dict:
+    """The Pod's spec, or the spec of the Pods a Job makes."""
+    spec = _dict(obj.get("spec"))
+    return _dict(_dict(spec.get("template")).get("spec")) if kind_of(obj) == JOB else spec
+
+
+def _gates(obj: dict) -> list:
+    gates = pod_spec(obj).get("schedulingGates") or []
+    return gates if isinstance(gates, list) else []
+
+
+def kueue_gaters(obj: dict) -> list[str]:
+    value = annotations(obj).get(KUEUE_GATED_BY)
+    if not isinstance(value, str):
+        return []
+    return [part.strip() for part in value.split(",") if part.strip()]
+
+
+def is_gated(obj: dict, kueue: bool) -> bool:
+    """Whether the workload waits for the portal: Kueue's annotation under Kueue, the
+    scheduling gate (the Pod's, or the Job's pod template's) without it."""
+    if kueue:
+        return KUEUE_GATE in kueue_gaters(obj)
+    return any(isinstance(g, dict) and g.get("name") == GATE for g in _gates(obj))
+
+
+def job_of(pod: dict) -> str | None:
+    """The uid of the Job controlling this Pod, if a Job does."""
+    owners = _dict(pod.get("metadata")).get("ownerReferences") or []
+    for owner in owners if isinstance(owners, list) else []:
+        if isinstance(owner, dict) and owner.get("kind") == JOB and owner.get("controller"):
+            uid = owner.get("uid")
+            return uid[:64] if isinstance(uid, str) else None
+    return None
+
+
+def finished(obj: dict) -> bool:
+    """A Pod that succeeded or failed, a Job complete or failed: its GPUs are free again."""
+    status = _dict(obj.get("status"))
+    if kind_of(obj) == POD:
+        return status.get("phase") in ("Succeeded", "Failed")
+    conditions = status.get("conditions") or []
+    return any(
+        isinstance(c, dict)
+        and c.get("type") in ("Complete", "Failed")
+        and c.get("status") == "True"
+        for c in (conditions if isinstance(conditions, list) else [])
+    )
+
+
+_INTEGER = re.compile(r"^[0-9]{1,9}$")
+
+
+def whole(value, what: str, low: int, high: int) -> int:
+    """A plain integer quantity within bounds: HAMi's resources are counts, MiB and %, never
+    '1Gi' or '0.5'; anything else is refused rather than guessed."""
+    text = (
+        str(value).strip() if isinstance(value, str | int) and not isinstance(value, bool) else ""
+    )
+    if not _INTEGER.match(text) or not low <= int(text) <= high:
+        raise Refused(
+            _("%(what)s must be a whole number from %(low)s to %(high)s, not %(value)s.")
+            % {"what": what, "low": low, "high": high, "value": repr(value)[:40]}
+        )
+    return int(text)
+
+
+@dataclass(frozen=True)
+class Size:
+    count: int
+    compute_pct: int
+    memory_mib: int
+    whole_card: bool
+
+
+def _parallel_pods(job: dict) -> int:
+    """How many of the Job's Pods run at once: ``parallelism`` (default 1), no more than
+    ``completions`` when that is set."""
+    spec = _dict(job.get("spec"))
+    parallel = whole(spec.get("parallelism", 1), "parallelism", 1, MAX_VGPUS)
+    if spec.get("completions") is not None:
+        parallel = min(parallel, whole(spec["completions"], "completions", 1, 10**9 - 1))
+    return parallel
+
+
+def size_of(obj: dict) -> Size:
+    """The request a workload asks for, from its containers' HAMi limits (requests where a
+    limit is missing): vGPUs summed (for a Job, times the Pods it runs at once), memory (MiB)
+    and cores (%) per vGPU the largest any container asks; no ``nvidia.com/gpumem`` and
+    ``gpucores`` is a whole card."""
+    containers = pod_spec(obj).get("containers")
+    if not isinstance(containers, list) or not containers:
+        raise Refused(_("The Pod has no containers."))
+    count, memory, cores = 0, 0, 0
+    for container in containers:
+        resources = _dict(container.get("resources") if isinstance(container, dict) else None)
+        merged = {**_dict(resources.get("requests")), **_dict(resources.get("limits"))}
+        if HAMI_GPU not in merged:
+            continue
+        count += whole(merged[HAMI_GPU], HAMI_GPU, 1, MAX_VGPUS)
+        if HAMI_MEMORY in merged:
+            memory = max(memory, whole(merged[HAMI_MEMORY], HAMI_MEMORY, 1, MAX_MEMORY_MIB))
+        if HAMI_CORES in merged:
+            cores = max(cores, whole(merged[HAMI_CORES], HAMI_CORES, 1, 100))
+    if not count:
+        raise Refused(_("No container asks for %(gpu)s.") % {"gpu": HAMI_GPU})
+    if kind_of(obj) == JOB:
+        count *= _parallel_pods(obj)
+    if count > MAX_VGPUS:
+        raise Refused(
+            _("%(count)s vGPUs asked: at most %(max)s.") % {"count": count, "max": MAX_VGPUS}
+        )
+    if cores and not memory:
+        # HAMi gives such a container the whole card's memory: the ask cannot be sized.
+        raise Refused(
+            _("Give %(memory)s with %(cores)s: without it HAMi gives the whole card's memory.")
+            % {"memory": HAMI_MEMORY, "cores": HAMI_CORES}
+        )
+    return Size(count, cores or 100, memory or 1024, not memory and not cores)
+
+
+def ask(obj: dict, size: Size) -> dict:
+    """The request's fields for a workload of this size, from its annotations."""
+    notes = annotations(obj)
+    hours = None
+    if DURATION in notes:
+        hours = whole(notes[DURATION], DURATION, 1, MAX_HOURS)
+    meta = obj["metadata"]
+    reason = notes.get(REASON)
+    if not isinstance(reason, str) or not reason.strip():
+        reason = _("Kubernetes %(kind)s %(namespace)s/%(name)s") % {
+            "kind": kind_of(obj), "namespace": meta["namespace"], "name": meta["name"]}  # fmt: skip
+    return {"count": size.count, "whole_card": size.whole_card, "compute_pct": size.compute_pct,
+            "memory_mib": size.memory_mib, "duration_hours": hours,
+            "reason": reason[:2000]}  # fmt: skip
+
+
+def identity(obj: dict) -> tuple[str, str, str]:
+    meta = obj.get("metadata")
+    if not isinstance(meta, dict):
+        raise Refused(_("The Pod has no metadata."))
+    name, namespace, uid = meta.get("name"), meta.get("namespace"), meta.get("uid")
+    if not all(isinstance(v, str) and 0 < len(v) <= 253 for v in (name, namespace, uid)):
+        raise Refused(_("The Pod has no name, namespace or uid."))
+    return name, namespace, uid[:64]
+
+
+def removal(obj: dict, kueue: bool) -> list[dict] | None:
+    """The JSON patch taking exactly the portal's gate off the object, None when it is gone
+    already. The resourceVersion read makes it conditional (409 when the object changed),
+    and a test of the entry keeps it from removing another's gate at the same index. (A
+    Job's own template is never patched: its Pods are, one by one.)"""
+    version = [{"op": "test", "path": "/metadata/resourceVersion",
+                "value": obj["metadata"]["resourceVersion"]}]  # fmt: skip
+    if kueue:
+        gaters = kueue_gaters(obj)
+        if KUEUE_GATE not in gaters:
+            return None
+        path = "/metadata/annotations/" + KUEUE_GATED_BY.replace("~", "~0").replace("/", "~1")
+        rest = [g for g in gaters if g != KUEUE_GATE]
+        if rest:
+            return [*version, {"op": "replace", "path": path, "value": ",".join(rest)}]
+        return [*version, {"op": "remove", "path": path}]
+    for i, gate in enumerate(_gates(obj) if kind_of(obj) == POD else []):
+        if isinstance(gate, dict) and gate.get("name") == GATE:
+            return [*version, {"op": "test", "path": f"/spec/schedulingGates/{i}", "value": gate},
+                    {"op": "remove", "path": f"/spec/schedulingGates/{i}"}]  # fmt: skip
+    return None
