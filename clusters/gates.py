@@ -232,6 +232,9 @@ def carry(
                 ) % {"id": req.pk, "kind": link.kind}, kind="Normal")  # fmt: skip
         _update(link, state=WorkloadState.ENDED)
         return
+    if req.state == RequestState.ALLOCATED and link.reclaim_after and not link.reclaim_told:
+        calls.event(obj, "GpuRequestReclaimWarning", _reclaim_text(req, link))
+        _update(link, reclaim_told=True)
     if req.state == RequestState.ALLOCATED and link.kind == JOB and not cluster.kueue:
         # The Job makes its Pods gated (retries and later completions too): each pass lifts
         # the gate of those it has made since, for as long as the request holds its GPUs.
@@ -252,8 +255,22 @@ def carry(
             text = _("GPU request #%(id)s was released; delete the Job to stop it.")
             calls.event(obj, "GpuRequestReleased", text % {"id": req.pk})
         else:
+            if link.reclaim_after:  # evicted with notice: the last word before it goes
+                text = _("GPU request #%(id)s was taken back; the %(kind)s is deleted.")
+                calls.event(obj, "GpuRequestReclaimed", text % {"id": req.pk, "kind": link.kind})
             calls.delete(obj)
         _update(link, state=WorkloadState.ENDED, told=req.state)
+
+
+def _reclaim_text(req: GpuRequest, link: ClusterWorkload) -> str:
+    when = timezone.localtime(link.reclaim_after).strftime("%Y-%m-%d %H:%M %Z")
+    if link.reclaim_cause == "borrowed":
+        text = _("GPU request #%(id)s holds borrowed GPUs that another team needs: they are "
+                 "taken back after %(when)s and the %(kind)s is deleted.")  # fmt: skip
+    else:
+        text = _("GPU request #%(id)s has been idle: unless its GPUs are used again, they are "
+                 "taken back after %(when)s and the %(kind)s is deleted.")  # fmt: skip
+    return text % {"id": req.pk, "when": when, "kind": link.kind}
 
 
 def _update(link: ClusterWorkload, **fields) -> None:

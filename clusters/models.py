@@ -133,6 +133,11 @@ class ClusterWorkload(models.Model):
     error = models.TextField(_("error"), blank=True)
     # The request state last told to the workload by an Event, so each is told once.
     told = models.CharField(_("last state told"), max_length=16, blank=True)
+    # Its GPUs are to be taken back (reports' reclaim warning: idle, or borrowed) after this
+    # unless used again; told to the workload once by an Event, then it is evicted.
+    reclaim_after = models.DateTimeField(_("taken back after"), null=True, blank=True)
+    reclaim_cause = models.CharField(_("taken back because"), max_length=16, blank=True)
+    reclaim_told = models.BooleanField(default=False)
     created = models.DateTimeField(auto_now_add=True)
     updated = models.DateTimeField(auto_now=True)
 

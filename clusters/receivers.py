@@ -1,4 +1,6 @@
-"""A quota saved or deleted: the clusters of its pool are synced once the change commits."""
+"""A quota saved or deleted: the clusters of its pool are synced once the change commits.
+A lease warned that it will be taken back: the cluster workload holding it is to be told
+(the next gate pass posts the Event, clusters.gates.carry)."""
 
 from __future__ import annotations
 
@@ -7,6 +9,7 @@ from django.db.models.signals import post_delete, post_save
 from django.dispatch import receiver
 
 from quotas.models import Quota
+from reports.interface import reclaim_warned
 
 
 @receiver(post_save, sender=Quota, dispatch_uid="clusters-quota-saved")
@@ -18,3 +21,12 @@ def quota_changed(sender, instance: Quota, **kwargs) -> None:
     pool_id = instance.pool_id
     if Cluster.objects.filter(pool_id=pool_id).exists():
         transaction.on_commit(lambda: sync_pool_clusters.delay(pool_id))
+
+
+@receiver(reclaim_warned, dispatch_uid="clusters-reclaim-warned")
+def reclaim_warned_heard(sender, lease_id: int, release_after, cause: str = "", **kwargs) -> None:
+    from clusters.models import ClusterWorkload
+
+    ClusterWorkload.objects.filter(request__lease_id=lease_id).update(
+        reclaim_after=release_after, reclaim_cause=cause[:16], reclaim_told=False
+    )

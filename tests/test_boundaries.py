@@ -2,7 +2,7 @@
 
 Layers, bottom to top: portal's toolbox (the low-level helpers any app may use), audit,
 agents (inventory, registration, the agent client, the node agent), telemetry, pools,
-quotas, clusters (Kubernetes clusters the quotas are written into), reports, alerts, tokens,
+quotas, reports, clusters (Kubernetes clusters the quotas are written into), alerts, tokens,
 directory, and portal's wiring (settings, URLs, ASGI, Celery, the demo command: what puts the
 apps together). A module imports only its own layer or those below
 it, the apps above use telemetry only through ``telemetry.interface``, and no module
@@ -25,8 +25,9 @@ ROOT = Path(__file__).resolve().parent.parent
 APPS = ("audit", "agents", "telemetry", "pools", "quotas", "clusters", "reports", "alerts",
         "tokens", "directory", "portal")  # fmt: skip
 # Bottom to top: a module imports only from its own layer and those below it.
-LAYERS = ("portal toolbox", "audit", "agents", "telemetry", "pools", "quotas", "clusters",
-          "reports", "alerts", "tokens", "directory", "portal wiring")  # fmt: skip
+# clusters above reports: it tells a cluster's workloads what reports decided (a reclaim).
+LAYERS = ("portal toolbox", "audit", "agents", "telemetry", "pools", "quotas", "reports",
+          "clusters", "alerts", "tokens", "directory", "portal wiring")  # fmt: skip
 # portal's composition root (and what only it uses): it imports the apps to put them
 # together, so nothing else imports it. Every other module of portal is its toolbox.
 PORTAL_WIRING = {

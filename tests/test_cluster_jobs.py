@@ -243,3 +243,48 @@ def test_a_job_that_cannot_be_sized_is_refused_and_told(team, api, spec, said):
     assert event["reason"] == "GpuRequestRefused" and said in event["message"]
     assert ClusterWorkload.objects.get(name="fine").state == WorkloadState.ADMITTED
     _valid(api)
+
+
+def test_an_idle_workload_is_warned_then_evicted_with_notice(
+    team, api, django_capture_on_commit_callbacks
+):
+    """Reports' reclaim (the idle scan's verdicts, the pool's policy) reaches the cluster:
+    the workload is told by an Event when warned, and deleted once its grace has passed."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from pools.models import Lease
+    from reports import services as reclaim
+    from reports.models import AllocationIdle, ReclaimPolicy
+
+    cluster = _cluster(team, api)
+    the_job = api.add("jobs", job(parallelism=1))
+    api.play_job_controller()
+    gates.pass_cluster(cluster)
+    req = ClusterWorkload.objects.get().request
+    ReclaimPolicy.objects.create(pool=team.pool, reclaim=True, grace_hours=2)
+    now = timezone.now()
+    lease = Lease.objects.get(pk=req.lease_id)
+    for allocation in lease.allocations.all():  # what the idle scan writes for unused cards
+        AllocationIdle.objects.create(
+            allocation=allocation, lease=lease, pool=team.pool, tenant_id=req.tenant_id,
+            idle=True, scanned_at=now,
+        )  # fmt: skip
+    with django_capture_on_commit_callbacks(execute=True):
+        assert reclaim.reclaim(now)["warned"] == 1
+    gates.pass_cluster(cluster)
+    gates.pass_cluster(cluster)  # told once
+    [warned] = _events(api)
+    assert warned["reason"] == "GpuRequestReclaimWarning" and warned["type"] == "Warning"
+    assert "has been idle" in warned["message"] and "the Job is deleted" in warned["message"]
+    assert api.get("jobs", "sweep", NS) is not None
+
+    with django_capture_on_commit_callbacks(execute=True):
+        assert reclaim.reclaim(now + timedelta(hours=2, seconds=1))["released"] == 1
+    gates.pass_cluster(cluster)
+    assert api.get("jobs", "sweep", NS) is None and api.pods_of(the_job) == []
+    reasons = [e["reason"] for e in _events(api)]
+    assert sorted(reasons) == ["GpuRequestReclaimWarning", "GpuRequestReclaimed"]
+    assert ClusterWorkload.objects.get().state == WorkloadState.ENDED
+    _valid(api)
