@@ -15,9 +15,10 @@ from pools import slicing
 from pools.choices import AllocationState
 from pools.models import Allocation
 
-# The agent's per-slice limits (HAMi-core, then MPS); a whole card is not limited.
+# The agent's per-slice limits (the driver's, HAMi-core's, then MPS's); a whole card is
+# not limited.
 LIMIT_VARIABLES = frozenset({
-    "CUDA_DEVICE_MEMORY_LIMIT", "CUDA_DEVICE_SM_LIMIT",
+    "NVIDIA_GPU_MEMORY_LIMIT", "CUDA_DEVICE_MEMORY_LIMIT", "CUDA_DEVICE_SM_LIMIT",
     "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT",
 })  # fmt: skip
 

@@ -21,6 +21,7 @@ VIOLATION_LABELS = {
     "unallocated": _("Process without an allocation"),
     "over_memory": _("Over its slice's memory"),
     "wrong_gpu": _("On another allocation's GPU"),
+    "unlimited": _("Started without its slice's memory limit"),
 }
 
 

@@ -27,6 +27,8 @@ def report(**extra) -> dict:
              "allocation_id": "alloc-7", "memory_used_mib": 9000, "memory_limit_mib": 8192},
             {"kind": "unallocated", "gpu_uuid": UUID, "pids": [99], "user": "trudy",
              "memory_used_mib": 100},
+            {"kind": "unlimited", "gpu_uuid": UUID, "pids": [43], "user": "mallory",
+             "allocation_id": "alloc-7", "memory_used_mib": 100, "memory_limit_mib": 8192},
         ],
         "desired_generation": 3,
         **extra,
@@ -54,7 +56,7 @@ def test_latest_readings_carry_the_report_with_its_declared_fields_only(node):
     assert reading.desired_generation == 3
     [usage] = reading.allocations
     assert usage["allocation_id"] == "alloc-7" and "extra" not in usage
-    assert [v["kind"] for v in reading.violations] == ["over_memory", "unallocated"]
+    assert [v["kind"] for v in reading.violations] == ["over_memory", "unallocated", "unlimited"]
     assert reading.violations[0]["pids"] == [41, 42]
 
 
@@ -114,6 +116,7 @@ def test_node_and_gpu_pages_show_the_report_to_members_without_owners(client, bo
         page = client.get(url).content.decode()
         assert 'id="slices-report"' in page and "alloc-7" in page
         assert "9000 / 8192 MiB" in page and "Over its slice&#x27;s memory" in page
+        assert "Started without its slice&#x27;s memory limit" in page
         assert "41, 42" in page
         assert "mallory" not in page and "trudy" not in page
 

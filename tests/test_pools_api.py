@@ -107,6 +107,7 @@ def test_an_allocation_tells_how_to_launch_into_it_as_the_agent_expects(bob, bob
     assert data["agent_id"] == f"alloc-{bobs_slice.pk}"
     assert data["launch_env"] == {
         "CUDA_VISIBLE_DEVICES": uuid,
+        "NVIDIA_GPU_MEMORY_LIMIT": "8192",
         "CUDA_DEVICE_MEMORY_LIMIT": "8192m",
         "CUDA_DEVICE_SM_LIMIT": "30",
         "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": "30",

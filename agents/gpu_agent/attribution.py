@@ -9,6 +9,11 @@ Rules, in order, for each process on a card:
    them by allocation id (the environment variable is how users disambiguate).
 3. Otherwise it is ``unallocated``.
 
+A process of a slice smaller than its card that was started without a memory limit, or
+with one above the slice (its environment, gpu_agent/limits.py: the driver's, HAMi-core's
+or MPS's), is ``unlimited``: nothing holds it to its share. MIG slices are held by the
+card itself; a process whose environment could not be read is not judged.
+
 Then each allocation whose processes together use more memory than its slice is an
 ``over_memory`` violation. Pure functions over the snapshot's dataclasses: no I/O.
 """
@@ -49,6 +54,9 @@ def attribute(
                 continue
             if chosen.gpu_uuid not in uuids:
                 violations.append(_violation("wrong_gpu", gpu, proc, chosen.allocation_id))
+            elif _unlimited(proc, chosen, gpu):
+                violations.append(_violation("unlimited", gpu, proc, chosen.allocation_id,
+                                             limit_mib=chosen.memory_mib))  # fmt: skip
             entry = usage[chosen.allocation_id]
             entry.process_count += 1
             entry.memory_used_mib += proc.memory_used_mib or 0
@@ -81,8 +89,20 @@ def _choose(proc: ProcessReading, by_id: dict[str, Slice], on_card: list[Slice])
     return None
 
 
+def _unlimited(proc: ProcessReading, chosen: Slice, gpu: GpuReading) -> bool:
+    if proc.memory_limit is None or chosen.gpu_uuid.startswith("MIG-"):
+        return False
+    if not gpu.memory_total_mib or chosen.memory_mib >= gpu.memory_total_mib:
+        return False  # a whole card, or a card whose size is unknown
+    return proc.memory_limit == "none" or proc.memory_limit[1] > chosen.memory_mib
+
+
 def _violation(
-    kind: str, gpu: GpuReading, proc: ProcessReading, allocation_id: str | None = None
+    kind: str,
+    gpu: GpuReading,
+    proc: ProcessReading,
+    allocation_id: str | None = None,
+    limit_mib: int | None = None,
 ) -> Violation:
     return Violation(
         kind=kind,  # type: ignore[arg-type]
@@ -91,4 +111,5 @@ def _violation(
         user=proc.user,
         allocation_id=allocation_id,
         memory_used_mib=proc.memory_used_mib,
+        memory_limit_mib=limit_mib,
     )

@@ -47,10 +47,13 @@ class Slice:
         CUDA_VISIBLE_DEVICES takes the UUID so the slice survives index reordering;
         inside the process that card is device 0, which is what the per-device limits
         below refer to. HAMi-core reads the CUDA_DEVICE_* limits, an MPS server the
-        CUDA_MPS_* ones; the allocation variable lets the agent attribute the process.
+        CUDA_MPS_* ones, the NVIDIA driver (r615 and later) NVIDIA_GPU_MEMORY_LIMIT (MiB,
+        a hard cap without HAMi or MPS); the allocation variable lets the agent attribute
+        the process, and the limits let it see one started outside them (attribution.py).
         """
         return {
             "CUDA_VISIBLE_DEVICES": self.gpu_uuid,
+            "NVIDIA_GPU_MEMORY_LIMIT": str(self.memory_mib),
             "CUDA_DEVICE_MEMORY_LIMIT": f"{self.memory_mib}m",
             "CUDA_DEVICE_SM_LIMIT": str(self.compute_pct),
             "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": str(self.compute_pct),

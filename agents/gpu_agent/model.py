@@ -77,12 +77,15 @@ class ProcessReading:
     # The allocation named by the process's environment; the environment itself never
     # leaves the node (it holds the user's secrets), only this one value does.
     allocation_env: str | None = None
+    # The memory limit its environment declares (gpu_agent/limits.py): (how, MiB), "none",
+    # or None when the environment could not be read. Node-only, as the environment is.
+    memory_limit: tuple[str, int] | str | None = None
     # Filled in by attribution, not by backends.
     allocation_id: str | None = None
     attributed_by: Literal["environment", "owner"] | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return _present(self, frozenset({"allocation_env"}))
+        return _present(self, frozenset({"allocation_env", "memory_limit"}))
 
     def to_portal_dict(self) -> dict[str, Any]:
         values = vars(self)
@@ -216,7 +219,7 @@ class AgentInfo:
 class Violation:
     """A process using a card outside what the portal allocated."""
 
-    kind: Literal["unallocated", "over_memory", "wrong_gpu"]
+    kind: Literal["unallocated", "over_memory", "wrong_gpu", "unlimited"]
     gpu_uuid: str | None
     pids: list[int]
     user: str | None = None

@@ -205,7 +205,7 @@ ALLOCATION_FIELDS: tuple[Field, ...] = (
     Field("process_count", "int", minimum=0, maximum=INT32_MAX),
     Field("memory_used_mib", "int", "MiB", 0, 2**40),
 )  # fmt: skip
-VIOLATION_KINDS = frozenset({"unallocated", "over_memory", "wrong_gpu"})
+VIOLATION_KINDS = frozenset({"unallocated", "over_memory", "wrong_gpu", "unlimited"})
 VIOLATION_PIDS = "pids"
 VIOLATION_FIELDS: tuple[Field, ...] = (
     Field("kind", "text", max_length=16, required=True),

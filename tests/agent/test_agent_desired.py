@@ -45,10 +45,11 @@ def proc(pid: int, user: str | None, mib: int, env: str | None = None) -> Proces
     return ProcessReading(pid=pid, memory_used_mib=mib, user=user, allocation_env=env)
 
 
-def test_launch_settings_carry_the_device_and_both_kinds_of_limits() -> None:
+def test_launch_settings_carry_the_device_and_the_three_kinds_of_limits() -> None:
     env = Slice("a-17", A, 30, 8192, "alice").launch_env()
     assert env == {
         "CUDA_VISIBLE_DEVICES": A,
+        "NVIDIA_GPU_MEMORY_LIMIT": "8192",
         "CUDA_DEVICE_MEMORY_LIMIT": "8192m",
         "CUDA_DEVICE_SM_LIMIT": "30",
         "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": "30",

@@ -136,6 +136,7 @@ def read_processes(
                 gpu_instance_id=gi if gi != _NO_INSTANCE else None,
                 compute_instance_id=ci if ci != _NO_INSTANCE else None,
                 allocation_env=info.allocation_env,
+                memory_limit=info.memory_limit,
             )
         )
     return processes

@@ -1,7 +1,8 @@
 """Who runs a GPU process and which allocation it claims, read from /proc.
 
-NVML only gives PIDs and memory. The owner, command line and the allocation
-variable come from ``/proc/<pid>``, read once when a PID first shows up on a card
+NVML only gives PIDs and memory. The owner, command line, the allocation variable and
+the memory limit the process was started under (gpu_agent/limits.py) come from
+``/proc/<pid>``, read once when a PID first shows up on a card
 and kept until it disappears: a busy node has hundreds of processes and the agent
 collects every second, so re-reading them each time would dominate its cost.
 
@@ -18,6 +19,8 @@ import pwd
 from dataclasses import dataclass
 from pathlib import Path
 
+from agents.gpu_agent import limits
+
 log = logging.getLogger(__name__)
 
 # The variable the portal hands to users with each slice's launch settings.
@@ -31,12 +34,17 @@ class ProcessInfo:
     user: str | None
     command: str | None
     allocation_env: str | None
+    # (how, MiB) of the memory limit its environment declares; "none" when it was read
+    # and declares none; None when the environment could not be read (no root).
+    memory_limit: tuple[str, int] | str | None = None
 
 
 class ProcessInspector:
     def __init__(self, proc_root: Path = Path("/proc"), env_var: str = ALLOCATION_ENV_VAR) -> None:
         self._root = proc_root
+        self._env_var = env_var
         self._needle = env_var.encode() + b"="
+        self._wanted = tuple(name.encode() + b"=" for name in limits.NAMES)
         self._cache: dict[int, ProcessInfo] = {}
         self._users: dict[int, str | None] = {}
         self.reads = 0  # how many PIDs were read from /proc; the tests and the benchmark check it
@@ -60,11 +68,17 @@ class ProcessInspector:
         except OSError:
             # Gone already, or in a PID namespace we cannot see.
             return ProcessInfo(None, None, None, None)
+        env = self._environ(base)
+        allocation = memory_limit = None
+        if env is not None:
+            allocation = env.pop(self._env_var, "").strip() or None
+            memory_limit = limits.declared(env) or "none"
         return ProcessInfo(
             uid=uid,
             user=self._user(uid) if uid is not None else None,
             command=self._command(base),
-            allocation_env=self._allocation(base),
+            allocation_env=allocation,
+            memory_limit=memory_limit,
         )
 
     def _user(self, uid: int) -> str | None:
@@ -85,17 +99,20 @@ class ProcessInspector:
         text = raw.rstrip(b"\0").replace(b"\0", b" ").decode("utf-8", "replace")
         return text[:COMMAND_MAX_CHARS] or None
 
-    def _allocation(self, base: Path) -> str | None:
+    def _environ(self, base: Path) -> dict[str, str] | None:
+        """The allocation variable and the memory-limit variables of the environment, None
+        when it cannot be read; nothing else of it is kept (it holds the user's secrets)."""
         try:
             environ = (base / "environ").read_bytes()
         except OSError as exc:
             log.debug("cannot read %s/environ: %s", base, exc)
             return None
+        found: dict[str, str] = {}
         for entry in environ.split(b"\0"):
-            if entry.startswith(self._needle):
-                value = entry[len(self._needle) :].decode("utf-8", "replace").strip()
-                return value or None
-        return None
+            if entry.startswith(self._needle) or entry.startswith(self._wanted):
+                name, _sep, value = entry.partition(b"=")
+                found[name.decode("ascii", "replace")] = value.decode("utf-8", "replace")[:256]
+        return found
 
 
 def current_user() -> str | None:

@@ -14,6 +14,7 @@ import math
 import random
 from dataclasses import dataclass, field
 
+from agents.gpu_agent import limits
 from agents.gpu_agent.backends.sim_jobs import Job, JobsLoad
 from agents.gpu_agent.backends.sim_specs import LoadProfile, spec_for
 from agents.gpu_agent.backends.xid import XidTally
@@ -274,6 +275,7 @@ class SimGpu:
                     uid=p.uid,
                     command=p.command,
                     allocation_env=p.env.get("GPU_PORTAL_ALLOCATION"),
+                    memory_limit=limits.declared(p.env) or "none",
                 )
                 for p in self.processes.values()
             ]

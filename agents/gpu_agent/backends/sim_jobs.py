@@ -2,8 +2,8 @@
 
 Once the portal has sent a simulated node its desired state, the node is one the portal
 manages: its made-up users stop, and each slice's owner runs one job in it, started with
-the slice's launch settings (``GPU_PORTAL_ALLOCATION``), so the agent attributes the job
-to its allocation as it would a real one. An owner named idle (``--idle-owner``) holds
+the slice's launch settings (``GPU_PORTAL_ALLOCATION`` and the memory limits), so the agent
+attributes the job to its allocation, and sees it held to its slice, as it would a real one. An owner named idle (``--idle-owner``) holds
 slices and runs nothing in them: the idle allocations the portal's reports find.
 
 A job's rhythm and size come from a generator seeded by the node's seed and the
@@ -39,10 +39,14 @@ class Job:
     command: str
     memory_mib: int
     load: LoadProfile  # in percent of the whole card: the slice's share at most
+    slice_: Slice | None = None
 
     @property
     def env(self) -> dict[str, str]:
-        return {ALLOCATION_ENV_VAR: self.allocation_id}
+        """What the owner started it with: the slice's launch settings, limits and all."""
+        if self.slice_ is None:
+            return {ALLOCATION_ENV_VAR: self.allocation_id}
+        return self.slice_.launch_env()
 
 
 @dataclass(frozen=True)
@@ -81,6 +85,7 @@ def job_for(slice_: Slice, seed: int) -> Job:
         command=rng.choice(_COMMANDS),
         memory_mib=int(slice_.memory_mib * rng.uniform(0.45, 0.85)),
         load=load,
+        slice_=slice_,
     )
 
 
