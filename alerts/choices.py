@@ -64,6 +64,7 @@ class Condition(models.TextChoices):
     NODE_OFFLINE = "node_offline", _("Node offline")
     PROCESS_UNALLOCATED = "process_unallocated", _("Process without an allocation")
     PROCESS_OVER_SLICE = "process_over_slice", _("Process over its slice")
+    PROCESS_UNLIMITED = "process_unlimited", _("Process without its slice's memory limit")
     REQUEST_PENDING = "request_pending", _("Request pending (hours)")
     QUOTA_USED = "quota_used_pct", _("Quota used (%)")
     ALLOCATION_EXPIRING = "allocation_expiring", _("Allocation expiring within (hours)")
@@ -80,7 +81,8 @@ CONDITION_KIND = {
          Condition.ALLOCATION_UTILIZATION), RuleKind.METRIC),
     **dict.fromkeys(
         (Condition.XID, Condition.ECC_UNCORRECTABLE, Condition.GPU_LOST, Condition.NODE_OFFLINE,
-         Condition.PROCESS_UNALLOCATED, Condition.PROCESS_OVER_SLICE), RuleKind.EVENT),
+         Condition.PROCESS_UNALLOCATED, Condition.PROCESS_OVER_SLICE,
+         Condition.PROCESS_UNLIMITED), RuleKind.EVENT),
     **dict.fromkeys(
         (Condition.REQUEST_PENDING, Condition.QUOTA_USED, Condition.ALLOCATION_EXPIRING,
          Condition.RECLAIM_WARNING), RuleKind.BUSINESS),

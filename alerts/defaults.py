@@ -33,6 +33,8 @@ DEFAULT_RULES: tuple[dict[str, Any], ...] = (
      "condition": "process_unallocated", "for_seconds": 60, "severity": "warning"},
     {"key": "process-over-slice", "name": _("GPU process over its slice"),
      "condition": "process_over_slice", "severity": "warning"},
+    {"key": "process-unlimited", "name": _("GPU process without its slice's memory limit"),
+     "condition": "process_unlimited", "for_seconds": 60, "severity": "warning"},
     {"key": "request-pending", "name": _("GPU request pending for more than 4 hours"),
      "condition": "request_pending", "comparison": "gt", "threshold": 4, "severity": "warning",
      "renotify_seconds": 24 * HOUR},
@@ -65,6 +67,10 @@ DEFAULT_DESCRIPTIONS = {
     "node-offline": _("The node's agent does not answer."),
     "process-unallocated": _("A process uses a card without holding an allocation on it."),
     "process-over-slice": _("A process uses more memory than its slice allows."),
+    "process-unlimited": _(
+        "A process was started without the memory limit of its slice's "
+        "launch settings: nothing stops it taking more than its share."
+    ),
     "request-pending": _("A GPU request waits for a decision."),
     "quota-used": _("A tenant has nearly used up a quota."),
     "allocation-expiring": _("An allocation ends soon; extend it or save your work."),

@@ -25,6 +25,7 @@ CARD_EVENTS = frozenset({Condition.XID, Condition.ECC_UNCORRECTABLE, Condition.G
 VIOLATIONS = {
     Condition.PROCESS_UNALLOCATED: "unallocated",
     Condition.PROCESS_OVER_SLICE: "over_memory",
+    Condition.PROCESS_UNLIMITED: "unlimited",
 }
 CYCLE_CONDITIONS = CARD_METRICS | CARD_EVENTS | {Condition.NODE_OFFLINE, *VIOLATIONS}
 NODE_TARGET = "node"

@@ -44,6 +44,7 @@ MEASURES = {
     # A process rule's value is the memory the process (or its allocation) uses.
     Condition.PROCESS_UNALLOCATED: (gettext_lazy("Memory used"), MIB),
     Condition.PROCESS_OVER_SLICE: (gettext_lazy("Memory used"), MIB),
+    Condition.PROCESS_UNLIMITED: (gettext_lazy("Memory used"), MIB),
     Condition.XID: (gettext_lazy("XID error"), ""),
     Condition.ECC_UNCORRECTABLE: (gettext_lazy("Uncorrectable ECC errors"), ""),
 }

@@ -93,7 +93,8 @@ if (_url := _worker_redis_url(settings.REDIS_URL)) != settings.REDIS_URL:
 # only. Every RunPython is in one (tests/test_migration_data.py), so a new data migration
 # cannot be left out of what a flush gets back.
 DATA_MIGRATIONS = {("alerts", "0002_rules"), ("alerts", "0003_notice_rules"),
-                   ("alerts", "0006_event_summary_keys")}  # fmt: skip
+                   ("alerts", "0006_event_summary_keys"),
+                   ("alerts", "0008_unlimited_processes")}  # fmt: skip
 SCHEMA_MIGRATIONS = {("audit", "0001_initial")}  # its trigger outlives TRUNCATE
 
 

@@ -191,6 +191,27 @@ def test_a_process_over_its_slice_fires(node, operator_channel, django_capture_o
     assert event.summary == "node:gpu-07 gpu:0: Memory used 9000 MiB"  # what it counts, its unit
 
 
+def test_a_process_without_its_slices_limit_fires_once_it_stays(
+    node, operator_channel, django_capture_on_commit_callbacks
+):
+    capture = django_capture_on_commit_callbacks
+    violation = {"kind": "unlimited", "gpu_uuid": "GPU-HOT", "user": "mallory", "pids": [7],
+                 "allocation_id": "alloc-3", "memory_used_mib": 500,
+                 "memory_limit_mib": 8192}  # fmt: skip
+    for seconds in (0, 30):  # the default rule waits a minute: a launch may be slow
+        poll(node, T0 + timedelta(seconds=seconds), card("GPU-HOT", 0), capture=capture,
+             violations=[violation], allocations=[], desired_generation=1)  # fmt: skip
+    assert not Event.objects.filter(rule_key="process-unlimited").exists()
+    poll(node, T0 + timedelta(seconds=70), card("GPU-HOT", 0), capture=capture,
+         violations=[violation], allocations=[], desired_generation=1)  # fmt: skip
+    event = Event.objects.get(rule_key="process-unlimited")
+    assert event.labels["allocation"] == "alloc-3" and event.severity == "warning"
+    poll(node, T0 + timedelta(seconds=80), card("GPU-HOT", 0), capture=capture,
+         violations=[], allocations=[], desired_generation=1)  # fmt: skip
+    event.refresh_from_db()
+    assert event.state == EventState.RESOLVED
+
+
 def test_a_node_that_does_not_answer_keeps_its_cards_events_open(
     node, operator_channel, django_capture_on_commit_callbacks
 ):

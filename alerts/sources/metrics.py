@@ -50,7 +50,7 @@ WINDOW_EVERY_S = 60
 THRESHOLD_SHOWN = frozenset({
     Condition.TEMPERATURE, Condition.MEMORY_USED, Condition.UTILIZATION, Condition.POWER,
     Condition.ALLOCATION_UTILIZATION, Condition.PROCESS_UNALLOCATED,
-    Condition.PROCESS_OVER_SLICE,
+    Condition.PROCESS_OVER_SLICE, Condition.PROCESS_UNLIMITED,
 })  # fmt: skip
 
 
