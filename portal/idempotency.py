@@ -33,6 +33,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.utils.encoders import JSONEncoder
 
+from portal.claims import insert_once
 from portal.models import IdempotencyRecord
 
 HEADER = "Idempotency-Key"
@@ -90,29 +91,14 @@ def fingerprint(request: Request) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-_INSERT_SQL = (
-    f'INSERT INTO "{IdempotencyRecord._meta.db_table}"'  # noqa: S608 (the model's name)
-    " (owner_id, key, fingerprint, method, path, status_code, body, created)"
-    " VALUES (%s, %s, %s, %s, %s, 0, '', %s) ON CONFLICT (owner_id, key) DO NOTHING RETURNING id"
-)
-
-
 def _insert(owner_id: int, key: str, digest: str, request: Request) -> IdempotencyRecord | None:
-    """The key's new row, or None when one is there. One statement: a concurrent insert
-    of the same key waits for that transaction (within the lock timeout), then finds it."""
+    """The key's new row, or None when one is there (a concurrent insert of the same key
+    waits for that transaction, within the lock timeout, then finds it)."""
     record = IdempotencyRecord(
         owner_id=owner_id, key=key, fingerprint=digest, method=request.method,
         path=request.get_full_path()[:2048], created=timezone.now(),
     )  # fmt: skip
-    with connection.cursor() as cursor:
-        cursor.execute(_INSERT_SQL, [owner_id, key, digest, record.method, record.path,
-                                     record.created])  # fmt: skip
-        row = cursor.fetchone()
-    if row is None:
-        return None
-    record.pk = row[0]
-    record._state.adding, record._state.db = False, connection.alias
-    return record
+    return record if insert_once(record) else None
 
 
 def _claim(

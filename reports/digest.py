@@ -15,9 +15,10 @@ from typing import Any
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
-from django.db import IntegrityError, transaction
+from django.db import transaction
 from django.utils import timezone
 
+from portal.claims import insert_once
 from quotas.interface import tenant_admins
 from quotas.models import Tenant
 from quotas.permissions import platform_admins
@@ -92,10 +93,8 @@ def send_once(day: date | None = None) -> dict[str, Any] | None:
     insert (it waits on the unique index for the first one's commit) and returns None."""
     day = day or timezone.localdate()
     with transaction.atomic():
-        try:
-            with transaction.atomic():
-                claim = DigestSent.objects.create(name=DIGEST_NAME, period=day.isoformat())
-        except IntegrityError:
+        claim = DigestSent(name=DIGEST_NAME, period=day.isoformat())
+        if not insert_once(claim):
             return None
         content = build(day)
         who = recipients()

@@ -22,10 +22,11 @@ import orjson
 from asgiref.sync import async_to_sync
 from celery import shared_task
 from channels.layers import get_channel_layer
-from django.db import connection, transaction
+from django.db import transaction
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
+from portal.claims import insert_once
 from quotas.choices import NoticeKind
 from quotas.models import GpuRequest, Notice, SentNotice
 from quotas.requests.signals import request_event
@@ -152,18 +153,10 @@ def send_notices(steps: list[dict]) -> int:
     return sum(_tell(step) for step in steps)
 
 
-_CLAIM_SQL = (
-    f"INSERT INTO {SentNotice._meta.db_table} (key, sent_at) VALUES (%s, %s) "  # noqa: S608
-    "ON CONFLICT (key) DO NOTHING RETURNING key"
-)
-
-
 def _tell(step: dict) -> bool:
     with transaction.atomic():
-        with connection.cursor() as cursor:
-            cursor.execute(_CLAIM_SQL, [uuid.UUID(step["key"]), timezone.now()])
-            if cursor.fetchone() is None:
-                return False  # told by an earlier run of this message
+        if not insert_once(SentNotice(key=uuid.UUID(step["key"]))):
+            return False  # told by an earlier run of this message
         # The receivers' deliveries commit with the claim, or neither does.
         request_event.send_robust(
             sender=GpuRequest, request_id=step["request"], kind=step["kind"],
