@@ -16,6 +16,7 @@ is simply the next one.
 
 from __future__ import annotations
 
+import contextvars
 import logging
 import os
 import uuid
@@ -54,6 +55,12 @@ logger = logging.getLogger(__name__)
 COMPONENT = "gpu-portal"
 ENDED_BADLY = {RequestState.REJECTED, RequestState.CANCELLED, RequestState.EXPIRED}
 HELD_OPEN = (RequestState.PENDING, RequestState.APPROVED, RequestState.ALLOCATED)
+# Set while a pass runs in this thread: the request steps it makes need no pass of their own.
+_PASSING: contextvars.ContextVar[bool] = contextvars.ContextVar("gate_pass", default=False)
+
+
+def in_pass() -> bool:
+    return _PASSING.get()
 
 
 def _requester(mapping: NamespaceMapping):
@@ -284,11 +291,13 @@ def pass_cluster(cluster: Cluster) -> dict[str, str]:
     namespace whose list fails, or a workload whose handling fails, stops nothing else."""
     results: dict[str, str] = {}
     api = api_client(cluster)
+    passing = _PASSING.set(True)
     try:
         calls = Workloads(Kube(api))
         for mapping in cluster.namespaces.select_related("tenant"):
             results[mapping.namespace] = _pass_namespace(calls, cluster, mapping)
     finally:
+        _PASSING.reset(passing)
         api.close()
         if cluster.ca_bundle:
             os.unlink(api.configuration.ssl_ca_cert)

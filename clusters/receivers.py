@@ -1,6 +1,7 @@
 """A quota saved or deleted: the clusters of its pool are synced once the change commits.
 A lease warned that it will be taken back: the cluster workload holding it is to be told
-(the next gate pass posts the Event, clusters.gates.carry)."""
+(the next gate pass posts the Event, clusters.gates.carry). A step of a cluster workload's
+request: that cluster's gate pass is run at once (clusters.tasks.pass_cluster_workloads)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from django.db import transaction
 from django.db.models.signals import post_delete, post_save
 from django.dispatch import receiver
 
+from quotas.interface import request_event
 from quotas.models import Quota
 from reports.interface import reclaim_warned
 
@@ -30,3 +32,20 @@ def reclaim_warned_heard(sender, lease_id: int, release_after, cause: str = "", 
     ClusterWorkload.objects.filter(request__lease_id=lease_id).update(
         reclaim_after=release_after, reclaim_cause=cause[:16], reclaim_told=False
     )
+
+
+@receiver(request_event, dispatch_uid="clusters-request-step")
+def request_step(sender, request_id: int, **kwargs) -> None:
+    from clusters import gates
+    from clusters.models import ClusterWorkload
+    from clusters.tasks import pass_cluster_workloads
+
+    if gates.in_pass():
+        return  # the pass that made this step carries it itself
+    cluster_id = (
+        ClusterWorkload.objects.filter(request_id=request_id)
+        .values_list("cluster_id", flat=True)
+        .first()
+    )
+    if cluster_id is not None:
+        pass_cluster_workloads.delay(cluster_id)

@@ -28,3 +28,15 @@ def pass_gated_workloads() -> dict[str, dict[str, str]]:
     from clusters import gates
 
     return gates.pass_all()
+
+
+# Late acks: as pass_gated_workloads.
+@shared_task(acks_late=True, reject_on_worker_lost=True, ignore_result=True)
+def pass_cluster_workloads(cluster_id: int) -> dict[str, str]:
+    """After a step of one of the cluster's workloads' requests (approved, placed, rejected,
+    released): its pass at once, so a Pod starts seconds after the approval, not at the next
+    round. A cluster gone meanwhile is nothing to do."""
+    from clusters import gates
+
+    cluster = Cluster.objects.select_related("pool").filter(pk=cluster_id).first()
+    return gates.pass_cluster(cluster) if cluster is not None else {}

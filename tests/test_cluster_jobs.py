@@ -288,3 +288,27 @@ def test_an_idle_workload_is_warned_then_evicted_with_notice(
     assert sorted(reasons) == ["GpuRequestReclaimWarning", "GpuRequestReclaimed"]
     assert ClusterWorkload.objects.get().state == WorkloadState.ENDED
     _valid(api)
+
+
+def test_an_approval_runs_the_clusters_pass_at_once(
+    team, api, eager_tasks, django_capture_on_commit_callbacks
+):
+    """No waiting for the next round (CLUSTER_GATE_EVERY_S): the request's step, sent after
+    commit, runs its cluster's pass, which lifts the gate of the Job's Pods."""
+    cluster = _cluster(team, api)
+    the_job = api.add("jobs", job(parallelism=3))
+    api.play_job_controller()
+    with django_capture_on_commit_callbacks(execute=True):
+        gates.pass_cluster(cluster)  # its own steps start no second pass
+    req = ClusterWorkload.objects.get().request
+    assert _gated(api, the_job) == [True, True, True]
+    with django_capture_on_commit_callbacks(execute=True):
+        services.decide(req.pk, team.approver, approve=True)
+    assert _gated(api, the_job) == [False, False, False]
+    assert ClusterWorkload.objects.get().state == WorkloadState.ADMITTED
+
+
+def test_a_pass_for_a_cluster_gone_is_nothing():
+    from clusters.tasks import pass_cluster_workloads
+
+    assert pass_cluster_workloads(10**9) == {}
