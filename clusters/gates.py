@@ -29,6 +29,7 @@ from django.utils.translation import gettext as _
 from kubernetes import client as k8s
 
 from audit.interface import record
+from clusters.choices import DEVICE_CLASSES
 from clusters.models import Cluster, ClusterWorkload, NamespaceMapping, WorkloadState
 from clusters.sync import CONFLICT_RETRIES, Kube, api_client, error_text
 from clusters.workloads import (
@@ -36,6 +37,7 @@ from clusters.workloads import (
     JOB,
     POD,
     Refused,
+    claim_templates,
     finished,
     identity,
     is_gated,
@@ -87,9 +89,12 @@ def _messages(exc: ValidationError) -> str:
     return " ".join(exc.messages)
 
 
-def admit_new(cluster: Cluster, mapping: NamespaceMapping, obj: dict) -> ClusterWorkload | None:
+def admit_new(
+    cluster: Cluster, mapping: NamespaceMapping, obj: dict, templates: dict | None = None
+) -> ClusterWorkload | None:
     """Link a gated workload seen for the first time to a new request (or to the reason it
-    got none); one already linked is left to ``carry``. None for one without identity."""
+    got none); one already linked is left to ``carry``. None for one without identity.
+    ``templates``: the ResourceClaimTemplates it names, read, by name (None: not found)."""
     kind = kind_of(obj)
     try:
         name, namespace, uid = identity(obj)
@@ -102,7 +107,7 @@ def admit_new(cluster: Cluster, mapping: NamespaceMapping, obj: dict) -> Cluster
     with transaction.atomic():
         link = ClusterWorkload(cluster=cluster, namespace=namespace, kind=kind, name=name, uid=uid)
         try:
-            size = size_of(obj)
+            size = size_of(obj, templates, DEVICE_CLASSES.get(cluster.enforcement, ""))
             link.request = create_request(_requester(mapping), tenant=mapping.tenant,
                                           pool=cluster.pool, **ask_of(obj, size))  # fmt: skip
         except (Refused, ValidationError) as exc:
@@ -124,6 +129,11 @@ class Workloads:
         items = self.kube.call("GET", path_of(kind, namespace)).get("items", [])
         # A list's items carry no kind of their own: the collection says what they are.
         return [{**item, "kind": kind} for item in items if isinstance(item, dict)]
+
+    def claim_template(self, namespace: str, name: str) -> dict | None:
+        return self.kube.get(
+            f"/apis/resource.k8s.io/v1/namespaces/{namespace}/resourceclaimtemplates/{name}"
+        )
 
     def read(self, kind: str, namespace: str, name: str) -> dict | None:
         found = self.kube.get(path_of(kind, namespace, name))
@@ -309,6 +319,22 @@ def _uid(obj: dict) -> str | None:
     return uid[:64] if isinstance(uid, str) else None
 
 
+def _linked(cluster: Cluster, obj: dict) -> bool:
+    uid = _uid(obj)
+    return uid is not None and ClusterWorkload.objects.filter(cluster=cluster, uid=uid).exists()
+
+
+def _templates(calls: Workloads, cluster: Cluster, obj: dict, read: dict, namespace: str) -> dict:
+    """The claim templates a new workload names, on a DRA cluster; a failed read (not a
+    404) leaves the workload to the next pass rather than refusing it."""
+    if cluster.enforcement not in DEVICE_CLASSES:
+        return {}
+    for name in claim_templates(obj):
+        if name not in read:
+            read[name] = calls.claim_template(namespace, name[:253])
+    return {name: read[name] for name in claim_templates(obj)}
+
+
 def _pass_namespace(calls: Workloads, cluster: Cluster, mapping: NamespaceMapping) -> str:
     try:
         listed = calls.list(JOB, mapping.namespace) + calls.list(POD, mapping.namespace)
@@ -318,6 +344,7 @@ def _pass_namespace(calls: Workloads, cluster: Cluster, mapping: NamespaceMappin
         return error_text(exc)
     by_uid: dict[str, dict] = {}
     pods_of_job: dict[str, list[dict]] = {}
+    templates: dict[str, dict | None] = {}  # read once a pass, for the workloads naming them
     for obj in listed:
         uid = _uid(obj)
         if uid:
@@ -327,8 +354,9 @@ def _pass_namespace(calls: Workloads, cluster: Cluster, mapping: NamespaceMappin
             pods_of_job.setdefault(job, []).append(obj)
             continue  # the Job's, never a request of its own
         try:
-            if is_gated(obj, cluster.kueue):
-                admit_new(cluster, mapping, obj)
+            if is_gated(obj, cluster.kueue) and not _linked(cluster, obj):
+                admit_new(cluster, mapping, obj, _templates(calls, cluster, obj, templates,
+                                                               mapping.namespace))  # fmt: skip
         except Exception:
             logger.exception("cluster %s: a workload of %s failed", cluster.name,
                              mapping.namespace)  # fmt: skip

@@ -7,14 +7,21 @@ the Job, not one per Pod). Without Kueue the gate is the Pod scheduling gate
 ``gpu-portal.io/approval``, on the Pod or in the Job's pod template (the Job controller
 copies it to every Pod it makes); under Kueue it is the entry ``gpu-portal/approval`` of the
 annotation ``kueue.x-k8s.io/admission-gated-by`` on the Pod or the Job (kueue#9482).
+
+A workload is sized the cluster's way: HAMi's limits on its containers, or on a DRA cluster
+the ResourceClaimTemplates its Pods claim devices through (``capacity.requests`` of the
+cluster's device class: ``cores`` in %, ``memory`` as a quantity).
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
+from decimal import Decimal, InvalidOperation
 
 from django.utils.translation import gettext as _
+from kubernetes.utils import parse_quantity
 
 from clusters.render import HAMI_CORES, HAMI_GPU, HAMI_MEMORY
 
@@ -136,14 +143,62 @@ def _parallel_pods(job: dict) -> int:
     return parallel
 
 
-def size_of(obj: dict) -> Size:
-    """The request a workload asks for, from its containers' HAMi limits (requests where a
-    limit is missing): vGPUs summed (for a Job, times the Pods it runs at once), memory (MiB)
-    and cores (%) per vGPU the largest any container asks; no ``nvidia.com/gpumem`` and
-    ``gpucores`` is a whole card."""
-    containers = pod_spec(obj).get("containers")
-    if not isinstance(containers, list) or not containers:
-        raise Refused(_("The Pod has no containers."))
+def claim_templates(obj: dict) -> list[str]:
+    """The ResourceClaimTemplates the workload's Pods claim devices through, by name."""
+    claims = pod_spec(obj).get("resourceClaims") or []
+    names = [c.get("resourceClaimTemplateName") for c in claims if isinstance(c, dict)]
+    return [n for n in names if isinstance(n, str) and n]
+
+
+def _quantity_mib(value, what: str) -> int:
+    """A DRA memory quantity ('8Gi', '8192Mi', bytes) as whole MiB within bounds."""
+    try:
+        mib = parse_quantity(value) / Decimal(1024 * 1024) if isinstance(value, str | int) else None
+    except (ValueError, InvalidOperation):
+        mib = None
+    if mib is None or mib != mib.to_integral_value() or not 1 <= mib <= MAX_MEMORY_MIB:
+        raise Refused(
+            _("%(what)s must be a whole number of MiB from 1 MiB to 16 TiB, not %(value)s.")
+            % {"what": what, "value": repr(value)[:40]}
+        )
+    return int(mib)
+
+
+def _claimed(
+    spec: dict, templates: Mapping[str, dict | None], device_class: str
+) -> tuple[int, int, int]:
+    """(devices, memory MiB, cores %) the Pod's claims ask of the device class: devices
+    summed over the requests, memory and cores the largest any request asks."""
+    count, memory, cores = 0, 0, 0
+    for claim in spec.get("resourceClaims") or []:
+        if not isinstance(claim, dict):
+            continue
+        name = claim.get("resourceClaimTemplateName")
+        if not isinstance(name, str) or not name:
+            raise Refused(_("Claim devices through a ResourceClaimTemplate, not a shared "
+                            "ResourceClaim: a shared claim cannot be sized per Pod."))  # fmt: skip
+        template = templates.get(name)
+        if template is None:
+            raise Refused(_("ResourceClaimTemplate %(name)s not found.") % {"name": name[:63]})
+        devices = _dict(_dict(_dict(template.get("spec")).get("spec")).get("devices"))
+        for request in devices.get("requests") or []:
+            exactly = _dict(_dict(request).get("exactly"))
+            if exactly.get("deviceClassName") != device_class:
+                continue
+            if exactly.get("allocationMode", "ExactCount") != "ExactCount":
+                raise Refused(_("Ask for an exact count of devices, not all of them."))
+            count += whole(exactly.get("count", 1), "count", 1, MAX_VGPUS)
+            asks = _dict(_dict(exactly.get("capacity")).get("requests"))
+            if "memory" in asks:
+                memory = max(memory, _quantity_mib(asks["memory"], "capacity memory"))
+            if "cores" in asks:
+                cores = max(cores, whole(asks["cores"], "capacity cores", 1, 100))
+    return count, memory, cores
+
+
+def _limits(containers: list) -> tuple[int, int, int]:
+    """(vGPUs, memory MiB, cores %) of HAMi's limits: vGPUs summed over the containers,
+    memory and cores the largest any container asks."""
     count, memory, cores = 0, 0, 0
     for container in containers:
         resources = _dict(container.get("resources") if isinstance(container, dict) else None)
@@ -157,6 +212,26 @@ def size_of(obj: dict) -> Size:
             cores = max(cores, whole(merged[HAMI_CORES], HAMI_CORES, 1, 100))
     if not count:
         raise Refused(_("No container asks for %(gpu)s.") % {"gpu": HAMI_GPU})
+    return count, memory, cores
+
+
+def size_of(
+    obj: dict, templates: Mapping[str, dict | None] | None = None, device_class: str = ""
+) -> Size:
+    """The request a workload asks for, from its containers' HAMi limits (requests where a
+    limit is missing), or on a DRA cluster (``device_class``) from the claim templates its
+    Pods use (``templates``, by name): vGPUs summed (for a Job, times the Pods it runs at
+    once), memory (MiB) and cores (%) per vGPU the largest asked; neither is a whole card."""
+    spec = pod_spec(obj)
+    containers = spec.get("containers")
+    if not isinstance(containers, list) or not containers:
+        raise Refused(_("The Pod has no containers."))
+    if device_class and spec.get("resourceClaims"):
+        count, memory, cores = _claimed(spec, templates or {}, device_class)
+        if not count:
+            raise Refused(_("No claim asks for a device of class %(cls)s.") % {"cls": device_class})
+    else:
+        count, memory, cores = _limits(containers)
     if kind_of(obj) == JOB:
         count *= _parallel_pods(obj)
     if count > MAX_VGPUS:

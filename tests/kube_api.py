@@ -44,7 +44,7 @@ PATH = re.compile(
     r"(?:/namespaces/(?P<namespace>[^/]+))?/(?P<plural>[a-z]+)(?:/(?P<name>[^/?]+))?/?$"
 )
 COLLECTIONS = {"resourcequotas", "clusterqueues", "localqueues", "resourceflavors", "pods",
-               "events", "jobs"}  # fmt: skip
+               "events", "jobs", "resourceclaimtemplates"}  # fmt: skip
 
 
 class PatchFailed(Exception):
