@@ -23,7 +23,7 @@ import uuid
 
 from django.contrib.auth import get_user_model
 from django.core.exceptions import ValidationError
-from django.db import transaction
+from django.db import connection, transaction
 from django.utils import timezone
 from django.utils.translation import gettext as _
 from kubernetes import client as k8s
@@ -43,7 +43,10 @@ from clusters.workloads import (
     is_gated,
     job_of,
     kind_of,
+    made_from,
+    parallel_pods,
     path_of,
+    paused,
     removal,
     size_of,
 )  # fmt: skip
@@ -184,6 +187,8 @@ def remove_gate(calls: Workloads, obj: dict, kueue: bool) -> bool:
             calls.patch(obj, ops)
             return True
         except k8s.ApiException as exc:
+            if exc.status == 404:
+                return True  # deleted meanwhile: nothing left to gate
             if exc.status not in (409, 422):
                 raise
             logger.info("%s on %s %s/%s: reading it again", exc.status, kind_of(obj),
@@ -212,12 +217,33 @@ def _why(req: GpuRequest, gated: bool, kind: str) -> tuple[str, str]:
     return reason, message
 
 
-def _ungate_pods(calls: Workloads, pods: list[dict]) -> bool:
-    """A Job's Pods, as its controller makes them, each lose the gate; True when all did."""
+def _ungate_pods(calls: Workloads, job: dict, pods: list[dict]) -> bool:
+    """A Job's Pods, as its controller makes them, lose the gate, no more of them running at
+    once than the request was sized for, and only those asking what the Job's template
+    asks; True when none is left waiting for it. One Pod's failure stops no other."""
+    running = [p for p in pods if not is_gated(p, False) and not finished(p)]
+    room = parallel_pods(job) - len(running)
+    waiting = sorted((p for p in pods if is_gated(p, False) and not finished(p)),
+                     key=lambda p: str(p["metadata"].get("creationTimestamp", "")))  # fmt: skip
     done = True
-    for pod in pods:
-        if is_gated(pod, False):
-            done = remove_gate(calls, pod, kueue=False) and done  # try every one of them
+    for pod in waiting:
+        meta = pod["metadata"]
+        if not made_from(pod, job):
+            logger.warning("Pod %s/%s names Job %s as its owner but asks otherwise: left "
+                           "gated", meta.get("namespace"), meta.get("name"),
+                           job["metadata"]["name"])  # fmt: skip
+            continue
+        if room <= 0:
+            done = False  # the next pass, once one of the running ones has finished
+            continue
+        try:
+            if remove_gate(calls, pod, kueue=False):
+                room -= 1
+            else:
+                done = False
+        except Exception as exc:
+            logger.warning("Pod %s/%s: %s", meta.get("namespace"), meta.get("name"), exc)
+            done = False
     return done
 
 
@@ -255,7 +281,7 @@ def carry(
     if req.state == RequestState.ALLOCATED and link.kind == JOB and not cluster.kueue:
         # The Job makes its Pods gated (retries and later completions too): each pass lifts
         # the gate of those it has made since, for as long as the request holds its GPUs.
-        if _ungate_pods(calls, list(pods)) and link.state == WorkloadState.GATED:
+        if _ungate_pods(calls, obj, list(pods)) and link.state == WorkloadState.GATED:
             _update(link, state=WorkloadState.ADMITTED, error="")
     elif req.state == RequestState.ALLOCATED and link.state == WorkloadState.GATED:
         if remove_gate(calls, obj, cluster.kueue):
@@ -300,18 +326,40 @@ def pass_cluster(cluster: Cluster) -> dict[str, str]:
     """One pass over the cluster's mapped namespaces: ``{namespace: "ok" | error}``. A
     namespace whose list fails, or a workload whose handling fails, stops nothing else."""
     results: dict[str, str] = {}
-    api = api_client(cluster)
-    passing = _PASSING.set(True)
+    if not _lock(cluster.pk):
+        return {"": BUSY}  # another pass of this cluster runs: it sees what this one would
     try:
-        calls = Workloads(Kube(api))
-        for mapping in cluster.namespaces.select_related("tenant"):
-            results[mapping.namespace] = _pass_namespace(calls, cluster, mapping)
+        api = api_client(cluster)
+        passing = _PASSING.set(True)
+        try:
+            calls = Workloads(Kube(api))
+            for mapping in cluster.namespaces.select_related("tenant"):
+                results[mapping.namespace] = _pass_namespace(calls, cluster, mapping)
+        finally:
+            _PASSING.reset(passing)
+            api.close()
+            if cluster.ca_bundle:
+                os.unlink(api.configuration.ssl_ca_cert)
     finally:
-        _PASSING.reset(passing)
-        api.close()
-        if cluster.ca_bundle:
-            os.unlink(api.configuration.ssl_ca_cert)
+        _unlock(cluster.pk)
     return results
+
+
+# PostgreSQL advisory locks (session level) keyed by this constant and the cluster's id:
+# two passes of one cluster at once could each end what the other admitted after its list.
+_LOCK_CLASS = 0x67617465  # "gate"
+BUSY = "busy"
+
+
+def _lock(cluster_id: int) -> bool:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_try_advisory_lock(%s, %s)", [_LOCK_CLASS, cluster_id])
+        return bool(cursor.fetchone()[0])
+
+
+def _unlock(cluster_id: int) -> None:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_advisory_unlock(%s, %s)", [_LOCK_CLASS, cluster_id])
 
 
 def _uid(obj: dict) -> str | None:
@@ -335,13 +383,27 @@ def _templates(calls: Workloads, cluster: Cluster, obj: dict, read: dict, namesp
     return {name: read[name] for name in claim_templates(obj)}
 
 
-def _pass_namespace(calls: Workloads, cluster: Cluster, mapping: NamespaceMapping) -> str:
+def _list(calls: Workloads, cluster: Cluster, kind: str, namespace: str) -> list[dict] | str:
     try:
-        listed = calls.list(JOB, mapping.namespace) + calls.list(POD, mapping.namespace)
+        return calls.list(kind, namespace)
     except Exception as exc:
-        logger.warning("cluster %s: listing the workloads of %s failed: %s", cluster.name,
-                       mapping.namespace, exc)  # fmt: skip
+        logger.warning("cluster %s: listing the %ss of %s failed: %s", cluster.name, kind,
+                       namespace, exc)  # fmt: skip
         return error_text(exc)
+
+
+def _pass_namespace(calls: Workloads, cluster: Cluster, mapping: NamespaceMapping) -> str:
+    # Links made after this moment were not in the lists below: not listed is not gone.
+    listed_at = timezone.now()
+    pods = _list(calls, cluster, POD, mapping.namespace)
+    if isinstance(pods, str):
+        return pods
+    # Jobs apart: a cluster whose service account may not list Jobs (a 403) still has its
+    # Pods carried; its Job links wait, and Pods a Job controls are left alone.
+    jobs = _list(calls, cluster, JOB, mapping.namespace)
+    jobs_error = jobs if isinstance(jobs, str) else ""
+    listed = pods + ([] if jobs_error else jobs)
+    job_uids = {_uid(job) for job in listed if kind_of(job) == JOB}
     by_uid: dict[str, dict] = {}
     pods_of_job: dict[str, list[dict]] = {}
     templates: dict[str, dict | None] = {}  # read once a pass, for the workloads naming them
@@ -350,11 +412,11 @@ def _pass_namespace(calls: Workloads, cluster: Cluster, mapping: NamespaceMappin
         if uid:
             by_uid[uid] = obj
         job = job_of(obj) if kind_of(obj) == POD else None
-        if job:
+        if job and (jobs_error or job in job_uids):
             pods_of_job.setdefault(job, []).append(obj)
             continue  # the Job's, never a request of its own
         try:
-            if is_gated(obj, cluster.kueue) and not _linked(cluster, obj):
+            if is_gated(obj, cluster.kueue) and not paused(obj) and not _linked(cluster, obj):
                 admit_new(cluster, mapping, obj, _templates(calls, cluster, obj, templates,
                                                                mapping.namespace))  # fmt: skip
         except Exception:
@@ -363,14 +425,18 @@ def _pass_namespace(calls: Workloads, cluster: Cluster, mapping: NamespaceMappin
     links = ClusterWorkload.objects.filter(cluster=cluster, namespace=mapping.namespace).exclude(
         state=WorkloadState.ENDED
     )
+    if jobs_error:
+        links = links.exclude(kind=JOB)
     for link in links:
+        if link.uid not in by_uid and link.created >= listed_at:
+            continue  # linked by another pass after these lists: not listed is not gone
         try:
             carry(calls, cluster, link, by_uid.get(link.uid), pods_of_job.get(link.uid, []))
         except Exception as exc:
             logger.warning("cluster %s: %s %s/%s: %s", cluster.name, link.kind, link.namespace,
                            link.name, exc)  # fmt: skip
             _update(link, error=error_text(exc)[:2000])
-    return "ok"
+    return jobs_error or "ok"
 
 
 def pass_all() -> dict[str, dict[str, str]]:

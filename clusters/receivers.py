@@ -5,6 +5,7 @@ request: that cluster's gate pass is run at once (clusters.tasks.pass_cluster_wo
 
 from __future__ import annotations
 
+from django.core.cache import cache
 from django.db import transaction
 from django.db.models.signals import post_delete, post_save
 from django.dispatch import receiver
@@ -47,5 +48,14 @@ def request_step(sender, request_id: int, **kwargs) -> None:
         .values_list("cluster_id", flat=True)
         .first()
     )
-    if cluster_id is not None:
-        pass_cluster_workloads.delay(cluster_id)
+    # Steps come in bursts (approved, then placed; a pass's own steps, from the notice task
+    # on a worker): one pass a second per cluster, started once the burst is in.
+    if cluster_id is not None and cache.add(pass_asked_key(cluster_id), 1, timeout=PASS_DEBOUNCE_S):
+        pass_cluster_workloads.apply_async((cluster_id,), countdown=PASS_DEBOUNCE_S / 2)
+
+
+PASS_DEBOUNCE_S = 2
+
+
+def pass_asked_key(cluster_id: int) -> str:
+    return f"clusters:gate-pass-asked:{cluster_id}"

@@ -31,12 +31,22 @@ def pass_gated_workloads() -> dict[str, dict[str, str]]:
 
 
 # Late acks: as pass_gated_workloads.
-@shared_task(acks_late=True, reject_on_worker_lost=True, ignore_result=True)
-def pass_cluster_workloads(cluster_id: int) -> dict[str, str]:
+@shared_task(bind=True, acks_late=True, reject_on_worker_lost=True, ignore_result=True,
+             max_retries=5)  # fmt: skip
+def pass_cluster_workloads(self, cluster_id: int) -> dict[str, str]:
     """After a step of one of the cluster's workloads' requests (approved, placed, rejected,
     released): its pass at once, so a Pod starts seconds after the approval, not at the next
-    round. A cluster gone meanwhile is nothing to do."""
-    from clusters import gates
+    round; again shortly when another pass of the cluster runs. A cluster gone is nothing."""
+    from django.core.cache import cache
 
+    from clusters import gates
+    from clusters.receivers import pass_asked_key
+
+    cache.delete(pass_asked_key(cluster_id))  # steps from now on ask for a pass of their own
     cluster = Cluster.objects.select_related("pool").filter(pk=cluster_id).first()
-    return gates.pass_cluster(cluster) if cluster is not None else {}
+    if cluster is None:
+        return {}
+    results = gates.pass_cluster(cluster)
+    if results == {"": gates.BUSY} and not self.request.is_eager:
+        raise self.retry(countdown=2)
+    return results

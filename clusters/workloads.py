@@ -85,13 +85,51 @@ def is_gated(obj: dict, kueue: bool) -> bool:
 
 
 def job_of(pod: dict) -> str | None:
-    """The uid of the Job controlling this Pod, if a Job does."""
+    """The uid of the batch/v1 Job controlling this Pod, if one does (a Volcano or other
+    "Job" is not one: its Pods are workloads of their own)."""
     owners = _dict(pod.get("metadata")).get("ownerReferences") or []
     for owner in owners if isinstance(owners, list) else []:
-        if isinstance(owner, dict) and owner.get("kind") == JOB and owner.get("controller"):
+        if (
+            isinstance(owner, dict) and owner.get("kind") == JOB
+            and owner.get("apiVersion") == API_VERSIONS[JOB] and owner.get("controller")
+        ):  # fmt: skip
             uid = owner.get("uid")
             return uid[:64] if isinstance(uid, str) else None
     return None
+
+
+def paused(obj: dict) -> bool:
+    """A Job scaled to no Pods (``parallelism: 0``): nothing to ask for until it grows."""
+    return kind_of(obj) == JOB and _dict(obj.get("spec")).get("parallelism") == 0
+
+
+def made_from(pod: dict, job: dict) -> bool:
+    """Whether the Pod asks what its Job's template asks (the same HAMi limits, requests
+    where no limit, and the same claims): a Pod naming the Job as its owner but asking for
+    more is not ungated on the Job's request."""
+
+    def asks(spec: dict) -> tuple:
+        containers = spec.get("containers") if isinstance(spec.get("containers"), list) else []
+        limits = []
+        for container in containers:
+            resources = _dict(_dict(container).get("resources"))
+            merged = {**_dict(resources.get("requests")), **_dict(resources.get("limits"))}
+            limits.append(sorted((k, str(v)) for k, v in merged.items()
+                                 if k in (HAMI_GPU, HAMI_MEMORY, HAMI_CORES)))  # fmt: skip
+        claims = spec.get("resourceClaims") or []
+        return sorted(map(str, limits)), sorted(
+            map(str, claims if isinstance(claims, list) else [])
+        )
+
+    return asks(_dict(pod.get("spec"))) == asks(pod_spec(job))
+
+
+def parallel_pods(job: dict) -> int:
+    """How many Pods of the Job may hold its request's GPUs at once (0 when unreadable)."""
+    try:
+        return _parallel_pods(job)
+    except Refused:
+        return 0
 
 
 def finished(obj: dict) -> bool:

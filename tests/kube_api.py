@@ -109,6 +109,7 @@ class KubeApi:
         # Like before_put, for a PATCH: may change the stored object (a new resourceVersion).
         self.before_patch: Callable[[dict], bool] | None = None
         self.fail_lists = 0  # the next this many lists answer 500, as an API server away
+        self.forbidden: set[str] = set()  # collections the token may not touch: 403
         self.written: list[dict] = []  # every object POSTed, PUT or PATCHed, as stored
         self.deleted: list[tuple[str, str, str, str | None]] = []  # and the propagation asked
         self.url = ""
@@ -175,6 +176,9 @@ class KubeApi:
         if not match or match["plural"] not in COLLECTIONS:
             return 404, status(404, "NotFound", f"the server could not find {path}")
         plural, namespace, name = match["plural"], match["namespace"] or "", match["name"]
+        if plural in self.forbidden:
+            return 403, status(403, "Forbidden", f'{plural} is forbidden: User "sa" cannot '
+                               f"{method.lower()} resource {plural!r}")  # fmt: skip
         with self.lock:
             if method == "GET" and name:
                 obj = self.objects.get((plural, namespace, name))

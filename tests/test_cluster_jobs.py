@@ -223,7 +223,7 @@ def test_a_job_deleted_while_waiting_ends_its_request(team, api):
     ("spec", "said"),
     [
         ({"parallelism": 40, "gpus": "2"}, "80 vGPUs asked: at most 64"),
-        ({"parallelism": 0}, "parallelism must be a whole number from 1 to 64"),
+        ({"parallelism": -1}, "parallelism must be a whole number from 1 to 64"),
         ({"parallelism": "two"}, "parallelism must be a whole number"),
         ({"parallelism": 10**12}, "parallelism must be a whole number"),
     ],
@@ -291,21 +291,47 @@ def test_an_idle_workload_is_warned_then_evicted_with_notice(
 
 
 def test_an_approval_runs_the_clusters_pass_at_once(
-    team, api, eager_tasks, django_capture_on_commit_callbacks
+    team, api, eager_tasks, django_capture_on_commit_callbacks, monkeypatch
 ):
     """No waiting for the next round (CLUSTER_GATE_EVERY_S): the request's step, sent after
     commit, runs its cluster's pass, which lifts the gate of the Job's Pods."""
+    passes = []
+    real = gates.pass_cluster
+    monkeypatch.setattr(gates, "pass_cluster", lambda c: passes.append(c.pk) or real(c))
     cluster = _cluster(team, api)
     the_job = api.add("jobs", job(parallelism=3))
     api.play_job_controller()
-    with django_capture_on_commit_callbacks(execute=True):
-        gates.pass_cluster(cluster)  # its own steps start no second pass
+    gates.pass_cluster(cluster)
     req = ClusterWorkload.objects.get().request
     assert _gated(api, the_job) == [True, True, True]
     with django_capture_on_commit_callbacks(execute=True):
         services.decide(req.pk, team.approver, approve=True)
+    assert 2 <= len(passes) <= 3  # the first, then approved and placed: each step's, eager
     assert _gated(api, the_job) == [False, False, False]
     assert ClusterWorkload.objects.get().state == WorkloadState.ADMITTED
+
+
+def test_a_burst_of_steps_asks_for_one_pass(team, api, monkeypatch):
+    """On a worker (the notice task sends the steps, no pass runs in its thread) a burst of
+    steps queues one pass, which runs once the burst is in; steps after it starts ask again."""
+    from django.core.cache import cache
+
+    from clusters import receivers, tasks
+
+    cluster = _cluster(team, api)
+    api.add("jobs", job(parallelism=3))
+    gates.pass_cluster(cluster)
+    req = ClusterWorkload.objects.get().request
+    queued = []
+    monkeypatch.setattr(tasks.pass_cluster_workloads, "apply_async",
+                        lambda args, countdown: queued.append((args, countdown)))  # fmt: skip
+    cache.delete(receivers.pass_asked_key(cluster.pk))
+    for _step in range(3):
+        receivers.request_step(sender=None, request_id=req.pk)
+    assert queued == [((cluster.pk,), receivers.PASS_DEBOUNCE_S / 2)]
+    tasks.pass_cluster_workloads.run(cluster.pk)  # the queued pass starts
+    receivers.request_step(sender=None, request_id=req.pk)
+    assert len(queued) == 2
 
 
 def test_a_pass_for_a_cluster_gone_is_nothing():
