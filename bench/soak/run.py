@@ -128,7 +128,7 @@ def missing_rollups(started: datetime, ended: datetime) -> dict:
     from telemetry.models import GpuMinute
 
     first = (started + timedelta(minutes=1)).replace(second=0, microsecond=0)
-    last = (ended - timedelta(minutes=2)).replace(second=0, microsecond=0)
+    last = ended.replace(second=0, microsecond=0) - timedelta(minutes=1)
     minutes = int((last - first).total_seconds() // 60) + 1
     cards = GPU.objects.count()
     found = GpuMinute.objects.filter(bucket__gte=first, bucket__lte=last).count()
