@@ -143,6 +143,9 @@ def test_every_setting_it_sets_is_one_the_portal_reads():
     objects = render(EVERYTHING)
     names = set(one(objects, "ConfigMap", "bank-gpu-portal")["data"])
     names |= set(one(objects, "Secret", "bank-gpu-portal")["stringData"])
+    for obj in objects:
+        if obj["kind"] in {"Deployment", "Job"}:
+            names |= {e["name"] for c in containers(obj) for e in c.get("env", [])} - {"POD_IP"}
     assert names - _settings_read() == set()
     assert {"DATABASE_URL", "REDIS_URL", "SECRET_KEY", "FIELD_ENCRYPTION_KEY"} <= names
 
@@ -151,12 +154,21 @@ def test_every_setting_it_sets_is_one_the_portal_reads():
 def test_the_probes_ask_paths_the_portal_serves_with_a_host_it_allows(client, settings):
     objects = render(EVERYTHING)
     config = one(objects, "ConfigMap", "bank-gpu-portal")["data"]
-    settings.ALLOWED_HOSTS = config["ALLOWED_HOSTS"].split(",")
-    assert "gpu.bank.example" in settings.ALLOWED_HOSTS
-    assert "bank-gpu-portal.gpu.svc" in settings.ALLOWED_HOSTS  # Prometheus in the cluster
     [web] = one(objects, "Deployment", "bank-gpu-portal-web")["spec"]["template"]["spec"][
         "containers"
     ]
+    env = {e["name"]: e for e in web["env"]}
+    assert env["POD_IP"]["valueFrom"] == {"fieldRef": {"fieldPath": "status.podIP"}}
+    # Kubernetes expands $(POD_IP) from the variable above: the pod's own address.
+    settings.ALLOWED_HOSTS = (
+        env["ALLOWED_HOSTS"]["value"].replace("$(POD_IP)", "10.1.2.3").split(",")
+    )
+    assert "gpu.bank.example" in settings.ALLOWED_HOSTS
+    assert "bank-gpu-portal.gpu.svc" in settings.ALLOWED_HOSTS
+    # The Prometheus Operator scrapes the pod by its IP: /metrics answers that Host.
+    bearer = f"Bearer {EVERYTHING['secret.metricsToken']}"
+    metrics = client.get("/metrics", HTTP_HOST="10.1.2.3:8000", HTTP_AUTHORIZATION=bearer)
+    assert metrics.status_code == 200
     assert "tcpSocket" in web["livenessProbe"]  # a store outage must not restart every pod
     for probe in (web["readinessProbe"], web["startupProbe"]):
         get = probe["httpGet"]
@@ -171,6 +183,12 @@ def test_the_probes_ask_paths_the_portal_serves_with_a_host_it_allows(client, se
 
 
 def test_pods_wait_for_the_migrations_job_of_their_revision():
+    long = run_helm("template", "a-very-long-release-name-for-the-bank-gpu-portal-x",
+                    values=REQUIRED)  # fmt: skip
+    assert long.returncode == 0, long.stderr
+    for obj in yaml.safe_load_all(long.stdout):
+        if obj:
+            assert len(obj["metadata"]["name"]) <= 63  # a Job's name: at most 63 characters
     objects = render()
     job = one(objects, "Job", "bank-gpu-portal-migrate-1")
     assert containers(job)[0]["command"] == ["python", "manage.py", "migrate", "--noinput"]
@@ -187,6 +205,8 @@ def test_missing_or_wrong_values_are_refused_with_their_names():
     assert "web.replicas" in refusal({**REQUIRED, "web.replicas": "two"})
     assert "secret.redisUrl" in refusal({**REQUIRED, "secret.redisUrl": "http://redis:6379"})
     assert "agent.token is required" in refusal({**REQUIRED, "agent.enabled": "true"})
+    # What the chart writes itself cannot be set twice through config.
+    assert "config" in refusal({**REQUIRED, "config.ALLOWED_HOSTS": "evil.example"})
 
 
 def test_an_existing_secret_is_used_and_none_is_rendered():
