@@ -26,3 +26,17 @@ def slow(path: str, tag: str, seconds: float) -> str:
     time.sleep(seconds)
     _note(path, f"done {tag} {os.getpid()}")
     return tag
+
+
+# Late acks too. Holds its worker until ``flag`` exists (at most ``limit`` seconds), so a
+# test can kill the worker mid-task without racing a timer; the run again after the kill
+# finds the flag there and ends at once. Notes the worker's main process (the pool's
+# parent) and the time.
+@shared_task(name="tests.probe.hold", acks_late=True, reject_on_worker_lost=True)
+def hold(path: str, tag: str, flag: str, limit: float = 120.0) -> str:
+    _note(path, f"start {tag} {os.getpid()} {os.getppid()} {time.time():.3f}")
+    deadline = time.monotonic() + limit
+    while not Path(flag).exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    _note(path, f"done {tag} {os.getpid()} {os.getppid()} {time.time():.3f}")
+    return tag

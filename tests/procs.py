@@ -147,7 +147,12 @@ class Proc:
         return self.popen.returncode
 
 
-def start(name: str, command: Sequence[str], env: dict[str, str] | None = None) -> Proc:
+def start(
+    name: str, command: Sequence[str], env: dict[str, str] | None = None, *,
+    session: bool = False,
+) -> Proc:  # fmt: skip
+    """``session``: in a process group of its own, so that a test can kill the child and
+    every process it forked at once (``os.killpg``), as a host or container dies."""
     popen = subprocess.Popen(
         list(command),
         cwd=REPO,
@@ -156,6 +161,7 @@ def start(name: str, command: Sequence[str], env: dict[str, str] | None = None) 
         stderr=subprocess.STDOUT,
         text=True,
         bufsize=1,
+        start_new_session=session,
     )
     proc = Proc(name, popen)
 
@@ -168,17 +174,23 @@ def start(name: str, command: Sequence[str], env: dict[str, str] | None = None) 
     return proc
 
 
-def start_celery_worker(env: dict[str, str], name: str, *extra: str, pool: str = "solo") -> Proc:
+def start_celery_worker(
+    env: dict[str, str], name: str, *extra: str, pool: str = "solo", wait: bool = True,
+    session: bool = False,
+) -> Proc:  # fmt: skip
     """A real Celery worker (solo pool unless ``pool``) on the configured broker; waits
-    until it is ready. ``extra``: more worker options (``--include tests.celery_probe``)."""
+    until it is ready unless not ``wait``. ``extra``: more worker options (``--include
+    tests.celery_probe``); ``session``: as for ``start``."""
     worker = start(
         f"celery-worker-{name}",
         [str(BIN / "celery"), "-A", "portal", "worker", "--pool", pool, "--loglevel", "INFO",
          "--without-gossip", "--without-mingle", "--without-heartbeat",
          "--hostname", f"{name}@%h", *extra],
         env,
+        session=session,
     )  # fmt: skip
-    worker.wait_for("ready.", timeout=60)
+    if wait:
+        worker.wait_for("ready.", timeout=60)
     return worker
 
 

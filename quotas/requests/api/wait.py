@@ -40,7 +40,11 @@ def _concerns(message: dict, request_id: int) -> bool:
 
 async def _wait(layer, request_id: int, tenant_id: int, seconds: float, read) -> None:
     group = tenant_group(tenant_id)
-    channel = await layer.new_channel("wait")
+    # The default prefix, as the live sockets' channels have: channels_redis reads all of a
+    # process's channels through one lock and one Redis key per prefix, and a receiver
+    # holding the lock pops only its own key. A "wait." channel and a socket each held up
+    # the other's pushes until the waiter's recheck (tests/test_api_wait.py).
+    channel = await layer.new_channel()
     await layer.group_add(group, channel)
     try:
         deadline = time.monotonic() + seconds
