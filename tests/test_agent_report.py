@@ -82,13 +82,23 @@ HOSTILE = {
                                         "memory_limit_mib": 1, "memory_used_mib": -1}]},
     "an allocation twice": {"allocations": [
         {"allocation_id": "a", "gpu_uuid": UUID, "memory_limit_mib": 1}] * 2},
-    "an unknown kind": {"violations": [{"kind": "rootkit", "pids": [1]}]},
+    "a kind that is no kind's name": {"violations": [{"kind": "Root Kit!", "pids": [1]}]},
     "a NUL in a user": {"violations": [{"kind": "unallocated", "user": "a\x00b"}]},
     "pids not ints": {"violations": [{"kind": "unallocated", "pids": ["1"]}]},
     "too many pids": {"violations": [{"kind": "unallocated", "pids": list(range(1025))}]},
     "a huge pid": {"violations": [{"kind": "unallocated", "pids": [2**40]}]},
     "a bool generation": {"desired_generation": True, "allocations": []},
 }  # fmt: skip
+
+
+def test_a_kind_this_portal_does_not_know_yet_is_dropped_not_refused(node):
+    """An agent upgraded before its portal reports kinds the portal does not know: its
+    node keeps its readings, and the kinds it knows."""
+    newer = report(violations=[*report()["violations"], {"kind": "not_yet_known", "pids": [7]}])
+    summary = services.record_poll_results([answer(node, **newer)])
+    assert summary.answered == 1 and not summary.failed
+    kinds = [v["kind"] for v in interface.latest([node.pk])[node.pk].violations]
+    assert kinds == ["over_memory", "unallocated", "unlimited"]
 
 
 @pytest.mark.parametrize("bad", HOSTILE.values(), ids=HOSTILE.keys())
