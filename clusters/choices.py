@@ -1,6 +1,9 @@
 from django.db import models
 from django.utils.translation import gettext_lazy as _
 
+# A workload's reclaim_cause once reports' reclaim released its request (receivers).
+TAKEN_BACK = "taken"
+
 # The device classes of the two DRA drivers the portal writes quotas for.
 HAMI_DEVICE_CLASS = "hami-core-gpu.project-hami.io"
 NVIDIA_DEVICE_CLASS = "gpu.nvidia.com"

@@ -29,7 +29,7 @@ from django.utils.translation import gettext as _
 from kubernetes import client as k8s
 
 from audit.interface import record
-from clusters.choices import DEVICE_CLASSES
+from clusters.choices import DEVICE_CLASSES, TAKEN_BACK
 from clusters.models import Cluster, ClusterWorkload, NamespaceMapping, WorkloadState
 from clusters.sync import CONFLICT_RETRIES, Kube, api_client, error_text
 from clusters.workloads import (
@@ -298,7 +298,7 @@ def carry(
             text = _("GPU request #%(id)s was released; delete the Job to stop it.")
             calls.event(obj, "GpuRequestReleased", text % {"id": req.pk})
         else:
-            if link.reclaim_after:  # evicted with notice: the last word before it goes
+            if link.reclaim_cause == TAKEN_BACK:  # evicted with notice: its last word
                 text = _("GPU request #%(id)s was taken back; the %(kind)s is deleted.")
                 calls.event(obj, "GpuRequestReclaimed", text % {"id": req.pk, "kind": link.kind})
             calls.delete(obj)

@@ -12,7 +12,7 @@ from django.dispatch import receiver
 
 from quotas.interface import request_event
 from quotas.models import Quota
-from reports.interface import reclaim_warned
+from reports.interface import reclaim_warned, reclaimed
 
 
 @receiver(post_save, sender=Quota, dispatch_uid="clusters-quota-saved")
@@ -33,6 +33,16 @@ def reclaim_warned_heard(sender, lease_id: int, release_after, cause: str = "", 
     ClusterWorkload.objects.filter(request__lease_id=lease_id).update(
         reclaim_after=release_after, reclaim_cause=cause[:16], reclaim_told=False
     )
+
+
+@receiver(reclaimed, dispatch_uid="clusters-reclaimed")
+def reclaimed_heard(sender, lease_id: int, **kwargs) -> None:
+    # Released by the reclaim itself (not withdrawn, then released by its owner): the
+    # workload's last Event says it was taken back.
+    from clusters.choices import TAKEN_BACK
+    from clusters.models import ClusterWorkload
+
+    ClusterWorkload.objects.filter(request__lease_id=lease_id).update(reclaim_cause=TAKEN_BACK)
 
 
 @receiver(request_event, dispatch_uid="clusters-request-step")

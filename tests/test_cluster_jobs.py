@@ -338,3 +338,34 @@ def test_a_pass_for_a_cluster_gone_is_nothing():
     from clusters.tasks import pass_cluster_workloads
 
     assert pass_cluster_workloads(10**9) == {}
+
+
+def test_a_withdrawn_warning_then_a_release_is_no_eviction(
+    team, api, django_capture_on_commit_callbacks
+):
+    from django.utils import timezone
+
+    from pools.models import Lease
+    from reports import services as reclaim
+    from reports.models import AllocationIdle, ReclaimPolicy
+
+    cluster = _cluster(team, api)
+    api.add("jobs", job(parallelism=1))
+    gates.pass_cluster(cluster)
+    req = ClusterWorkload.objects.get().request
+    ReclaimPolicy.objects.create(pool=team.pool, reclaim=True, grace_hours=2)
+    lease = Lease.objects.get(pk=req.lease_id)
+    rows = [AllocationIdle.objects.create(
+        allocation=a, lease=lease, pool=team.pool, tenant_id=req.tenant_id, idle=True,
+        scanned_at=timezone.now()) for a in lease.allocations.all()]  # fmt: skip
+    with django_capture_on_commit_callbacks(execute=True):
+        reclaim.reclaim(timezone.now())
+    gates.pass_cluster(cluster)
+    for row in rows:  # busy again: the warning is withdrawn
+        AllocationIdle.objects.filter(pk=row.pk).update(idle=False)
+    with django_capture_on_commit_callbacks(execute=True):
+        assert reclaim.reclaim(timezone.now())["withdrawn"] == 1
+    services.end_request(req.pk, team.dev)  # its owner releases it later, as any request
+    gates.pass_cluster(cluster)
+    assert [e["reason"] for e in _events(api)] == ["GpuRequestReclaimWarning"]
+    assert api.get("jobs", "sweep", NS) is None  # released: deleted, but not "taken back"

@@ -2,14 +2,19 @@
 
 from django.db import migrations, models
 
-from alerts.defaults import DEFAULT_RULES
+# Written out, not read from alerts.defaults: a field added there later must not break
+# this migration (as 0003 does). 0002, on a new database, already made it from the defaults.
+RULE = {"key": "process-unlimited", "name": "GPU process without its slice's memory limit",
+        "condition": "process_unlimited", "for_seconds": 60, "severity": "warning"}
 
 
-def add_new_default_rules(apps, schema_editor):
-    # A portal migrated before this rule existed gets it too (0002 made the earlier ones).
+def add_rule(apps, schema_editor):
     Rule = apps.get_model("alerts", "Rule")
-    for values in DEFAULT_RULES:
-        Rule.objects.get_or_create(key=values["key"], defaults={**values, "builtin": True})
+    Rule.objects.get_or_create(key=RULE["key"], defaults={**RULE, "builtin": True})
+
+
+def remove_rule(apps, schema_editor):
+    apps.get_model("alerts", "Rule").objects.filter(key=RULE["key"], builtin=True).delete()
 
 
 class Migration(migrations.Migration):
@@ -51,5 +56,5 @@ class Migration(migrations.Migration):
                 verbose_name="condition",
             ),
         ),
-        migrations.RunPython(add_new_default_rules, migrations.RunPython.noop),
+        migrations.RunPython(add_rule, remove_rule),
     ]
