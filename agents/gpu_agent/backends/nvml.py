@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from agents.gpu_agent import limits
 from agents.gpu_agent.backends.base import BackendUnavailable
 from agents.gpu_agent.backends.nvml_gpm import GpmReader
 from agents.gpu_agent.backends.nvml_reads import (
@@ -87,6 +88,7 @@ class NvmlBackend:
         driver = self._system(pynvml.nvmlSystemGetDriverVersion)
         cuda = self._system(pynvml.nvmlSystemGetCudaDriverVersion)
         self.driver_version: str | None = _text(driver) if driver is not None else None
+        self._inspector.driver_caps = limits.driver_enforces(self.driver_version)
         self.cuda_version: str | None = _cuda_version(cuda) if cuda is not None else None
         self._xids = XidWatcher(pynvml)
         self._gpm = GpmReader(pynvml)

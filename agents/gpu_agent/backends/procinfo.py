@@ -46,6 +46,9 @@ class ProcessInspector:
         self._needle = env_var.encode() + b"="
         self._wanted = tuple(name.encode() + b"=" for name in limits.NAMES)
         self._cache: dict[int, ProcessInfo] = {}
+        # Whether this node's driver holds NVIDIA_GPU_MEMORY_LIMIT (r615 and later): set
+        # by the backend once it knows the driver's version.
+        self.driver_caps = False
         self._users: dict[int, str | None] = {}
         self.reads = 0  # how many PIDs were read from /proc; the tests and the benchmark check it
 
@@ -72,7 +75,12 @@ class ProcessInspector:
         allocation = memory_limit = None
         if env is not None:
             allocation = env.pop(self._env_var, "").strip() or None
-            memory_limit = limits.declared(env) or "none"
+            hami = limits.hami_preloaded(env, self._root_file(base, "etc/ld.so.preload"))
+            mps = (
+                bool(env.get(limits.MPS_PIPE)) or (base / "root" / limits.MPS_DEFAULT_PIPE).exists()
+            )
+            memory_limit = limits.declared(env, driver=self.driver_caps, hami=hami, mps=mps)
+            memory_limit = memory_limit or "none"
         return ProcessInfo(
             uid=uid,
             user=self._user(uid) if uid is not None else None,
@@ -111,8 +119,19 @@ class ProcessInspector:
         for entry in environ.split(b"\0"):
             if entry.startswith(self._needle) or entry.startswith(self._wanted):
                 name, _sep, value = entry.partition(b"=")
-                found[name.decode("ascii", "replace")] = value.decode("utf-8", "replace")[:256]
+                # The first of duplicates, as getenv() reads it.
+                found.setdefault(name.decode("ascii", "replace"),
+                                 value.decode("utf-8", "replace")[:256])  # fmt: skip
         return found
+
+    @staticmethod
+    def _root_file(base: Path, name: str) -> str:
+        """A small file as the process sees it (its container's root), "" when unreadable."""
+        try:
+            with (base / "root" / name).open("rb") as handle:
+                return handle.read(4096).decode("utf-8", "replace")
+        except OSError:
+            return ""
 
 
 def current_user() -> str | None:

@@ -275,7 +275,8 @@ class SimGpu:
                     uid=p.uid,
                     command=p.command,
                     allocation_env=p.env.get("GPU_PORTAL_ALLOCATION"),
-                    memory_limit=limits.declared(p.env) or "none",
+                    # The simulated driver is r550: only HAMi-core or MPS can hold it.
+                    memory_limit=limits.declared(p.env, driver=False) or "none",
                 )
                 for p in self.processes.values()
             ]

@@ -3,8 +3,9 @@
 Once the portal has sent a simulated node its desired state, the node is one the portal
 manages: its made-up users stop, and each slice's owner runs one job in it, started with
 the slice's launch settings (``GPU_PORTAL_ALLOCATION`` and the memory limits), so the agent
-attributes the job to its allocation, and sees it held to its slice, as it would a real one. An owner named idle (``--idle-owner``) holds
-slices and runs nothing in them: the idle allocations the portal's reports find.
+attributes the job to its allocation, and sees it held to its slice, as it would a real
+one. An owner named idle (``--idle-owner``) holds slices and runs nothing in them: the idle
+allocations the portal's reports find.
 
 A job's rhythm and size come from a generator seeded by the node's seed and the
 allocation id, so a restarted simulator, and the portal's demo history
@@ -20,6 +21,7 @@ from dataclasses import dataclass
 from agents.gpu_agent.backends.procinfo import ALLOCATION_ENV_VAR
 from agents.gpu_agent.backends.sim_specs import LoadProfile
 from agents.gpu_agent.desired import Slice
+from agents.gpu_agent.limits import HAMI_LIBRARY, PRELOAD
 
 _COMMANDS = (
     "python train.py",
@@ -28,6 +30,7 @@ _COMMANDS = (
     "python evaluate.py",
 )
 FIRST_PID = 30_000
+SIM_HAMI_LIBRARY = f"/usr/local/vgpu/{HAMI_LIBRARY}"
 
 
 @dataclass(frozen=True)
@@ -43,10 +46,11 @@ class Job:
 
     @property
     def env(self) -> dict[str, str]:
-        """What the owner started it with: the slice's launch settings, limits and all."""
+        """What the owner started it with: the slice's launch settings, limits and all, on a
+        node set up with HAMi-core (its library preloaded, as HAMi's containers have it)."""
         if self.slice_ is None:
             return {ALLOCATION_ENV_VAR: self.allocation_id}
-        return self.slice_.launch_env()
+        return {**self.slice_.launch_env(), PRELOAD: SIM_HAMI_LIBRARY}
 
 
 @dataclass(frozen=True)
