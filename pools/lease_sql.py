@@ -77,18 +77,17 @@ def cursor():
     psycopg keeps the most recent 100 and forgets them all at a rollback. Django turns
     them off by default (``prepare_threshold=None``) for the sake of connection poolers
     that cannot keep them; with ``DATABASE_PREPARED_STATEMENTS`` off the hot path keeps
-    to Django's own cursor."""
-    if not settings.DATABASE_PREPARED_STATEMENTS:
+    to Django's own cursor. So it does while Django logs queries (DEBUG, a test capturing
+    them): the log then shows each statement with its values, as it ran (psycopg names no
+    query text for a prepared one)."""
+    if not settings.DATABASE_PREPARED_STATEMENTS or connection.queries_logged:
         return connection.cursor()
     connection.ensure_connection()
     raw: psycopg.Connection = connection.connection
     if raw.prepare_threshold is None:  # Django's default: only explicit prepares count
         raw.prepare_threshold = _NEVER_BY_COUNT
     connection.validate_thread_sharing()
-    wrapped = _PreparedCursor(raw)
-    if connection.queries_logged:
-        return connection.make_debug_cursor(wrapped)
-    return connection.make_cursor(wrapped)
+    return connection.make_cursor(_PreparedCursor(raw))
 
 
 # Other server-binding cursors (Django's, were ``server_side_binding`` set) then still
