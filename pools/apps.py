@@ -28,11 +28,10 @@ class PoolsConfig(AppConfig):
                                       dispatch_uid="pools.sync")  # fmt: skip
         poll_cycle_recorded.connect(receivers.on_poll_cycle_recorded, weak=False,
                                     dispatch_uid="pools.poll_cycle")  # fmt: skip
-        # The pool pages: new cards join rule pools, watched pages get readings and news.
+        # The pool pages: new cards join rule pools, watched pages get readings (and their
+        # news after a placement from on_desired_state_changed).
         poll_cycle_recorded.connect(receivers.on_poll_cycle_for_pools, weak=False,
                                     dispatch_uid="pools.cards_and_live")  # fmt: skip
-        desired_state_changed.connect(receivers.on_slices_changed_for_pages, weak=False,
-                                      dispatch_uid="pools.live")  # fmt: skip
         register(PoolsCollector())
         # The fleet dashboard: capacity bars in cards, and the allocated cards' count.
         add_dashboard_panel(dashboard.dashboard_panel, order=POOLS_ORDER)

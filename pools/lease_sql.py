@@ -22,13 +22,21 @@ Why it stays race-free (the same rules as ``pools.services``):
 
 Column lists come from the models (``_insert``), so a new field with a default needs no
 change here.
+
+The statements run through ``cursor()``: bound on the server and prepared on their
+connection at their first run (``DATABASE_PREPARED_STATEMENTS``), so PostgreSQL parses and
+plans each statement text once per connection instead of once per placement; that was
+about half of its CPU per placement (docs/performance.md, issue #23).
 """
 
 from __future__ import annotations
 
 from functools import cache
 
-from django.db import connection, models
+import psycopg
+from django.conf import settings
+from django.db import DEFAULT_DB_ALIAS, connection, connections, models
+from django.db.backends.postgresql.base import ServerBindingCursor
 
 from agents.models import GPU
 from pools.choices import AllocationState, LeaseState
@@ -54,6 +62,37 @@ _TAKE_WHOLE = (
     "held_whole = TRUE, slices = 1, compute_allocated = pc.compute_capacity,"
     " memory_allocated_mib = pc.memory_capacity_mib"
 )
+
+
+class _PreparedCursor(ServerBindingCursor):
+    """Values sent apart from the text, and the statement prepared at its first run."""
+
+    def execute(self, query, params=None, *, prepare=None, binary=None):
+        return super().execute(query, params, prepare=True, binary=binary)
+
+
+def cursor():
+    """A cursor for the hot path's statements on Django's connection (its transaction, its
+    wrappers and error mapping). Prepared statements belong to the psycopg connection:
+    psycopg keeps the most recent 100 and forgets them all at a rollback. Django turns
+    them off by default (``prepare_threshold=None``) for the sake of connection poolers
+    that cannot keep them; with ``DATABASE_PREPARED_STATEMENTS`` off the hot path keeps
+    to Django's own cursor. So it does while Django logs queries (DEBUG, a test capturing
+    them): the log then shows each statement with its values, as it ran (psycopg names no
+    query text for a prepared one)."""
+    if not settings.DATABASE_PREPARED_STATEMENTS or connection.queries_logged:
+        return connection.cursor()
+    connection.ensure_connection()
+    raw: psycopg.Connection = connection.connection
+    if raw.prepare_threshold is None:  # Django's default: only explicit prepares count
+        raw.prepare_threshold = _NEVER_BY_COUNT
+    connection.validate_thread_sharing()
+    return connection.make_cursor(_PreparedCursor(raw))
+
+
+# Other server-binding cursors (Django's, were ``server_side_binding`` set) then still
+# prepare nothing by themselves.
+_NEVER_BY_COUNT = 2**31
 
 
 def _fits(whole: bool, compute: int, memory: int) -> tuple[str, list]:
@@ -83,7 +122,10 @@ def _insert(obj: models.Model, computed: dict[str, str]) -> tuple[str, str, list
     the columns named in ``computed`` take those SQL expressions instead of its values.
     Each value is cast to its column's type (a NULL has none of its own)."""
     columns, select, fields = _columns(type(obj), tuple(sorted(computed.items())))
-    params = [f.get_db_prep_save(f.pre_save(obj, True), connection) for f in fields]
+    # The connection itself, not the ``connection`` proxy: each field reads several of its
+    # attributes, and a lookup through the proxy cost more than the field's own work.
+    db = connections[DEFAULT_DB_ALIAS]
+    params = [f.get_db_prep_save(f.pre_save(obj, True), db) for f in fields]
     return columns, select, params
 
 
@@ -123,10 +165,10 @@ def place(
         SELECT lease.id, made.id, made.gpu_id, taken.node_id
           FROM lease, made JOIN taken ON taken.gpu_id = made.gpu_id
          ORDER BY made.id"""  # noqa: S608 (names from the models, values as parameters)
-    with connection.cursor() as cursor:
-        cursor.execute(sql, [*pick_params, count, *take_params, *fits_params, *lease_params,
+    with cursor() as cur:
+        cur.execute(sql, [*pick_params, count, *take_params, *fits_params, *lease_params,
                              *alloc_params])  # fmt: skip
-        return cursor.fetchall()
+        return cur.fetchall()
 
 
 def take(pick_sql: str, pick_params: list, count: int, whole: bool, compute: int, memory: int):
@@ -141,9 +183,9 @@ def take(pick_sql: str, pick_params: list, count: int, whole: bool, compute: int
         UPDATE {_PC} pc SET {take_sql} FROM pick, ok
          WHERE ok.ok AND pc.id = pick.id AND {fits}
         RETURNING pc.gpu_id, pick.node_id, pick.physical"""  # noqa: S608 (model names only)
-    with connection.cursor() as cursor:
-        cursor.execute(sql, [*pick_params, count, *take_params, *fits_params])
-        return sorted(cursor.fetchall())
+    with cursor() as cur:
+        cur.execute(sql, [*pick_params, count, *take_params, *fits_params])
+        return sorted(cur.fetchall())
 
 
 def lock_chosen(pool_id: int, gpu_ids: list[int], whole: bool, compute: int, memory: int):
@@ -172,7 +214,7 @@ _RELEASE_SQL = f"""
     ),
     gone AS (
         UPDATE {Allocation._meta.db_table} a SET state = %(released)s, released_at = %(now)s
-         WHERE a.id = ANY(ARRAY(SELECT id FROM live)) RETURNING a.id
+          FROM live WHERE a.id = live.id RETURNING a.id
     ),
     back AS (
         SELECT gpu_id, pool_id, count(*) AS n, sum(compute_pct) AS c, sum(memory_mib) AS m,
@@ -208,8 +250,8 @@ def release(lease_id: int, now) -> tuple[bool, set[int]]:
         "lease_active": LeaseState.ACTIVE, "released": AllocationState.RELEASED,
         "active": AllocationState.ACTIVE,
     }  # fmt: skip
-    with connection.cursor() as cursor:
-        cursor.execute(_RELEASE_SQL, params)
-        rows = cursor.fetchall()
+    with cursor() as cur:
+        cur.execute(_RELEASE_SQL, params)
+        rows = cur.fetchall()
     claimed = bool(rows and rows[0][0])
     return claimed, {row[1] for row in rows if row[1] is not None}

@@ -84,9 +84,17 @@ def pools_on_nodes(node_ids: Iterable[int], among: set[int]) -> list[int]:
     )
 
 
-def nodes_changed(node_ids: Iterable[int]) -> None:
-    """Slices on these nodes changed (``desired_state_changed``): their pools' pages."""
-    watching = watched()  # one Redis round trip; none of it when no page is open
+def read_watched(pipe) -> None:
+    """Put the read of ``watched`` on a Redis pipeline; ``redis_client.watched_of`` reads
+    its answer."""
+    redis_client.read_watched(pipe, _watched_key())
+
+
+def nodes_changed(node_ids: Iterable[int], watching: set[int] | None = None) -> None:
+    """Slices on these nodes changed (``desired_state_changed``): their pools' pages.
+    ``watching``: the watched pools, when the caller read them already."""
+    if watching is None:
+        watching = watched()  # one Redis round trip; none of it when no page is open
     if watching:
         pools_changed(pools_on_nodes(node_ids, watching), watching)
 

@@ -117,10 +117,12 @@ _CANDIDATES_FROM = f"""
 
 
 def _candidates_sql(
-    pool: Pool, ask: placement.Ask, exclude: Iterable[int], limit: int | None
-) -> tuple[list[str], list]:
+    pool: Pool, ask: placement.Ask, exclude: Iterable[int], limit: int | None,
+    also: tuple[str, list] = ("", []),
+) -> tuple[list[str], list]:  # fmt: skip
     """FROM and WHERE (and for binpack ORDER BY and LIMIT) of the cards that match and fit
-    the ask now: placement.matches and placement.fits in SQL."""
+    the ask now: placement.matches and placement.fits in SQL; ``also`` a further condition
+    and its parameters."""
     sql, params = [_CANDIDATES_FROM], [pool.pk, GpuHealth.OK, NodeState.ONLINE]
     if ask.whole_card:
         sql.append("AND pc.slices = 0")
@@ -139,9 +141,13 @@ def _candidates_sql(
         if value:
             sql.append(clause)
             params.append(value)
+    if also[0]:
+        sql.append(also[0])
+        params += also[1]
     if limit is not None:
-        sql.append(f"ORDER BY {_BINPACK_ORDER_SQL} LIMIT %s")
-        params.append(limit)
+        # A literal, not a parameter: a prepared statement's generic plan would assume a
+        # LIMIT $n returns a tenth of the rows and might leave the index's order for a sort.
+        sql.append(f"ORDER BY {_BINPACK_ORDER_SQL} LIMIT {int(limit)}")
     return sql, params
 
 
@@ -168,23 +174,32 @@ def candidate_cards(
     sql, params = _candidates_sql(pool, ask, exclude, limit)
     if skip_locked and limit is not None:
         sql.append("FOR UPDATE OF pc SKIP LOCKED")
-    with connection.cursor() as cursor:
+    with lease_sql.cursor() as cursor:
         cursor.execute(f"SELECT {_CARD_COLUMNS} " + " ".join(sql), params)  # values as params
         return [_card(row) for row in cursor.fetchall()]
 
 
-def picks(pool: Pool, ask: placement.Ask, exclude: Iterable[int] = ()):
+def _unlocked_best(
+    pool: Pool, ask: placement.Ask, exclude: list[int], also: tuple[str, list] = ("", [])
+) -> tuple[str, list]:
+    """A pick of binpack's best ``count`` cards that no racing transaction holds, locked
+    as read (racing requests then fill the next best cards instead of queueing on one)."""
+    sql, params = _candidates_sql(pool, ask, exclude, ask.count, also)
+    return ("SELECT pc.id, pc.gpu_id, g.node_id, g.memory_total_mib AS physical "
+            + " ".join(sql) + " FOR UPDATE OF pc SKIP LOCKED"), params  # fmt: skip
+
+
+def picks(
+    pool: Pool, ask: placement.Ask, exclude: Iterable[int] = (), *, unlocked_first: bool = True
+):
     """The ways to lock cards for ``ask``, best first: ``(pick SQL, params, count)`` for
     ``lease_sql.place`` or ``lease_sql.take``. The one path to capacity for placements
-    and failover alike; stops when placement finds no cards (the caller then decides)."""
+    and failover alike; stops when placement finds no cards (the caller then decides).
+    ``unlocked_first=False``: the caller tried binpack's ``_unlocked_best`` already."""
     exclude = list(exclude)
     whole = ask.whole_card
-    if _ordered(ask):
-        # Binpack first takes the best cards no racing transaction holds, locked as read:
-        # racing requests then fill the next best cards instead of queueing on one.
-        sql, params = _candidates_sql(pool, ask, exclude, ask.count)
-        yield ("SELECT pc.id, pc.gpu_id, g.node_id, g.memory_total_mib AS physical "
-               + " ".join(sql) + " FOR UPDATE OF pc SKIP LOCKED"), params, ask.count  # fmt: skip
+    if _ordered(ask) and unlocked_first:
+        yield *_unlocked_best(pool, ask, exclude), ask.count
     for _attempt in range(PLACE_ATTEMPTS):
         # Read without locking, choose, then wait for the chosen cards (in id order, so
         # two multi-card requests cannot deadlock); a card that no longer fits: again.
@@ -206,36 +221,72 @@ def _placed(
     PlacementError, having changed nothing, when it does not fit."""
     if not ask.valid:
         raise PlacementError("no card in this pool could ever hold this request", never=True)
-    if (
-        not ask.whole_card
-        and not slicing_checked
-        and (refusal := slice_refusal(pool, ask.model, ask.vendor))
-    ):
-        raise PlacementError(refusal, never=True)
-    for pick, params, count in picks(pool, ask):
+    others = None if ask.whole_card or slicing_checked else _others(pool.pk, ask.model, ask.vendor)
+    unlocked_first = True
+    if others and _ordered(ask):
+        # Binpack's usual case in one statement: its pick takes no card at all while the
+        # pool holds cards that slicing might refuse; then the check below decides.
+        pick, params = _unlocked_best(pool, ask, [], (f"AND NOT EXISTS (SELECT {others[0]})",
+                                                      others[1]))  # fmt: skip
+        if rows := lease_sql.place(pick, params, ask.count, False, lease, template):
+            return rows
+        unlocked_first = False
+    if others:
+        kinds = _slicing_kinds(pool, ask.model, ask.vendor, others)
+        if refusal := slicing.slice_refusal(kinds):
+            raise PlacementError(refusal, never=True)
+        # Cards slicing might refuse took the slice after all: the pick above skipped them.
+        unlocked_first = unlocked_first or bool(kinds)
+    for pick, params, count in picks(pool, ask, unlocked_first=unlocked_first):
         if rows := lease_sql.place(pick, params, count, ask.whole_card, lease, template):
             return rows
     return _not_placed(pool, ask)
 
 
+# NVIDIA's cards always slice: only the others are read, through the index on GPU.vendor,
+# so that a placement in an NVIDIA pool pays one index probe, not a scan of its cards.
+# Literals (constants of the code), so the planner knows from the column's statistics
+# that a pool of NVIDIA cards has none.
+assert all(v.isalnum() for v in slicing.OTHER_VENDORS)
+_OTHER_VENDORS_SQL = ", ".join(f"'{v}'" for v in slicing.OTHER_VENDORS)
+
+
+def _others(pool_id: int, model: str, vendor: str) -> tuple[str, list] | None:
+    """FROM and WHERE of the pool's cards that slicing might refuse a slice of ``model``
+    of ``vendor`` ("": any), those of other vendors than NVIDIA; None when the ask names
+    NVIDIA (its cards always slice)."""
+    if vendor and vendor not in slicing.OTHER_VENDORS:
+        return None
+    sql = [f"FROM {PoolCard._meta.db_table} o JOIN {GPU._meta.db_table} og ON og.id = o.gpu_id"
+           f" WHERE o.pool_id = %s AND og.vendor IN ({_OTHER_VENDORS_SQL})"]  # fmt: skip
+    params: list = [pool_id]
+    for clause, value in (("AND og.model = %s", model), ("AND og.vendor = %s", vendor)):
+        if value:
+            sql.append(clause)
+            params.append(value)
+    return " ".join(sql), params
+
+
+def _slicing_kinds(
+    pool: Pool, model: str, vendor: str, others: tuple[str, list]
+) -> set[tuple[str, str]]:
+    """(vendor, model) of the pool's cards in ``others``; a pool with no cards yet, of its
+    vendor rule."""
+    with lease_sql.cursor() as cursor:
+        cursor.execute(f"SELECT DISTINCT og.vendor, og.model {others[0]}", others[1])
+        kinds = set(cursor.fetchall())
+    if not kinds and pool.match_vendor in slicing.OTHER_VENDORS and not pool.cards.exists():
+        kinds = {(vendor or pool.match_vendor, model)}
+    return kinds
+
+
 def slice_refusal(pool: Pool, model: str = "", vendor: str = "") -> str | None:
     """Why a slice cannot be asked of this pool (of its cards of ``model``, when given), or
     None: some of the cards it could land on are handed out whole only (pools.slicing).
-    A pool with no such cards yet is judged by its vendor rule."""
-    # NVIDIA's cards always slice: only the others are read, through the index on GPU.vendor,
-    # so that a placement in an NVIDIA pool pays one index probe, not a scan of its cards.
-    cards = PoolCard.objects.filter(pool=pool, gpu__vendor__in=slicing.OTHER_VENDORS)
-    if model:
-        cards = cards.filter(gpu__model=model)
-    if vendor:
-        if vendor not in slicing.OTHER_VENDORS:
-            return None  # NVIDIA's cards always slice
-        cards = cards.filter(gpu__vendor=vendor)
-    # No ordering: the cards' default one would join the DISTINCT and sort every card.
-    kinds = set(cards.order_by().values_list("gpu__vendor", "gpu__model").distinct())
-    if not kinds and pool.match_vendor in slicing.OTHER_VENDORS and not pool.cards.exists():
-        kinds = {(vendor or pool.match_vendor, model)}
-    return slicing.slice_refusal(kinds)
+    A pool with no such cards yet is judged by its vendor rule. Written in SQL: the same
+    query through the ORM cost about 1 ms of CPU to compile, more than it took to run."""
+    others = _others(pool.pk, model, vendor)
+    return slicing.slice_refusal(_slicing_kinds(pool, model, vendor, others)) if others else None
 
 
 def _not_placed(pool: Pool, ask: placement.Ask):

@@ -33,6 +33,26 @@ def _add(key: str, seconds: int) -> bool:
     return bool(redis_client.client().set(key, 1, ex=seconds, nx=True))
 
 
+def mark_queued(pipe, node_ids: Iterable[int]) -> list[int]:
+    """Put on a Redis pipeline each node's "queued" mark, set unless set: ``queue_marked``
+    then queues a send of those whose mark was new (the pipeline's answers, in order).
+    Split so that a placement's receiver sends these and its other reads in one round
+    trip (``pools.receivers``)."""
+    ordered = sorted(set(node_ids))
+    for node_id in ordered:
+        pipe.set(_queued_key(node_id), 1, ex=60, nx=True)
+    return ordered
+
+
+def queue_marked(node_ids: list[int], added: Iterable) -> int:
+    queued = 0
+    for node_id, new in zip(node_ids, added, strict=True):
+        if new:
+            sync_desired_state.apply_async((node_id,), countdown=SYNC_DELAY_S)
+            queued += 1
+    return queued
+
+
 def queue_sync(node_ids: Iterable[int], *, cooldown: bool = False) -> int:
     """Queue a send of each node's desired state unless one is queued already; with
     ``cooldown``, also unless one was queued in the last RESEND_COOLDOWN_S. Returns how

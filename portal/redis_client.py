@@ -54,4 +54,13 @@ def watch(key_name: str, member: int, ttl_s: float) -> None:
 
 def watched(key_name: str) -> set[int]:
     """The members of ``key_name`` (see ``watch``) whose watch has not lapsed."""
-    return {int(m) for m in client().zrangebyscore(key_name, time.time(), "+inf")}
+    return watched_of(client().zrangebyscore(key_name, time.time(), "+inf"))
+
+
+def read_watched(pipe, key_name: str) -> None:
+    """``watched`` on a pipeline; ``watched_of`` reads its answer."""
+    pipe.zrangebyscore(key_name, time.time(), "+inf")
+
+
+def watched_of(members) -> set[int]:
+    return {int(m) for m in members}

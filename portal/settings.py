@@ -131,6 +131,10 @@ TEMPLATES = [
 
 # Set when the portal runs its own database (no DATABASE_URL): what manage.py demo starts.
 EMBEDDED_DATABASE = None
+# The placement and release statements are prepared once per connection
+# (pools.lease_sql.cursor). Off behind a pooler that cannot keep prepared statements across
+# transactions (PgBouncer before 1.21, or without max_prepared_statements).
+DATABASE_PREPARED_STATEMENTS = env_bool("DATABASE_PREPARED_STATEMENTS", default=True)
 if DATABASE_URL:
     # Under daphne every concurrent request runs on its own thread, and a persistent
     # connection belongs to its thread: with CONN_MAX_AGE > 0, 50 concurrent API clients held

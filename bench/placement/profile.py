@@ -35,7 +35,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--server-side-binding",
         action="store_true",
-        help="psycopg server-side parameters (prepared after 5 runs)",
+        help="Django's server_side_binding for every query (it prepares nothing: Django sets "
+        "prepare_threshold=None; the hot path prepares its own, DATABASE_PREPARED_STATEMENTS)",
     )
     args = parser.parse_args(argv)
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "portal.settings")
