@@ -49,7 +49,7 @@ def reclaimed_heard(sender, lease_id: int, **kwargs) -> None:
 def request_step(sender, request_id: int, **kwargs) -> None:
     from clusters import gates
     from clusters.models import ClusterWorkload
-    from clusters.tasks import pass_cluster_workloads
+    from clusters.tasks import PASS_DEBOUNCE_S, pass_asked_key, pass_cluster_workloads
 
     if gates.in_pass():
         return  # the pass that made this step carries it itself
@@ -62,10 +62,3 @@ def request_step(sender, request_id: int, **kwargs) -> None:
     # on a worker): one pass a second per cluster, started once the burst is in.
     if cluster_id is not None and cache.add(pass_asked_key(cluster_id), 1, timeout=PASS_DEBOUNCE_S):
         pass_cluster_workloads.apply_async((cluster_id,), countdown=PASS_DEBOUNCE_S / 2)
-
-
-PASS_DEBOUNCE_S = 2
-
-
-def pass_asked_key(cluster_id: int) -> str:
-    return f"clusters:gate-pass-asked:{cluster_id}"

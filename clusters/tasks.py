@@ -30,6 +30,15 @@ def pass_gated_workloads() -> dict[str, dict[str, str]]:
     return gates.pass_all()
 
 
+# A burst of request steps asks for one pass: the first queues it this much later, the
+# rest find the key (the pass deletes it as it starts).
+PASS_DEBOUNCE_S = 2
+
+
+def pass_asked_key(cluster_id: int) -> str:
+    return f"clusters:gate-pass-asked:{cluster_id}"
+
+
 # Late acks: as pass_gated_workloads.
 @shared_task(bind=True, acks_late=True, reject_on_worker_lost=True, ignore_result=True,
              max_retries=5)  # fmt: skip
@@ -40,7 +49,6 @@ def pass_cluster_workloads(self, cluster_id: int) -> dict[str, str]:
     from django.core.cache import cache
 
     from clusters import gates
-    from clusters.receivers import pass_asked_key
 
     cache.delete(pass_asked_key(cluster_id))  # steps from now on ask for a pass of their own
     cluster = Cluster.objects.select_related("pool").filter(pk=cluster_id).first()

@@ -325,10 +325,10 @@ def test_a_burst_of_steps_asks_for_one_pass(team, api, monkeypatch):
     queued = []
     monkeypatch.setattr(tasks.pass_cluster_workloads, "apply_async",
                         lambda args, countdown: queued.append((args, countdown)))  # fmt: skip
-    cache.delete(receivers.pass_asked_key(cluster.pk))
+    cache.delete(tasks.pass_asked_key(cluster.pk))
     for _step in range(3):
         receivers.request_step(sender=None, request_id=req.pk)
-    assert queued == [((cluster.pk,), receivers.PASS_DEBOUNCE_S / 2)]
+    assert queued == [((cluster.pk,), tasks.PASS_DEBOUNCE_S / 2)]
     tasks.pass_cluster_workloads.run(cluster.pk)  # the queued pass starts
     receivers.request_step(sender=None, request_id=req.pk)
     assert len(queued) == 2
