@@ -12,7 +12,7 @@ from django.contrib.auth import get_user_model
 from django.contrib.auth.password_validation import validate_password
 from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError
-from django.db import transaction
+from django.db import IntegrityError, transaction
 from django.utils.translation import gettext as _
 
 
@@ -26,17 +26,22 @@ class Command(BaseCommand):
         if not username:
             raise CommandError(_("DJANGO_SUPERUSER_USERNAME is not set."))
         users = get_user_model()
-        with transaction.atomic():
-            if users.objects.select_for_update().filter(username=username).exists():
-                self.stdout.write(_("%(user)s exists; left as it is.") % {"user": username})
-                return
-            if not password:
-                raise CommandError(_("DJANGO_SUPERUSER_PASSWORD is not set."))
-            user = users(username=username, email=email, is_staff=True, is_superuser=True)
-            try:
-                validate_password(password, user)
-            except ValidationError as exc:
-                raise CommandError(" ".join(exc.messages)) from None
-            user.set_password(password)
-            user.save()
+        exists = _("%(user)s exists; left as it is.") % {"user": username}
+        if users.objects.filter(username=username).exists():
+            self.stdout.write(exists)
+            return
+        if not password:
+            raise CommandError(_("DJANGO_SUPERUSER_PASSWORD is not set."))
+        user = users(username=username, email=email, is_staff=True, is_superuser=True)
+        try:
+            validate_password(password, user)
+        except ValidationError as exc:
+            raise CommandError(" ".join(exc.messages)) from None
+        user.set_password(password)
+        try:
+            with transaction.atomic():
+                user.save()
+        except IntegrityError:  # another start made it meanwhile (two replicas at once)
+            self.stdout.write(exists)
+            return
         self.stdout.write(_("Created the administrator %(user)s.") % {"user": username})
