@@ -48,6 +48,9 @@ get_hashers_by_algorithm.cache_clear()
 _finder_scan = WhiteNoiseMiddleware.add_files_from_finders
 _finder_files: dict[str, dict] = {}
 
+# The clusters' tests share their team, Kubernetes API and cluster (tests/kube_world.py).
+pytest_plugins = ["tests.kube_world"]
+
 
 def _add_files_from_finders_once(self: WhiteNoiseMiddleware) -> None:
     # Every test client builds its own middleware chain, and WhiteNoise's finder scan stats

@@ -21,7 +21,8 @@ from quotas.choices import RequestState
 from tests import clients, procs
 from tests.factories import gpu_team
 from tests.kube_api import serving
-from tests.test_cluster_jobs import NS, TOKEN, job
+from tests.kube_world import NS, TOKEN
+from tests.test_cluster_jobs import job
 
 pytestmark = [pytest.mark.browser]
 

@@ -11,33 +11,14 @@ import pytest
 from clusters import gates, workloads
 from clusters.choices import HAMI_DEVICE_CLASS, NVIDIA_DEVICE_CLASS, Enforcement
 from clusters.models import ClusterWorkload, WorkloadState
-from clusters.services import map_namespace, register_cluster
 from quotas.choices import RequestState
-from tests.factories import gpu_team
-from tests.kube_api import serving
+from tests.kube_world import NS, make_cluster
 
 pytestmark = pytest.mark.django_db
-TOKEN = "sa-token-0123456789"
-NS = "acme-train"
-
-
-@pytest.fixture
-def team():
-    return gpu_team("acme", cards=10, auto_approve_vgpus=2, auto_approve_compute_pct=50,
-                    auto_approve_hours=8)  # fmt: skip
-
-
-@pytest.fixture
-def api():
-    with serving(TOKEN) as server:
-        yield server
 
 
 def _cluster(team, api, enforcement=Enforcement.DRA_HAMI):
-    cluster = register_cluster(actor=None, token=TOKEN, name="prod", api_url=api.url,
-                               pool=team.pool, kueue=False, enforcement=enforcement)  # fmt: skip
-    map_namespace(cluster, actor=None, namespace=NS, tenant=team.tenant)
-    return cluster
+    return make_cluster(team, api, enforcement=enforcement)
 
 
 def template(name="one-slice", device_class=HAMI_DEVICE_CLASS, count=1, **capacity) -> dict:

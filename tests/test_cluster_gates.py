@@ -12,36 +12,13 @@ import pytest
 from audit.interface import AuditEntry
 from clusters import gates, workloads
 from clusters.models import ClusterWorkload, WorkloadState
-from clusters.services import map_namespace, register_cluster
 from quotas.choices import RequestState
 from quotas.models import GpuRequest
 from quotas.requests import services
-from tests.factories import gpu_team
-from tests.kube_api import serving
+from tests.kube_world import NS, make_cluster
 
 pytestmark = pytest.mark.django_db
-TOKEN = "sa-token-0123456789"
-NS = "acme-train"
-
-
-@pytest.fixture
-def team():
-    # Within policy: up to 2 vGPUs of 50 % for 8 hours are approved at once.
-    return gpu_team("acme", cards=10, auto_approve_vgpus=2, auto_approve_compute_pct=50,
-                    auto_approve_hours=8)  # fmt: skip
-
-
-@pytest.fixture
-def api():
-    with serving(TOKEN) as server:
-        yield server
-
-
-def _cluster(team, api, kueue=False):
-    cluster = register_cluster(actor=None, token=TOKEN, name="prod", api_url=api.url,
-                               pool=team.pool, kueue=kueue)  # fmt: skip
-    map_namespace(cluster, actor=None, namespace=NS, tenant=team.tenant)
-    return cluster
+_cluster = make_cluster
 
 
 def pod(

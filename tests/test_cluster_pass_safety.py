@@ -15,13 +15,14 @@ from kubernetes import client as k8s
 from clusters import gates, workloads
 from clusters.models import ClusterWorkload, WorkloadState
 from quotas.choices import RequestState
+from tests.kube_world import NS
 from tests.test_cluster_gates import pod
-from tests.test_cluster_jobs import NS, _cluster, _gated, api, job, team  # noqa: F401
+from tests.test_cluster_jobs import _cluster, _gated, job
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
-def test_a_second_pass_of_the_same_cluster_waits_its_turn(team, api):  # noqa: F811
+def test_a_second_pass_of_the_same_cluster_waits_its_turn(team, api):
     cluster = _cluster(team, api)
     api.add("pods", pod())
     settings = connection.settings_dict
@@ -39,7 +40,7 @@ def test_a_second_pass_of_the_same_cluster_waits_its_turn(team, api):  # noqa: F
     assert ClusterWorkload.objects.get().state == WorkloadState.ADMITTED
 
 
-def test_a_link_made_after_the_list_is_not_ended(team, api, monkeypatch):  # noqa: F811
+def test_a_link_made_after_the_list_is_not_ended(team, api, monkeypatch):
     cluster = _cluster(team, api)
     listed = gates.Workloads.list
 
@@ -61,7 +62,7 @@ def test_a_link_made_after_the_list_is_not_ended(team, api, monkeypatch):  # noq
     assert late.state == WorkloadState.ADMITTED
 
 
-def test_a_forbidden_jobs_list_leaves_the_pods_carried(team, api):  # noqa: F811
+def test_a_forbidden_jobs_list_leaves_the_pods_carried(team, api):
     cluster = _cluster(team, api)
     api.add("jobs", job(parallelism=1))
     gates.pass_cluster(cluster)
@@ -74,7 +75,7 @@ def test_a_forbidden_jobs_list_leaves_the_pods_carried(team, api):  # noqa: F811
     assert ClusterWorkload.objects.get(kind="Job").state == WorkloadState.ADMITTED  # not ended
 
 
-def test_a_pod_of_another_kind_of_job_is_its_own_workload(team, api):  # noqa: F811
+def test_a_pod_of_another_kind_of_job_is_its_own_workload(team, api):
     cluster = _cluster(team, api)
     volcano = pod(name="vc-0")
     volcano["metadata"]["ownerReferences"] = [{"apiVersion": "batch.volcano.sh/v1alpha1",
@@ -86,7 +87,7 @@ def test_a_pod_of_another_kind_of_job_is_its_own_workload(team, api):  # noqa: F
     assert (link.kind, link.name, link.state) == ("Pod", "vc-0", WorkloadState.ADMITTED)
 
 
-def test_a_jobs_pods_are_ungated_only_as_its_template_and_its_parallelism_allow(team, api):  # noqa: F811
+def test_a_jobs_pods_are_ungated_only_as_its_template_and_its_parallelism_allow(team, api):
     cluster = _cluster(team, api)
     the_job = api.add("jobs", job(parallelism=1, completions=3))
     api.play_job_controller()
@@ -112,7 +113,7 @@ def test_a_jobs_pods_are_ungated_only_as_its_template_and_its_parallelism_allow(
     assert workloads.is_gated(api.get("pods", "greedy", NS), False)
 
 
-def test_a_pod_gone_before_its_patch_stops_no_other(team, api, monkeypatch):  # noqa: F811
+def test_a_pod_gone_before_its_patch_stops_no_other(team, api, monkeypatch):
     cluster = _cluster(team, api)
     the_job = api.add("jobs", job(parallelism=2))
     api.play_job_controller()
@@ -131,7 +132,7 @@ def test_a_pod_gone_before_its_patch_stops_no_other(team, api, monkeypatch):  # 
     assert ClusterWorkload.objects.get().state == WorkloadState.ADMITTED
 
 
-def test_a_paused_job_waits_until_it_has_pods_to_run(team, api):  # noqa: F811
+def test_a_paused_job_waits_until_it_has_pods_to_run(team, api):
     cluster = _cluster(team, api)
     api.add("jobs", job(parallelism=0))
     gates.pass_cluster(cluster)
@@ -141,7 +142,7 @@ def test_a_paused_job_waits_until_it_has_pods_to_run(team, api):  # noqa: F811
     assert ClusterWorkload.objects.get().request.count == 1
 
 
-def test_a_passs_own_steps_start_no_pass_in_its_thread(team, api, eager_tasks, monkeypatch):  # noqa: F811
+def test_a_passs_own_steps_start_no_pass_in_its_thread(team, api, eager_tasks, monkeypatch):
     """Eager (the embedded default): the notices of the requests a pass makes run inside it,
     on commit; they must not start a pass within the pass."""
     passes = []
