@@ -41,10 +41,12 @@ from portal import embedded_db
 from quotas.choices import RequestState
 from quotas.models import GpuRequest
 from quotas.requests.services import allocated_usage
+from reports.models import DigestSent
 from tests import clients, procs
 from tests.alert_receivers import PATHS, SECRET, Receiver, handler_for
 from tests.factories import MembershipFactory, SubscriptionFactory, gpu_team
 from tests.live_api import Answer, call, token
+from tests.test_alert_reports import email_channel
 from tests.test_celery_faults import PrivateRedis, _redis_server
 
 URL = "/api/v1/gpu-requests/"
@@ -526,4 +528,73 @@ def test_redis_restarted_empty_under_a_request_loop(private_redis, receiver,
     print(
         f"\nRedis: down {held_down:.1f} s; answers {counted}; first success {recovery:.2f} s"
         f" after it was back; {len(load.made)} requests, {delivered} deliveries"
+    )
+
+
+# --- beat ---------------------------------------------------------------------------------
+
+
+def digest_checks_run(worker: procs.Proc) -> int:
+    return sum("send_idle_digest" in line and "succeeded" in line for line in worker.lines)
+
+
+def test_beat_sigkilled_and_restarted_under_a_request_loop(receiver, child_env_for_test_db,
+                                                           alice, tmp_path):  # fmt: skip
+    """celery beat SIGKILLed (its schedule file as the kill left it) and started again
+    while clients create, place and release: the clients never notice, beat sends what is
+    due again, and the idle digest, checked every second here and due all day, is sent
+    once: the check beat sends again at its restart finds the day's row
+    (tests/test_digest_once.py shows the row on its own; this is beat itself killed)."""
+    hook, _rx = receiver
+    team, _devs, auths = team_within_policy("beatload", hook)
+    mail = email_channel(alice, "digest@example.com", rules=["idle-digest"])
+    env = {**child_env_for_test_db, **ALERT_ENV, "IDLE_DIGEST_HOUR": "0",
+           "IDLE_DIGEST_CHECK_EVERY_S": "1"}  # fmt: skip
+    schedule = tmp_path / "beat-schedule"
+    body = {**ASK, "tenant": team.tenant.pk, "pool": team.pool.pk}
+    due = "Sending due task idle-digest"
+    with stack(env, beat=schedule) as (url, running):
+        beat = running[-1]
+        load = Load(url, auths, body)
+        load.start()
+        try:
+            load.wait_cycles(2 * CLIENTS)
+            beat.wait_for(due, count=2, timeout=60)
+            deadline = time.monotonic() + 60
+            while not DigestSent.objects.exists():
+                assert time.monotonic() < deadline, "".join(running[1].lines[-30:])
+                time.sleep(0.1)
+            checks_before = digest_checks_run(running[1])
+            beat.popen.kill()  # SIGKILL: no chance to write its schedule file
+            beat.popen.wait()
+            killed = time.monotonic()
+            again = procs.start("celery-beat-again", beat.popen.args, env)
+            try:
+                sent = again.wait_for(due, timeout=60)
+                recovery = time.monotonic() - killed
+                again.wait_for(due, count=3, timeout=60)
+                load.wait_cycles(2 * CLIENTS, after=killed)
+                # Checks sent since the restart have run (the celery queue's worker); a
+                # check the worker reaches after its 1 s expiry is dropped, so not all.
+                deadline = time.monotonic() + 60
+                while digest_checks_run(running[1]) < checks_before + 2:
+                    assert time.monotonic() < deadline, "".join(running[1].lines[-30:])
+                    time.sleep(0.1)
+            finally:
+                again.stop()
+            # What the restarted beat sent first: had the kill left an entry's last run
+            # unwritten in the schedule file, it would be here though not yet due.
+            sends = [line for line in again.lines[:40] if "Sending due task " in line]
+            at_once = sorted({line.split("Sending due task ")[1].split()[0] for line in sends})
+        finally:
+            load.stop()
+        counted = load.check_answers()
+        assert_back_to_zero(team, load.made)
+    days = DigestSent.objects.count()
+    assert days >= 1 and Delivery.objects.filter(channel_id=mail).count() == days
+    assert sum(s.status == 503 for s in load.seen) == 0
+    print(
+        f"\nbeat: first due task sent {recovery:.2f} s after the kill ({sent[0].strip()[:60]});"
+        f" answers {counted}; {len(load.made)} requests; digests {days}; sent at its start:"
+        f" {at_once}"
     )
