@@ -152,6 +152,16 @@ def test_a_message_that_finds_the_database_away_runs_again_and_tells_each_step_o
     assert calls == [steps[0]["kind"], steps[1]["kind"], steps[0]["kind"], steps[1]["kind"]]
     assert Delivery.objects.filter(channel=sub.channel).count() == 2 and len(heard) == 2
 
+    # Run in the process (the embedded default, no broker): it fails once, no retry at
+    # once in a loop; the requests' sweep sends the step later.
+    def away(step: dict) -> bool:
+        raise OperationalError("connection refused")
+
+    monkeypatch.setattr(notices, "_tell", away)
+    with pytest.raises(OperationalError):
+        send_notices.apply(args=(steps,), throw=True)
+    assert retried == [settings.ALERT_RETRY_BASE]
+
 
 def test_a_message_is_run_again_as_a_delivery_is_until_the_horizon(settings):
     settings.ALERT_RETRY_BASE, settings.ALERT_RETRY_MAX = 10.0, 300.0
