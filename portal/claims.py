@@ -1,5 +1,6 @@
-"""Insert a row once: the one way the portal claims a key that must be acted on at most once
-(an Idempotency-Key, a notice told, a digest sent), on the row's unique index.
+"""Insert a row once: the way the portal claims a key that must be acted on at most once
+(an Idempotency-Key, a digest sent), on the row's unique index. (A request step's notice
+is claimed by marking its outbox row told: quotas.requests.notices.)
 
 One ``INSERT ... ON CONFLICT DO NOTHING RETURNING`` statement, no savepoint: a concurrent
 insert of the same key waits on the index for that transaction, then finds the key taken.

@@ -416,6 +416,9 @@ REQUEST_EXPIRY_WARNING = env_int("REQUEST_EXPIRY_WARNING", 3600, minimum=0)
 # release and approval) and the timed steps (escalation, expiry, warnings), in seconds.
 REQUESTS_PLACE_EVERY_S = env_int("REQUESTS_PLACE_EVERY_S", 15, minimum=1)
 REQUESTS_SWEEP_EVERY_S = env_int("REQUESTS_SWEEP_EVERY_S", 60, minimum=1)
+# A step's notices (e-mail, IM, pushes) still untold this long after the step are sent
+# again by the sweep: their task message was lost with Redis (quotas.requests.notices).
+NOTICE_RESEND_AFTER_S = env_float("NOTICE_RESEND_AFTER_S", 60.0, minimum=0.1)
 # Reports (docs/reports.md): the idle scan with its reclaim step, the take-back of borrowed
 # capacity, and the accounting of today and yesterday, in seconds.
 IDLE_SCAN_EVERY_S = env_int("IDLE_SCAN_EVERY_S", 300, minimum=1)

@@ -11,6 +11,7 @@ from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 from django.db.models import Q
 from django.urls import reverse
+from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
 from agents.choices import GpuVendor
@@ -246,15 +247,23 @@ class Notice(models.Model):
 
 
 class SentNotice(models.Model):
-    """A notice the worker has told (its signal and pushes): the key ``announce`` gave it,
-    so a task message handed out again tells nobody twice (``quotas.requests.notices``)."""
+    """A request step to tell (its signal and pushes), by the key ``announce`` gave it:
+    written with the step, untold (``sent_at`` None, the step kept); the worker's claim
+    sets ``sent_at``, so a task message handed out again tells nobody twice, and the
+    sweep sends again a step whose message was lost (``quotas.requests.notices``)."""
 
     key = models.UUIDField(primary_key=True)
-    sent_at = models.DateTimeField(auto_now_add=True, db_index=True)
+    sent_at = models.DateTimeField(null=True, blank=True, db_index=True)
+    step = models.JSONField(null=True, blank=True)
+    created = models.DateTimeField(default=timezone.now)
 
     class Meta:
         verbose_name = _("sent notice")
         verbose_name_plural = _("sent notices")
+        indexes = [
+            models.Index(fields=["created"], condition=models.Q(sent_at=None),
+                         name="quotas_notice_untold"),
+        ]  # fmt: skip
 
     def __str__(self) -> str:
         return str(self.key)

@@ -9,7 +9,7 @@ from celery import shared_task
 from quotas.choices import RequestState
 from quotas.models import GpuRequest
 from quotas.requests import lifecycle
-from quotas.requests.notices import prune_sent
+from quotas.requests.notices import prune_sent, resend_untold
 from quotas.requests.notices import send_notices as send_notices
 from quotas.requests.services import place_queued
 
@@ -30,11 +30,12 @@ def place_all_queued() -> int:
 @shared_task(acks_late=True, reject_on_worker_lost=True, ignore_result=True)
 def sweep_requests() -> dict[str, int]:
     """Escalate and expire pending requests, warn before expiry, expire placed ones;
-    forget the keys of notices told long ago."""
+    send again the notices whose message was lost, forget those told long ago."""
     return {
         "escalated": lifecycle.escalate_pending(),
         "expired_pending": lifecycle.expire_pending(),
         "warned": lifecycle.warn_expiring(),
         "expired": lifecycle.expire_placed(),
+        "notices_resent": resend_untold(),
         "notice_keys_pruned": prune_sent(),
     }

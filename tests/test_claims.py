@@ -1,5 +1,5 @@
-"""portal.claims.insert_once: the one way a key is claimed once (Idempotency-Keys, notices
-told, digests sent). Concurrent claims are in tests/test_digest_once.py."""
+"""portal.claims.insert_once: a key claimed once (Idempotency-Keys, digests sent), on any
+model's unique index. Concurrent claims are in tests/test_digest_once.py."""
 
 from __future__ import annotations
 

@@ -6,11 +6,15 @@ nobody; a message handed out again tells nobody twice; a refused create queues n
 from __future__ import annotations
 
 import asyncio
+import uuid
+from datetime import timedelta
 
 import pytest
 from asgiref.sync import async_to_sync, sync_to_async
+from celery.exceptions import Retry
 from channels.layers import get_channel_layer
-from django.db import transaction
+from django.db import OperationalError, transaction
+from django.utils import timezone
 
 from alerts.choices import Severity
 from alerts.models import Delivery
@@ -116,6 +120,100 @@ def test_a_message_handed_out_again_tells_nobody_twice(
     assert Delivery.objects.filter(channel=sub.channel).count() == deliveries
     assert len(heard) == 2
     assert SentNotice.objects.count() == 2
+
+
+@pytest.mark.django_db
+def test_a_message_that_finds_the_database_away_runs_again_and_tells_each_step_once(
+    django_capture_on_commit_callbacks, heard, queued, monkeypatch, settings
+):
+    # Issue #27: a PostgreSQL restart under load failed the message, and the steps' e-mail,
+    # IM and pushes were lost (tests/test_faults_under_load.py shows it on the stack).
+    team = gpu_team(**POLICY)
+    sub = SubscriptionFactory(owner=team.dev, min_severity=Severity.INFO)
+    with django_capture_on_commit_callbacks(execute=True):
+        create_request(team.dev, **team.ask())
+    [steps] = queued
+    real, calls = notices._tell, []
+
+    def tell(step: dict) -> bool:
+        calls.append(step["kind"])
+        if len(calls) == 2:  # the first step told, then the database goes away
+            raise OperationalError("terminating connection due to administrator command")
+        return real(step)
+
+    monkeypatch.setattr(notices, "_tell", tell)
+    retried: list[float] = []
+    monkeypatch.setattr(notices.send_notices, "retry", lambda exc, countdown: (
+        retried.append(countdown), Retry(exc=exc, when=countdown))[1])  # fmt: skip
+    with pytest.raises(Retry):
+        send_notices(steps)
+    assert retried == [settings.ALERT_RETRY_BASE]
+    assert send_notices(steps) == 1  # the run again: the first step is claimed already
+    assert calls == [steps[0]["kind"], steps[1]["kind"], steps[0]["kind"], steps[1]["kind"]]
+    assert Delivery.objects.filter(channel=sub.channel).count() == 2 and len(heard) == 2
+
+    # Run in the process (the embedded default, no broker): it fails once, no retry at
+    # once in a loop; the requests' sweep sends the step later.
+    def away(step: dict) -> bool:
+        raise OperationalError("connection refused")
+
+    monkeypatch.setattr(notices, "_tell", away)
+    with pytest.raises(OperationalError):
+        send_notices.apply(args=(steps,), throw=True)
+    assert retried == [settings.ALERT_RETRY_BASE]
+
+
+def test_a_message_is_run_again_as_a_delivery_is_until_the_horizon(settings):
+    settings.ALERT_RETRY_BASE, settings.ALERT_RETRY_MAX = 10.0, 300.0
+    settings.ALERT_RETRY_HORIZON = 1000.0
+    # 10 + 20 + 40 + 80 + 160 + 300 + 300 = 910 s waited; one more 300 s would pass 1000.
+    assert [notices.retry_in(n) for n in range(8)] == [10, 20, 40, 80, 160, 300, 300, None]
+
+
+@pytest.mark.django_db
+def test_a_step_whose_message_was_lost_is_sent_again_by_the_sweep_and_told_once(
+    django_capture_on_commit_callbacks, heard, queued, settings
+):
+    # Redis restarted empty with the message in it (tests/test_faults_under_load.py).
+    team = gpu_team(**POLICY)
+    sub = SubscriptionFactory(owner=team.dev, min_severity=Severity.INFO)
+    with django_capture_on_commit_callbacks(execute=True):
+        create_request(team.dev, **team.ask())
+    [lost] = queued
+    queued.clear()
+    written = max(SentNotice.objects.values_list("created", flat=True))
+    assert notices.resend_untold(written) == 0  # not yet: its message may still come
+    later = written + timedelta(seconds=settings.NOTICE_RESEND_AFTER_S + 1)
+    assert notices.resend_untold(later) == 2
+    [again] = queued
+    assert again == lost
+    assert send_notices(again) == 2 and len(heard) == 2
+    assert Delivery.objects.filter(channel=sub.channel).count() == 2
+    assert notices.resend_untold(later) == 0
+    assert send_notices(lost) == 0  # the lost message turning up after all tells nobody
+    assert SentNotice.objects.filter(sent_at=None).count() == 0
+
+
+@pytest.mark.django_db
+def test_a_message_sent_before_steps_had_rows_still_tells_once(heard):
+    team = gpu_team(**POLICY)
+    req = create_request(team.dev, **team.ask())
+    step = {"key": uuid.uuid4().hex, "request": req.pk, "tenant": team.tenant.pk,
+            "pool": team.pool.pk, "state": req.state, "kind": NoticeKind.PLACED,
+            "requester": team.dev.pk, "recipients": [team.dev.pk], "users": [team.dev.pk],
+            "comment": ""}  # fmt: skip
+    assert send_notices([step]) == 1 and send_notices([step]) == 0
+    assert len(heard) == 1
+
+
+@pytest.mark.django_db
+def test_steps_never_told_are_forgotten_with_the_old_keys():
+    old = timezone.now() - timedelta(days=notices.SENT_KEY_DAYS, seconds=1)
+    SentNotice.objects.create(key=uuid.uuid4(), step={"key": "x"}, created=old)
+    SentNotice.objects.create(key=uuid.uuid4(), step={"key": "y"})
+    SentNotice.objects.create(key=uuid.uuid4(), sent_at=old, created=old)
+    assert notices.prune_sent() == 2
+    assert SentNotice.objects.get().step == {"key": "y"}
 
 
 @pytest.mark.django_db

@@ -395,7 +395,7 @@ def test_the_sweep_task_runs_every_timed_step(team, run_commits):
     run_commits(lambda: create_request(team.dev, **team.ask()))
     assert run_commits(sweep_requests) == {
         "escalated": 0, "expired_pending": 0, "warned": 0, "expired": 0,
-        "notice_keys_pruned": 0,
+        "notices_resent": 0, "notice_keys_pruned": 0,
     }  # fmt: skip
 
 
