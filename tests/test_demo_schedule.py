@@ -140,6 +140,7 @@ def test_the_demos_scheduled_work_runs(start_demo, tmp_path):
 
     _eventually("accounting day", lambda: {"vision", "speech"} <= set(accounted()), demo, 60)
     assert UsageDay.objects.filter(day=timezone.localdate(), gpu_hours__gt=0).exists()
+
     def both_used() -> bool:
         used = accounted()
         return used.get("vision", 0) > 0 and used.get("speech", 0) > 0
