@@ -252,7 +252,7 @@ def carry(
     cluster: Cluster,
     link: ClusterWorkload,
     obj: dict | None,
-    pods: list[dict] = (),
+    pods: list[dict] | tuple = (),
 ) -> None:
     """Carry the request's state to its workload (``obj`` as listed, None: not listed;
     ``pods``: the Pods a listed Job controls)."""
@@ -281,7 +281,7 @@ def carry(
     if req.state == RequestState.ALLOCATED and link.kind == JOB and not cluster.kueue:
         # The Job makes its Pods gated (retries and later completions too): each pass lifts
         # the gate of those it has made since, for as long as the request holds its GPUs.
-        if _ungate_pods(calls, obj, list(pods)) and link.state == WorkloadState.GATED:
+        if _ungate_pods(calls, obj, pods) and link.state == WorkloadState.GATED:
             _update(link, state=WorkloadState.ADMITTED, error="")
     elif req.state == RequestState.ALLOCATED and link.state == WorkloadState.GATED:
         if remove_gate(calls, obj, cluster.kueue):
@@ -367,11 +367,6 @@ def _uid(obj: dict) -> str | None:
     return uid[:64] if isinstance(uid, str) else None
 
 
-def _linked(cluster: Cluster, obj: dict) -> bool:
-    uid = _uid(obj)
-    return uid is not None and ClusterWorkload.objects.filter(cluster=cluster, uid=uid).exists()
-
-
 def _templates(calls: Workloads, cluster: Cluster, obj: dict, read: dict, namespace: str) -> dict:
     """The claim templates a new workload names, on a DRA cluster; a failed read (not a
     404) leaves the workload to the next pass rather than refusing it."""
@@ -407,6 +402,11 @@ def _pass_namespace(calls: Workloads, cluster: Cluster, mapping: NamespaceMappin
     by_uid: dict[str, dict] = {}
     pods_of_job: dict[str, list[dict]] = {}
     templates: dict[str, dict | None] = {}  # read once a pass, for the workloads naming them
+    # Which of them are linked already, in one query (admit_new checks again, for itself).
+    uids = [uid for uid in map(_uid, listed) if uid]
+    linked = set(
+        ClusterWorkload.objects.filter(cluster=cluster, uid__in=uids).values_list("uid", flat=True)
+    )
     for obj in listed:
         uid = _uid(obj)
         if uid:
@@ -416,7 +416,7 @@ def _pass_namespace(calls: Workloads, cluster: Cluster, mapping: NamespaceMappin
             pods_of_job.setdefault(job, []).append(obj)
             continue  # the Job's, never a request of its own
         try:
-            if is_gated(obj, cluster.kueue) and not paused(obj) and not _linked(cluster, obj):
+            if is_gated(obj, cluster.kueue) and not paused(obj) and uid not in linked:
                 admit_new(cluster, mapping, obj, _templates(calls, cluster, obj, templates,
                                                                mapping.namespace))  # fmt: skip
         except Exception:

@@ -112,9 +112,7 @@ def made_from(pod: dict, job: dict) -> bool:
         containers = spec.get("containers") if isinstance(spec.get("containers"), list) else []
         limits = []
         for container in containers:
-            resources = _dict(_dict(container).get("resources"))
-            merged = {**_dict(resources.get("requests")), **_dict(resources.get("limits"))}
-            limits.append(sorted((k, str(v)) for k, v in merged.items()
+            limits.append(sorted((k, str(v)) for k, v in _asked(container).items()
                                  if k in (HAMI_GPU, HAMI_MEMORY, HAMI_CORES)))  # fmt: skip
         claims = spec.get("resourceClaims") or []
         return sorted(map(str, limits)), sorted(
@@ -234,13 +232,19 @@ def _claimed(
     return count, memory, cores
 
 
+def _asked(container) -> dict:
+    """A container's resources as the scheduler reads them: its limits, or its requests
+    where it gives no limit."""
+    resources = _dict(_dict(container).get("resources"))
+    return {**_dict(resources.get("requests")), **_dict(resources.get("limits"))}
+
+
 def _limits(containers: list) -> tuple[int, int, int]:
     """(vGPUs, memory MiB, cores %) of HAMi's limits: vGPUs summed over the containers,
     memory and cores the largest any container asks."""
     count, memory, cores = 0, 0, 0
     for container in containers:
-        resources = _dict(container.get("resources") if isinstance(container, dict) else None)
-        merged = {**_dict(resources.get("requests")), **_dict(resources.get("limits"))}
+        merged = _asked(container)
         if HAMI_GPU not in merged:
             continue
         count += whole(merged[HAMI_GPU], HAMI_GPU, 1, MAX_VGPUS)
