@@ -33,6 +33,10 @@ def _add(key: str, seconds: int) -> bool:
     return bool(redis_client.client().set(key, 1, ex=seconds, nx=True))
 
 
+# A node's "queued" mark lasts this long at most (its send deletes it as it starts).
+QUEUED_TTL_S = 60
+
+
 def mark_queued(pipe, node_ids: Iterable[int]) -> list[int]:
     """Put on a Redis pipeline each node's "queued" mark, set unless set: ``queue_marked``
     then queues a send of those whose mark was new (the pipeline's answers, in order).
@@ -40,7 +44,7 @@ def mark_queued(pipe, node_ids: Iterable[int]) -> list[int]:
     trip (``pools.receivers``)."""
     ordered = sorted(set(node_ids))
     for node_id in ordered:
-        pipe.set(_queued_key(node_id), 1, ex=60, nx=True)
+        pipe.set(_queued_key(node_id), 1, ex=QUEUED_TTL_S, nx=True)
     return ordered
 
 
@@ -57,15 +61,12 @@ def queue_sync(node_ids: Iterable[int], *, cooldown: bool = False) -> int:
     """Queue a send of each node's desired state unless one is queued already; with
     ``cooldown``, also unless one was queued in the last RESEND_COOLDOWN_S. Returns how
     many were queued."""
-    queued = 0
-    for node_id in sorted(set(node_ids)):
-        if cooldown and not _add(redis_client.key("pools", "resent", node_id), RESEND_COOLDOWN_S):
-            continue
-        # The key goes when the send starts, so a change made during a send queues another.
-        if _add(_queued_key(node_id), 60):
-            sync_desired_state.apply_async((node_id,), countdown=SYNC_DELAY_S)
-            queued += 1
-    return queued
+    ordered = [
+        node_id for node_id in sorted(set(node_ids))
+        if not cooldown or _add(redis_client.key("pools", "resent", node_id), RESEND_COOLDOWN_S)
+    ]  # fmt: skip
+    # The key goes when the send starts, so a change made during a send queues another.
+    return queue_marked(ordered, [_add(_queued_key(node_id), QUEUED_TTL_S) for node_id in ordered])
 
 
 # Late acks: the node is sent its whole desired state, never a change, so a send again

@@ -62,6 +62,11 @@ def hami_preloaded(env: Mapping[str, str], preload_file: str = "") -> bool:
     return HAMI_LIBRARY in env.get(PRELOAD, "") or HAMI_LIBRARY in preload_file
 
 
+def mps_client(env: Mapping[str, str], default_pipe: bool = False) -> bool:
+    """An MPS server's client: its pipe directory set, or one at the default place."""
+    return bool(env.get(MPS_PIPE)) or default_pipe
+
+
 def declared(
     env: Mapping[str, str],
     *,
@@ -74,7 +79,7 @@ def declared(
     driver enforces its cap; ``hami`` and ``mps`` (None: judged from the environment
     alone) whether libvgpu is preloaded and an MPS server serves the process."""
     hami = hami_preloaded(env) if hami is None else hami
-    mps = bool(env.get(MPS_PIPE)) if mps is None else mps
+    mps = mps_client(env) if mps is None else mps
     found = []
     if driver and DRIVER in env and (mib := _mib(env[DRIVER], "m")) is not None:
         found.append((mib, "driver"))

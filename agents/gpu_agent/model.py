@@ -77,8 +77,8 @@ class ProcessReading:
     # The allocation named by the process's environment; the environment itself never
     # leaves the node (it holds the user's secrets), only this one value does.
     allocation_env: str | None = None
-    # The memory limit its environment declares (gpu_agent/limits.py): (how, MiB), "none",
-    # or None when the environment could not be read. Node-only, as the environment is.
+    # The memory limit that holds it (gpu_agent/limits.py): (how, MiB), "none", or None
+    # when the environment could not be read. Node-only, as the environment is.
     memory_limit: tuple[str, int] | str | None = None
     # Filled in by attribution, not by backends.
     allocation_id: str | None = None

@@ -34,8 +34,8 @@ class ProcessInfo:
     user: str | None
     command: str | None
     allocation_env: str | None
-    # (how, MiB) of the memory limit its environment declares; "none" when it was read
-    # and declares none; None when the environment could not be read (no root).
+    # (how, MiB) of the memory limit that holds it (limits.declared: a variable whose
+    # mechanism runs); "none" when none does; None when the environment could not be read.
     memory_limit: tuple[str, int] | str | None = None
 
 
@@ -76,9 +76,7 @@ class ProcessInspector:
         if env is not None:
             allocation = env.pop(self._env_var, "").strip() or None
             hami = limits.hami_preloaded(env, self._root_file(base, "etc/ld.so.preload"))
-            mps = (
-                bool(env.get(limits.MPS_PIPE)) or (base / "root" / limits.MPS_DEFAULT_PIPE).exists()
-            )
+            mps = limits.mps_client(env, (base / "root" / limits.MPS_DEFAULT_PIPE).exists())
             memory_limit = limits.declared(env, driver=self.driver_caps, hami=hami, mps=mps)
             memory_limit = memory_limit or "none"
         return ProcessInfo(
