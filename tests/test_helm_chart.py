@@ -6,6 +6,7 @@ allows, the image's user."""
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import subprocess
@@ -121,6 +122,19 @@ def test_the_workers_consume_every_queue_the_portal_routes_to():
     values = {**REQUIRED, "workers[0].name": "all", "workers[0].queues": "{celery,polls}",
               "workers[0].replicas": "1", "workers[0].concurrency": "2"}  # fmt: skip
     assert 'the queue "deliveries"' in refusal(values)
+
+
+def test_the_charts_lists_of_queues_are_the_portals():
+    # The chart names the queues twice (the render-time check, the values schema): both
+    # must change with CELERY_TASK_ROUTES, or a new queue would go unconsumed or be refused.
+    routed = {route["queue"] for route in settings.CELERY_TASK_ROUTES.values()}
+    routed.add(settings.CELERY_TASK_DEFAULT_QUEUE)
+    helpers = (CHART / "templates" / "_helpers.tpl").read_text()
+    listed = re.search(r'define "gpu-portal.queues" -}}\s*(.*?)\s*{{-', helpers, re.S)
+    assert set(listed.group(1).split()) == routed
+    schema = json.loads((CHART / "values.schema.json").read_text())
+    queues = schema["properties"]["workers"]["items"]["properties"]["queues"]
+    assert set(queues["items"]["enum"]) == routed
 
 
 def test_one_beat_however_many_web_pods():
