@@ -172,6 +172,19 @@ else:
             "PORT": EMBEDDED_DATABASE["port"],
         }
     }
+# A process that hangs inside a transaction (a stuck web thread, a stopped worker) would
+# hold its row locks, a tenant's quota row among them, until it died; PostgreSQL ends such a
+# session after this many seconds idle in its transaction (0: never). Sent as a startup
+# option, which PgBouncer refuses unless it ignores it: set 0 there and set it on the server.
+DATABASE_IDLE_IN_TRANSACTION_TIMEOUT_S = env_int(
+    "DATABASE_IDLE_IN_TRANSACTION_TIMEOUT_S", 300, minimum=0
+)
+if DATABASE_IDLE_IN_TRANSACTION_TIMEOUT_S:
+    _options = DATABASES["default"].setdefault("OPTIONS", {})
+    _options["options"] = " ".join(filter(None, [
+        _options.get("options", ""),
+        f"-c idle_in_transaction_session_timeout={DATABASE_IDLE_IN_TRANSACTION_TIMEOUT_S}s",
+    ]))  # fmt: skip
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 if REDIS_URL:

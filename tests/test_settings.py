@@ -113,3 +113,52 @@ def test_well_formed_settings_are_read(monkeypatch):
     assert env.env_bool("X_FLAG") is True
     assert env.env_list("X_LIST", []) == ["a", "b", "c"]
     assert env.env_int("X_MISSING", 7) == 7
+
+
+HUNG = """
+import json, time, django, psycopg
+from django.conf import settings
+django.setup()
+from django.db import DatabaseError, connection, transaction
+db = settings.DATABASES["default"]
+seen = {"options": db.get("OPTIONS", {}).get("options", "")}
+if seen["options"]:
+    try:
+        with transaction.atomic():
+            with connection.cursor() as cur:
+                cur.execute("SELECT 1 FROM django_migrations ORDER BY id LIMIT 1 FOR UPDATE")
+                time.sleep(2.5)  # hung inside the transaction, holding the row
+                with psycopg.connect(host=db["HOST"], port=db["PORT"], user=db["USER"],
+                                     dbname=db["NAME"], autocommit=True) as other:
+                    other.execute("SET lock_timeout = '2s'")
+                    other.execute(
+                        "SELECT 1 FROM django_migrations ORDER BY id LIMIT 1 FOR UPDATE")
+                    seen["other_got_the_row"] = True
+                cur.execute("SELECT 1")
+        seen["hung_went_on"] = True
+    except DatabaseError as exc:  # psycopg's AdminShutdown-like InternalError
+        seen["hung_cut"] = str(exc).splitlines()[0]
+print(json.dumps(seen))
+"""
+
+
+@pytest.mark.django_db
+def test_a_session_hung_in_a_transaction_is_ended_and_its_locks_freed():
+    from django.db import connection
+
+    url = "postgres://{USER}@{HOST}:{PORT}/{NAME}".format(**connection.settings_dict)
+    env = procs.child_env(DJANGO_SETTINGS_MODULE="portal.settings", DATABASE_URL=url,
+                          DATABASE_IDLE_IN_TRANSACTION_TIMEOUT_S="1")  # fmt: skip
+    result = subprocess.run([procs.PYTHON, "-c", HUNG], cwd=procs.REPO, env=env,
+                            capture_output=True, text=True, timeout=60, check=False)  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    seen = json.loads(result.stdout)
+    assert "idle_in_transaction_session_timeout=1s" in seen["options"]
+    # Another session took the row the hung one held; the hung one's next statement failed.
+    assert seen.get("other_got_the_row") is True
+    assert "hung_went_on" not in seen
+    assert "idle-in-transaction timeout" in seen["hung_cut"]
+    env["DATABASE_IDLE_IN_TRANSACTION_TIMEOUT_S"] = "0"
+    result = subprocess.run([procs.PYTHON, "-c", HUNG], cwd=procs.REPO, env=env,
+                            capture_output=True, text=True, timeout=60, check=False)  # fmt: skip
+    assert json.loads(result.stdout) == {"options": ""}
