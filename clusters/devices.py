@@ -217,11 +217,14 @@ def dra_placement(
 @dataclass(frozen=True, slots=True)
 class Plan:
     """How the request's allocations follow the cluster: the moves (allocation id, card
-    uuid), the uuids the pool has no card for, and the vGPUs run beyond those held."""
+    uuid), the uuids the pool has no card for, the vGPUs run beyond those held, and the
+    cards given several of its vGPUs (the portal puts each vGPU of a request on a card of
+    its own)."""
 
     moves: tuple[tuple[int, str], ...]
     unknown: tuple[str, ...]
     extra: int
+    doubled: tuple[str, ...] = ()
 
 
 def plan(held: Sequence[tuple[int, str | None]], chosen: Sequence[str],
@@ -229,7 +232,9 @@ def plan(held: Sequence[tuple[int, str | None]], chosen: Sequence[str],
     """``held``: the request's active allocations (id, its card's uuid); ``chosen``: the
     cluster's cards; ``known``: uuids of the pool's cards. An allocation already on a
     chosen card stays; the others move, in order, to the chosen cards left."""
-    left = list(chosen)
+    distinct = list(dict.fromkeys(chosen))
+    doubled = tuple(u for u in distinct if chosen.count(u) > 1)
+    left = list(distinct)
     free = []
     for allocation_id, uuid in held:
         if uuid in left:
@@ -244,4 +249,4 @@ def plan(held: Sequence[tuple[int, str | None]], chosen: Sequence[str],
             moves.append((free.pop(0), uuid))
         else:
             extra += 1
-    return Plan(tuple(moves), tuple(unknown), extra)
+    return Plan(tuple(moves), tuple(unknown), extra, doubled)

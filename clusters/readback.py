@@ -149,6 +149,9 @@ def follow(cluster: Cluster, req: GpuRequest, uuids: list[str]) -> str:
         said.append(_("Runs on %(cards)s, not a card of pool %(pool)s.")
                     % {"cards": ", ".join(steps.unknown)[:500],
                        "pool": cluster.pool.name})  # fmt: skip
+    if steps.doubled:
+        said.append(_("Runs several vGPUs on %(cards)s: the portal holds one per card.")
+                    % {"cards": ", ".join(steps.doubled)[:500]})  # fmt: skip
     if steps.extra:
         said.append(_("Runs %(n)s vGPUs more than its request holds.") % {"n": steps.extra})
     return " ".join(said)[:2000]

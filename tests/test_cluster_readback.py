@@ -224,6 +224,44 @@ def test_hostile_hami_annotations_are_refused_alone(team, api, caplog, value, sa
     assert any("read-back of Pod acme-train/bad refused" in r.getMessage() for r in caplog.records)
 
 
+def test_a_node_name_that_is_not_one_is_refused(team, api):
+    cluster = _admitted(team, api)
+    placed = _allocation()
+    chosen = _other_card(team, placed.gpu)
+    _hami_bound(api, "train-1", f"{chosen.uuid},NVIDIA,8192,25:;")
+    api.edit("pods", "train-1", lambda o: o["metadata"]["annotations"].update(
+        {devices.HAMI_NODE: "../../node"}), NS)  # fmt: skip
+    gates.pass_cluster(cluster)
+    assert "is not a valid name" in ClusterWorkload.objects.get().readback_error
+    assert _allocation().gpu_id == placed.gpu_id
+
+
+def test_two_vgpus_on_one_card_are_recorded_not_followed(team, api):
+    cluster = make_cluster(team, api)
+    api.add("pods", pod(gpus="2"))
+    gates.pass_cluster(cluster)
+    req = ClusterWorkload.objects.get().request
+    before = sorted(
+        Allocation.objects.filter(lease_id=req.lease_id).values_list("gpu_id", flat=True)
+    )
+    chosen = next(c for c in team.cards if c.pk not in before)
+    _hami_bound(api, "train-1", f"{chosen.uuid},NVIDIA,8192,25:{chosen.uuid},NVIDIA,8192,25:;")
+    gates.pass_cluster(cluster)
+    after = sorted(
+        Allocation.objects.filter(lease_id=req.lease_id).values_list("gpu_id", flat=True)
+    )
+    assert chosen.pk in after and len(set(after)) == 2  # one followed, one card per vGPU kept
+    assert "Runs several vGPUs on" in ClusterWorkload.objects.get().mismatch
+
+
+def test_plan_keeps_what_matches_and_moves_the_rest_in_order():
+    steps = devices.plan(
+        [(1, "A"), (2, "B"), (3, None)], ["B", "C", "D", "X"], {"A", "B", "C", "D"}
+    )
+    assert steps == devices.Plan(moves=((1, "C"), (3, "D")), unknown=("X",), extra=0)
+    assert devices.plan([(1, "A")], ["A", "B"], {"A", "B"}).extra == 1
+
+
 def test_a_jobs_pods_are_read_back_each_to_its_card(team, api):
     cluster = make_cluster(team, api)
     job = {"apiVersion": "batch/v1", "kind": "Job",
@@ -427,7 +465,7 @@ def test_a_job_naming_a_standalone_claim_is_refused_as_shared(team, api):
 # --- what follows from the books ----------------------------------------------------------
 
 
-def test_the_idle_report_attributes_the_read_back_card_to_the_tenant(team, api):
+def test_the_idle_report_attributes_the_read_back_card_to_the_tenant(team, api, client):
     cluster = _admitted(team, api)
     far = online_cards(2)  # another node of the pool, where the cluster ran it
     pool_services.add_cards(team.pool, [g.pk for g in far])
@@ -444,6 +482,11 @@ def test_the_idle_report_attributes_the_read_back_card_to_the_tenant(team, api):
     row = AllocationIdle.objects.get(allocation=allocation)
     assert (row.tenant_id, row.node_id, row.pool_id) == (
         team.tenant.pk, far[1].node_id, team.pool.pk)  # fmt: skip
+    # And the request's page says where it runs.
+    client.force_login(team.admin)
+    req = ClusterWorkload.objects.get().request
+    page = client.get(reverse("requests:request_detail", args=[req.pk])).content.decode()
+    assert far[1].node.name in page
 
 
 def test_a_placed_lease_elsewhere_is_untouched_by_the_read_back(team, api):
