@@ -112,7 +112,8 @@ def admit_new(
         return found
     with transaction.atomic():
         link = ClusterWorkload(cluster=cluster, namespace=namespace, kind=kind, name=name, uid=uid,
-                               claims=standalone_claims(obj) if kind == POD else [])  # fmt: skip
+                               claims=standalone_claims(obj) if kind == POD
+                               and cluster.enforcement in DEVICE_CLASSES else [])  # fmt: skip
         try:
             size = size_of(obj, templates, DEVICE_CLASSES.get(cluster.enforcement, ""))
             link.request = create_request(_requester(mapping), tenant=mapping.tenant,
@@ -276,12 +277,13 @@ def carry(
     if obj is None or finished(obj):
         if req.state in HELD_OPEN:
             end_request(req.pk)  # the workload went or is done: its request goes with it
-            if req.state == RequestState.ALLOCATED:
-                readback.delete_claims(calls.kube, link, obj)
             if obj is not None and req.state == RequestState.ALLOCATED:
                 calls.event(obj, "GpuRequestReleased", _(
                     "GPU request #%(id)s was released: the %(kind)s finished."
                 ) % {"id": req.pk, "kind": link.kind}, kind="Normal")  # fmt: skip
+        if req.state in (RequestState.ALLOCATED, RequestState.RELEASED):
+            # Released now or before (a deletion that failed is done again): its claims go.
+            readback.delete_claims(calls.kube, cluster, link, obj)
         _update(link, state=WorkloadState.ENDED)
         return
     if req.state == RequestState.ALLOCATED and link.reclaim_after and not link.reclaim_told:
@@ -311,7 +313,7 @@ def carry(
                 text = _("GPU request #%(id)s was taken back; the %(kind)s is deleted.")
                 calls.event(obj, "GpuRequestReclaimed", text % {"id": req.pk, "kind": link.kind})
             calls.delete(obj)
-            readback.delete_claims(calls.kube, link, obj)
+            readback.delete_claims(calls.kube, cluster, link, obj)
         _update(link, state=WorkloadState.ENDED, told=req.state)
     if req.state == RequestState.ALLOCATED and link.state == WorkloadState.ADMITTED:
         readback.read_back(calls.reader, cluster, link, req, obj, pods)

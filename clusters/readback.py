@@ -52,9 +52,16 @@ class Reader:
         self.kube = kube
         self._claims: dict[str, dict[str, dict]] = {}
         self._slices: dict | None = None
+        self._failed: dict[str, Exception] = {}  # a list that failed fails once a pass
 
     def _items(self, path: str) -> list[dict]:
-        items = self.kube.call("GET", path).get("items", [])
+        if path in self._failed:
+            raise self._failed[path]
+        try:
+            items = self.kube.call("GET", path).get("items", [])
+        except Exception as exc:
+            self._failed[path] = exc
+            raise
         return [i for i in items[:MAX_LISTED] if isinstance(i, dict)] if isinstance(
             items, list) else []  # fmt: skip
 
@@ -106,7 +113,7 @@ def read_back(
                            meta.get("namespace"), meta.get("name"), exc)  # fmt: skip
             errors.append(f"{meta.get('name', '')[:63]}: {exc}")
             continue
-        except (k8s.ApiException, OSError, ValueError) as exc:
+        except Exception as exc:  # the API away, a 403 on the lists: the next pass
             logger.warning("cluster %s: read-back of %s/%s failed: %s", cluster.name,
                            meta.get("namespace"), meta.get("name"), exc)  # fmt: skip
             errors.append(error_text(exc))
@@ -157,10 +164,13 @@ def follow(cluster: Cluster, req: GpuRequest, uuids: list[str]) -> str:
     return " ".join(said)[:2000]
 
 
-def delete_claims(kube, link: ClusterWorkload, obj: dict | None) -> None:
-    """Delete the standalone ResourceClaims of a workload whose request was released: only
-    those it named itself, not owned by anyone and used by no other consumer (claims made
-    from a template go with their Pod)."""
+def delete_claims(kube, cluster: Cluster, link: ClusterWorkload, obj: dict | None) -> None:
+    """Delete the standalone ResourceClaims of a workload whose request was released, on a
+    DRA cluster: only those it named itself, not owned by anyone and used by no other
+    consumer (claims made from a template go with their Pod). An error is raised: the
+    next pass tries again."""
+    if cluster.enforcement not in DEVICE_CLASSES:
+        return  # a HAMi cluster's claims are none of the portal's business
     uid = link.uid
     for name in link.claims or (standalone_claims(obj) if obj else []):
         path = CLAIMS.format(namespace=link.namespace) + f"/{name}"

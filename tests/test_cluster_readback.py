@@ -440,6 +440,41 @@ def test_a_finished_pod_releases_and_deletes_its_standalone_claim(team, api):
     assert api.get("resourceclaims", "my-gpu", NS) is None
 
 
+def test_a_claim_deletion_that_fails_is_done_again_next_pass(team, api):
+    cluster = make_cluster(team, api, enforcement=Enforcement.DRA_HAMI)
+    mine = allocated_claim("my-gpu")
+    del mine["status"]
+    api.add("resourceclaims", mine)
+    api.add("pods", claiming(claim={"name": "gpu", "resourceClaimName": "my-gpu"}))
+    gates.pass_cluster(cluster)
+    link = ClusterWorkload.objects.get()
+    services.end_request(link.request.pk, team.dev)
+    api.forbidden = {"resourceclaims"}  # the service account lost its right meanwhile
+    gates.pass_cluster(cluster)
+    link.refresh_from_db()
+    assert api.get("pods", "train-1", NS) is None and link.state != WorkloadState.ENDED
+    assert "403" in link.error or "Forbidden" in link.error, link.error
+    api.forbidden = set()
+    gates.pass_cluster(cluster)
+    assert api.get("resourceclaims", "my-gpu", NS) is None
+    assert ClusterWorkload.objects.get().state == WorkloadState.ENDED
+
+
+def test_a_hami_cluster_never_touches_claims(team, api):
+    cluster = make_cluster(team, api)
+    api.add("resourceclaims", allocated_claim("my-gpu"))
+    named = pod()
+    named["spec"]["resourceClaims"] = [{"name": "gpu", "resourceClaimName": "my-gpu"}]
+    api.add("pods", _valid(named))
+    gates.pass_cluster(cluster)
+    link = ClusterWorkload.objects.get()
+    assert link.state == WorkloadState.ADMITTED and link.claims == []
+    services.end_request(link.request.pk, team.dev)
+    gates.pass_cluster(cluster)
+    assert ClusterWorkload.objects.get().state == WorkloadState.ENDED
+    assert not [p for _m, p in api.requests if "resourceclaims" in p]
+
+
 def test_a_standalone_claim_another_consumer_holds_is_neither_sized_nor_deleted(team, api):
     cluster = make_cluster(team, api, enforcement=Enforcement.DRA_HAMI)
     api.add("resourceclaims", allocated_claim("shared"))  # reserved for another Pod
