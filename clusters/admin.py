@@ -23,4 +23,5 @@ class ClusterWorkloadAdmin(admin.ModelAdmin):
     list_display = ("name", "namespace", "cluster", "state", "request", "updated")
     list_filter = ("cluster", "state")
     readonly_fields = ("cluster", "namespace", "kind", "name", "uid", "request", "state",
-                       "error", "told")  # fmt: skip
+                       "error", "told", "node", "devices", "mismatch", "readback_error",
+                       "claims")  # fmt: skip

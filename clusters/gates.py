@@ -29,11 +29,14 @@ from django.utils.translation import gettext as _
 from kubernetes import client as k8s
 
 from audit.interface import record
+from clusters import readback
 from clusters.choices import DEVICE_CLASSES, TAKEN_BACK
+from clusters.devices import standalone_claims
 from clusters.models import Cluster, ClusterWorkload, NamespaceMapping, WorkloadState
 from clusters.sync import CONFLICT_RETRIES, Kube, api_client, error_text
 from clusters.workloads import (
     API_VERSIONS,
+    CLAIM_KEY,
     JOB,
     POD,
     Refused,
@@ -108,7 +111,9 @@ def admit_new(
     if found is not None:
         return found
     with transaction.atomic():
-        link = ClusterWorkload(cluster=cluster, namespace=namespace, kind=kind, name=name, uid=uid)
+        link = ClusterWorkload(cluster=cluster, namespace=namespace, kind=kind, name=name, uid=uid,
+                               claims=standalone_claims(obj) if kind == POD
+                               and cluster.enforcement in DEVICE_CLASSES else [])  # fmt: skip
         try:
             size = size_of(obj, templates, DEVICE_CLASSES.get(cluster.enforcement, ""))
             link.request = create_request(_requester(mapping), tenant=mapping.tenant,
@@ -127,6 +132,7 @@ class Workloads:
 
     def __init__(self, kube: Kube):
         self.kube = kube
+        self.reader = readback.Reader(kube)  # read-back's lists, once a pass
 
     def list(self, kind: str, namespace: str) -> list[dict]:
         items = self.kube.call("GET", path_of(kind, namespace)).get("items", [])
@@ -134,9 +140,11 @@ class Workloads:
         return [{**item, "kind": kind} for item in items if isinstance(item, dict)]
 
     def claim_template(self, namespace: str, name: str) -> dict | None:
-        return self.kube.get(
-            f"/apis/resource.k8s.io/v1/namespaces/{namespace}/resourceclaimtemplates/{name}"
-        )
+        """A ResourceClaimTemplate, or a standalone ResourceClaim named ``CLAIM_KEY + name``."""
+        plural = "resourceclaimtemplates"
+        if name.startswith(CLAIM_KEY):
+            plural, name = "resourceclaims", name.removeprefix(CLAIM_KEY)
+        return self.kube.get(f"/apis/resource.k8s.io/v1/namespaces/{namespace}/{plural}/{name}")
 
     def read(self, kind: str, namespace: str, name: str) -> dict | None:
         found = self.kube.get(path_of(kind, namespace, name))
@@ -273,6 +281,9 @@ def carry(
                 calls.event(obj, "GpuRequestReleased", _(
                     "GPU request #%(id)s was released: the %(kind)s finished."
                 ) % {"id": req.pk, "kind": link.kind}, kind="Normal")  # fmt: skip
+        if req.state in (RequestState.ALLOCATED, RequestState.RELEASED):
+            # Released now or before (a deletion that failed is done again): its claims go.
+            readback.delete_claims(calls.kube, cluster, link, obj)
         _update(link, state=WorkloadState.ENDED)
         return
     if req.state == RequestState.ALLOCATED and link.reclaim_after and not link.reclaim_told:
@@ -302,7 +313,10 @@ def carry(
                 text = _("GPU request #%(id)s was taken back; the %(kind)s is deleted.")
                 calls.event(obj, "GpuRequestReclaimed", text % {"id": req.pk, "kind": link.kind})
             calls.delete(obj)
+            readback.delete_claims(calls.kube, cluster, link, obj)
         _update(link, state=WorkloadState.ENDED, told=req.state)
+    if req.state == RequestState.ALLOCATED and link.state == WorkloadState.ADMITTED:
+        readback.read_back(calls.reader, cluster, link, req, obj, pods)
 
 
 def _reclaim_text(req: GpuRequest, link: ClusterWorkload) -> str:

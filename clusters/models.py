@@ -138,6 +138,16 @@ class ClusterWorkload(models.Model):
     reclaim_after = models.DateTimeField(_("taken back after"), null=True, blank=True)
     reclaim_cause = models.CharField(_("taken back because"), max_length=16, blank=True)
     reclaim_told = models.BooleanField(default=False)
+    # Where the cluster runs it, read back from the cluster (clusters.readback): the node(s)
+    # and the card uuids, one per vGPU; what the portal's books could not follow (a card it
+    # does not know, one full in its books); and a read-back the portal refused.
+    node = models.CharField(_("runs on node"), max_length=255, blank=True)
+    devices = models.JSONField(_("runs on cards"), default=list, blank=True)
+    mismatch = models.TextField(_("differs from the portal's books"), blank=True)
+    readback_error = models.TextField(_("read-back refused"), blank=True)
+    # Standalone ResourceClaims it names (resourceClaimName): deleted once its request is
+    # released, so no other Pod can take their devices past the portal.
+    claims = models.JSONField(_("standalone ResourceClaims"), default=list, blank=True)
     created = models.DateTimeField(auto_now_add=True)
     updated = models.DateTimeField(auto_now=True)
 

@@ -14,9 +14,11 @@ from django.views.decorators.http import require_http_methods
 
 from clusters import services, sync
 from clusters.forms import ClusterForm, NamespaceForm
-from clusters.models import Cluster
+from clusters.models import Cluster, WorkloadState
 from portal.security import allowed_if
 from quotas.permissions import is_platform_admin
+
+WORKLOADS_SHOWN = 200
 
 
 @allowed_if(is_platform_admin)
@@ -58,5 +60,7 @@ def cluster_detail(request: HttpRequest, pk: int) -> HttpResponse:
     context = {
         "cluster": cluster, "form": form, "mappings": cluster.namespaces.select_related("tenant"),
         "objects": [(o, json.dumps(o, indent=2)) for o in objects],
+        # Its live workloads, where they run as read back, and what differs from the books.
+        "workloads": cluster.workloads.exclude(state=WorkloadState.ENDED)[:WORKLOADS_SHOWN],
     }  # fmt: skip
     return render(request, "clusters/detail.html", context, status=status)

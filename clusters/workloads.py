@@ -179,10 +179,20 @@ def _parallel_pods(job: dict) -> int:
     return parallel
 
 
+# The key a standalone ResourceClaim's spec is given under among the templates read (no
+# object name holds a '/').
+CLAIM_KEY = "resourceclaim/"
+
+
 def claim_templates(obj: dict) -> list[str]:
-    """The ResourceClaimTemplates the workload's Pods claim devices through, by name."""
+    """The ResourceClaimTemplates the workload's Pods claim devices through, by name, and
+    a Pod's standalone ResourceClaims (``resourceClaimName``) as ``CLAIM_KEY + name``."""
     claims = pod_spec(obj).get("resourceClaims") or []
-    names = [c.get("resourceClaimTemplateName") for c in claims if isinstance(c, dict)]
+    claims = [c for c in claims if isinstance(c, dict)] if isinstance(claims, list) else []
+    names = [c.get("resourceClaimTemplateName") for c in claims]
+    if kind_of(obj) == POD:
+        names += [CLAIM_KEY + n for n in (c.get("resourceClaimName") for c in claims)
+                  if isinstance(n, str) and n]  # fmt: skip
     return [n for n in names if isinstance(n, str) and n]
 
 
@@ -200,8 +210,31 @@ def _quantity_mib(value, what: str) -> int:
     return int(mib)
 
 
+def _claim_spec(claim: dict, templates: Mapping[str, dict | None], kind: str) -> dict:
+    """The claim's ``spec`` (a template's ``spec.spec``, a standalone claim's ``spec``): a
+    Pod may name a claim of its own, which no other consumer holds; a Job's Pods would all
+    share it, so a Job claims through templates only."""
+    name = claim.get("resourceClaimTemplateName")
+    standalone = claim.get("resourceClaimName")
+    if isinstance(name, str) and name:
+        template = templates.get(name)
+        if template is None:
+            raise Refused(_("ResourceClaimTemplate %(name)s not found.") % {"name": name[:63]})
+        return _dict(_dict(template.get("spec")).get("spec"))
+    if kind != POD or not isinstance(standalone, str) or not standalone:
+        raise Refused(_("Claim devices through a ResourceClaimTemplate, not a shared "
+                        "ResourceClaim: a shared claim cannot be sized per Pod."))  # fmt: skip
+    found = templates.get(CLAIM_KEY + standalone)
+    if found is None:
+        raise Refused(_("ResourceClaim %(name)s not found.") % {"name": standalone[:63]})
+    if _dict(found.get("status")).get("reservedFor"):
+        raise Refused(_("ResourceClaim %(name)s is in use by another consumer: a shared claim "
+                        "cannot be sized per Pod.") % {"name": standalone[:63]})  # fmt: skip
+    return _dict(found.get("spec"))
+
+
 def _claimed(
-    spec: dict, templates: Mapping[str, dict | None], device_class: str
+    spec: dict, templates: Mapping[str, dict | None], device_class: str, kind: str = POD
 ) -> tuple[int, int, int]:
     """(devices, memory MiB, cores %) the Pod's claims ask of the device class: devices
     summed over the requests, memory and cores the largest any request asks."""
@@ -209,14 +242,7 @@ def _claimed(
     for claim in spec.get("resourceClaims") or []:
         if not isinstance(claim, dict):
             continue
-        name = claim.get("resourceClaimTemplateName")
-        if not isinstance(name, str) or not name:
-            raise Refused(_("Claim devices through a ResourceClaimTemplate, not a shared "
-                            "ResourceClaim: a shared claim cannot be sized per Pod."))  # fmt: skip
-        template = templates.get(name)
-        if template is None:
-            raise Refused(_("ResourceClaimTemplate %(name)s not found.") % {"name": name[:63]})
-        devices = _dict(_dict(_dict(template.get("spec")).get("spec")).get("devices"))
+        devices = _dict(_claim_spec(claim, templates, kind).get("devices"))
         for request in devices.get("requests") or []:
             exactly = _dict(_dict(request).get("exactly"))
             if exactly.get("deviceClassName") != device_class:
@@ -269,7 +295,7 @@ def size_of(
     if not isinstance(containers, list) or not containers:
         raise Refused(_("The Pod has no containers."))
     if device_class and spec.get("resourceClaims"):
-        count, memory, cores = _claimed(spec, templates or {}, device_class)
+        count, memory, cores = _claimed(spec, templates or {}, device_class, kind_of(obj))
         if not count:
             raise Refused(_("No claim asks for a device of class %(cls)s.") % {"cls": device_class})
     else:

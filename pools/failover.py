@@ -127,6 +127,54 @@ def replace_allocation(allocation_id: int, reason: str, *, actor=None) -> Alloca
     return move
 
 
+def move_allocation(
+    allocation_id: int, gpu_id: int, reason: str, *, actor=None
+) -> AllocationMove | None:
+    """Move one active allocation to the card ``gpu_id`` of its pool, where something the
+    portal does not run placed it (a cluster's scheduler): the capacity is taken there by
+    the allocation service's conditional statements and given back on its old card, in one
+    transaction. None, and nothing changed, when it cannot: not active, already there, the
+    card not of its pool or holding another slice of the lease, or no room there in the
+    portal's books (full, held whole, cordoned). Audited; owners told."""
+    reason = reason[:REASON_CHARS]
+    with transaction.atomic():
+        allocation = (
+            Allocation.objects.select_for_update(of=("self",))
+            .select_related("lease", "gpu")
+            .filter(pk=allocation_id)
+            .first()
+        )
+        if (
+            allocation is None or allocation.state != AllocationState.ACTIVE
+            or allocation.lease.state != LeaseState.ACTIVE or allocation.gpu_id == gpu_id
+            or allocation.lease.allocations.filter(state=AllocationState.ACTIVE, gpu_id=gpu_id)
+            .exists()
+        ):  # fmt: skip
+            return None
+        whole, compute, memory = (
+            allocation.whole_card, allocation.compute_pct, allocation.memory_mib)  # fmt: skip
+        pick, params = lease_sql.lock_chosen(allocation.pool_id, [gpu_id], whole, compute, memory)
+        taken = lease_sql.take(pick, params, 1, whole, compute, memory)
+        if not taken:
+            return None
+        _gpu, new_node, physical = taken[0]
+        old_gpu, old_node = allocation.gpu_id, allocation.gpu.node_id if allocation.gpu else None
+        give_back(old_gpu, allocation.pool_id, compute, memory, whole)
+        allocation.gpu_id, allocation.placed_at = gpu_id, timezone.now()
+        if whole:
+            allocation.compute_pct, allocation.memory_mib = 100, physical
+        allocation.agent_sync, allocation.agent_error, allocation.agent_attempts = (
+            AgentSync.PENDING, "", 0)  # fmt: skip
+        allocation.save()
+        move = AllocationMove(lease_id=allocation.lease_id, allocation_id=allocation.pk,
+                              from_gpu_id=old_gpu, to_gpu_id=gpu_id, reason=reason)  # fmt: skip
+        record("allocation.moved", allocation, actor=actor, message=reason,
+               before={"gpu": old_gpu}, after={"gpu": gpu_id})  # fmt: skip
+        notify_nodes({n for n in (old_node, new_node) if n})
+        announce_moves([move])
+    return move
+
+
 def _move_all(allocation_ids: list[int], reason: str, actor=None) -> FailoverResult:
     result = FailoverResult([], [])
     for allocation_id in allocation_ids:

@@ -7,7 +7,7 @@ point at pools and leases. Everything else in pools is private.
 from __future__ import annotations
 
 from pools.agent_reports import agent_report
-from pools.failover import clear_cordon, drain_node, undrain_node
+from pools.failover import clear_cordon, drain_node, move_allocation, undrain_node
 from pools.launch import launch_settings
 from pools.placement import Ask, share_pct
 from pools.reconcile import Drift, drift
@@ -43,6 +43,7 @@ __all__ = [
     "drain_node",
     "drift",
     "launch_settings",
+    "move_allocation",
     "place_lease",
     "release_lease",
     "release_plan",

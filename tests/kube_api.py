@@ -44,7 +44,8 @@ PATH = re.compile(
     r"(?:/namespaces/(?P<namespace>[^/]+))?/(?P<plural>[a-z]+)(?:/(?P<name>[^/?]+))?/?$"
 )
 COLLECTIONS = {"resourcequotas", "clusterqueues", "localqueues", "resourceflavors", "pods",
-               "events", "jobs", "resourceclaimtemplates"}  # fmt: skip
+               "events", "jobs", "resourceclaimtemplates",
+               "resourceclaims", "resourceslices"}  # fmt: skip
 
 
 class PatchFailed(Exception):

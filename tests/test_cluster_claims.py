@@ -98,7 +98,7 @@ def test_nvidias_class_shares_memory_only(team, api):
         ({"count": 65}, "count must be a whole number from 1 to 64"),
         ({"device_class": NVIDIA_DEVICE_CLASS}, "No claim asks for a device of class"),
         ({"missing": True}, "ResourceClaimTemplate one-slice not found"),
-        ({"shared": True}, "not a shared ResourceClaim"),
+        ({"shared": True}, "ResourceClaim shared-one not found"),
         ({"all": True}, "exact count of devices"),
     ],
 )
