@@ -45,6 +45,9 @@ PATH = re.compile(
 )
 COLLECTIONS = {"resourcequotas", "clusterqueues", "localqueues", "resourceflavors", "pods",
                "events", "jobs", "resourceclaimtemplates"}  # fmt: skip
+# Cluster-scoped, read by the inventory (clusters.inventory): /api/v1/nodes and
+# /apis/resource.k8s.io/v1/resourceslices.
+COLLECTIONS |= {"nodes", "resourceslices"}
 
 
 class PatchFailed(Exception):
