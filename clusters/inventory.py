@@ -17,10 +17,12 @@ from __future__ import annotations
 import json
 import logging
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
 
 from django.conf import settings
+from django.db import transaction
 from django.utils.translation import gettext as _
 from kubernetes import client as k8s
 from kubernetes.utils import parse_quantity
@@ -215,8 +217,11 @@ def _dra_card(device: dict, driver: str, position: int) -> SeenCard | None:
     kind = _attribute(attributes, driver, "type")
     if kind is not None and kind not in CARD_TYPES:
         return None
-    name = device.get("name")
-    uuid = _uuid(_attribute(attributes, driver, "uuid") or name)
+    uuid = _attribute(attributes, driver, "uuid")
+    if uuid is None:  # both drivers publish one: a device's name is only its node's
+        raise Refused(_("A device (%(name)s) has no uuid attribute.")
+                      % {"name": repr(device.get("name"))[:40]})  # fmt: skip
+    uuid = _uuid(uuid)
     memory = _memory_mib(capacity.get("memory", capacity.get(f"{driver}/memory")),
                          f"{uuid} capacity memory")  # fmt: skip
     model = _text(_attribute(attributes, driver, "productName") or "unknown", f"{uuid} productName")
@@ -351,6 +356,7 @@ class Outcome:
     refused: dict[str, str] = field(default_factory=dict)
 
 
+@transaction.atomic
 def _record_one(cluster: Cluster, row: ClusterNode, node: KubeNode | None, outcome: Outcome):
     gone = node is None
     recorded = record_read_only_node(
@@ -394,8 +400,10 @@ def record(
         if name in refused or (name not in found and not complete):
             continue
         node = found.get(name)
-        if node is None and row.node_id is None:
-            continue  # refused before, never recorded, now gone: nothing to mark
+        if row.node_id is None and (node is None or not node.cards):
+            # Refused before and never recorded, now gone or without cards: nothing to show.
+            ClusterNode.objects.filter(pk=row.pk).delete()
+            continue
         try:
             _record_one(cluster, row, node, outcome)
         except Exception as exc:  # one node's failure (a name taken) stops no other
@@ -408,11 +416,12 @@ def record(
     return outcome
 
 
-def sync_inventory(cluster: Cluster, api: k8s.ApiClient) -> Outcome | None:
+def sync_inventory(
+    cluster: Cluster, api: k8s.ApiClient, describe: Callable[[BaseException], str]
+) -> Outcome | None:
     """Read the cluster's nodes (and slices) and record them; the failure of the whole
-    reading is kept on the cluster (``inventory_error``), nothing recorded. Never raises."""
-    from clusters.sync import error_text  # the sync calls this module
-
+    reading is kept on the cluster (``inventory_error``, worded by ``describe``: the sync's
+    ``error_text``), nothing recorded. Never raises."""
     error, outcome = "", None
     try:
         nodes, more = list_all(api, NODE_LIST, MAX_NODES)
@@ -427,7 +436,7 @@ def sync_inventory(cluster: Cluster, api: k8s.ApiClient) -> Outcome | None:
         outcome = record(cluster, found, refused, complete=not more)
     except Exception as exc:
         logger.warning("cluster %s: reading its nodes failed: %s", cluster.name, exc)
-        error = error_text(exc)
+        error = describe(exc)
     if cluster.inventory_error != error:
         Cluster.objects.filter(pk=cluster.pk).update(inventory_error=error)
         cluster.inventory_error = error

@@ -265,7 +265,7 @@ def sync_cluster(cluster: Cluster) -> list[Applied]:
             logger.warning("cluster %s: sync failed: %s", cluster.name, exc)
             error = error_text(exc)
         # Its nodes and cards, whatever became of the quotas (clusters.inventory).
-        inventory.sync_inventory(cluster, api)
+        inventory.sync_inventory(cluster, api, error_text)
     finally:
         api.close()
         if cluster.ca_bundle:

@@ -63,8 +63,10 @@ def hami_entry(n: int, memory=81920, health=True, kind=f"NVIDIA-{A100}", index=N
 
 
 def hami_node(name: str, *entries, ready: bool = True) -> dict:
-    value = entries[0] if len(entries) == 1 and isinstance(entries[0], str) else json.dumps(
-        list(entries)
+    value = (
+        entries[0]
+        if len(entries) == 1 and isinstance(entries[0], str)
+        else json.dumps(list(entries))
     )
     return node(name, {inventory.HAMI_REGISTER: value}, ready=ready)
 
@@ -115,8 +117,9 @@ def test_hami_nodes_become_read_only_nodes_with_their_cards_in_the_clusters_pool
     cluster = make_cluster(team, api)
     api.add("nodes", hami_node("gpu-a", hami_entry(1), hami_entry(2, health=False)))
     # HAMi before v2.5: the colon-separated form, 7 and 9 fields.
-    legacy = (f"{uuid(3)},10,32768,100,NVIDIA-Tesla V100-PCIE-32GB,0,true:"
-              f"{uuid(4)},10,32768,100,NVIDIA-Tesla V100-PCIE-32GB,0,true,1,hami-core:")  # fmt: skip
+    v100 = "NVIDIA-Tesla V100-PCIE-32GB"
+    legacy = f"{uuid(3)},10,32768,100,{v100},0,true:"
+    legacy += f"{uuid(4)},10,32768,100,{v100},0,true,1,hami-core:"
     api.add("nodes", hami_node("gpu-b", legacy))
     api.add("nodes", node("cpu-only"))
     cluster = _pass(cluster)
@@ -167,8 +170,9 @@ def test_dra_clusters_read_their_drivers_resource_slices(team, api, enforcement,
     # An older generation of the same pool is stale; another driver's slice is not ours.
     api.add("resourceslices", resource_slice("gpu-a", driver, device(5, driver), generation=1))
     api.add("resourceslices", resource_slice("gpu-a", "other.example.com", device(6, driver)))
-    api.add("resourceslices", resource_slice("gpu-b", driver, device(3, driver,
-                                                                     memory="85899345920")))
+    api.add(
+        "resourceslices", resource_slice("gpu-b", driver, device(3, driver, memory="85899345920"))
+    )
     cluster = _pass(cluster)
 
     assert cluster.inventory_error == ""
@@ -176,8 +180,8 @@ def test_dra_clusters_read_their_drivers_resource_slices(team, api, enforcement,
     assert {u: (g.model, g.memory_total_mib) for u, g in a.items()} == {
         uuid(1): (H100, 81920), uuid(2): (H100, 81559)}  # fmt: skip
     assert {u: g.memory_total_mib for u, g in _cards("gpu-b").items()} == {uuid(3): 81920}
-    states = dict(Node.objects.filter(source=NodeSource.KUBERNETES).values_list("hostname",
-                                                                                 "state"))  # fmt: skip
+    portal = Node.objects.filter(source=NodeSource.KUBERNETES)
+    states = dict(portal.values_list("hostname", "state"))
     assert states == {"gpu-a": NodeState.ONLINE, "gpu-b": NodeState.OFFLINE}  # not Ready
     assert Node.objects.get(hostname="gpu-b").last_error == "not Ready in the cluster"
     assert PoolCard.objects.filter(pool=team.pool).count() == 3
@@ -196,8 +200,10 @@ def test_a_second_pass_writes_nothing(team, api):
     api.add("resourceslices", resource_slice("gpu-a", NVIDIA_DEVICE_CLASS,
                                              device(1, NVIDIA_DEVICE_CLASS)))  # fmt: skip
     api.add("nodes", node("bad"))  # refused every pass: its error written once
-    api.add("resourceslices", resource_slice("bad", NVIDIA_DEVICE_CLASS,
-                                             device(2, NVIDIA_DEVICE_CLASS, memory="lots")))
+    api.add(
+        "resourceslices",
+        resource_slice("bad", NVIDIA_DEVICE_CLASS, device(2, NVIDIA_DEVICE_CLASS, memory="lots")),
+    )
     with CaptureQueriesContext(connection) as first:
         cluster = _pass(cluster)
     assert [q for q in first.captured_queries if _WRITES.match(q["sql"])]
@@ -289,6 +295,7 @@ def test_a_malformed_hami_node_is_refused_alone(team, api, client, alice, caplog
         (lambda d: d["capacity"].pop("memory"), "capacity memory must be"),
         (lambda d: d["attributes"].update(uuid={"string": "GPU-\u00e9"}), "Not a card UUID"),
         (lambda d: d["attributes"].update(uuid={"int": 5}), "Not a card UUID"),
+        (lambda d: d["attributes"].pop("uuid"), "has no uuid attribute"),
         (lambda d: d["attributes"].update(productName={"string": "x" * 200}), "productName"),
         (lambda d: d["attributes"].update(index={"int": -1}), "index must be"),
         (lambda d: d.update(attributes=[1]), "not an object"),
@@ -331,7 +338,9 @@ def test_a_cluster_whose_nodes_cannot_be_listed_keeps_the_error(team, api):
     assert _pass(cluster).inventory_error == ""
 
 
-def test_a_list_is_read_a_page_at_a_time(team, api, monkeypatch):
+def test_nodes_past_the_cap_are_not_read_and_the_page_says_so(
+    team, api, monkeypatch, client, alice
+):
     monkeypatch.setattr(inventory, "MAX_NODES", 2)
     cluster = make_cluster(team, api)
     for n in range(3):
@@ -340,6 +349,15 @@ def test_a_list_is_read_a_page_at_a_time(team, api, monkeypatch):
     assert "More than 2 nodes" in cluster.inventory_error
     assert Node.objects.filter(source=NodeSource.KUBERNETES).count() == 2
     assert ("GET", "/api/v1/nodes?limit=500") in api.requests
+    # A node recorded before and past the cap now is not taken for gone.
+    monkeypatch.setattr(inventory, "MAX_NODES", 1)
+    _pass(cluster)
+    assert set(
+        Node.objects.filter(source=NodeSource.KUBERNETES).values_list("state", flat=True)
+    ) == {NodeState.ONLINE}
+    client.force_login(alice)
+    page = client.get(reverse("clusters:detail", args=[cluster.pk])).content.decode()
+    assert "cluster-inventory-error" in page and "More than 1 nodes" in page
 
 
 # --- one card, two sources ----------------------------------------------------------------
@@ -407,8 +425,9 @@ def test_the_cluster_page_lists_its_nodes_and_cards(team, api, client, alice):
     page = answer.content.decode()
     assert answer.status_code == 200
     assert 'data-node="gpu-a" data-cards="2"' in page
-    assert f"2 × {A100}, 80.0 GiB each" in page
-    assert "1 × &lt;b&gt;Bold&lt;/b&gt; A100, 40.0 GiB" in page and "<b>Bold" not in page
+    times = "\N{MULTIPLICATION SIGN}"
+    assert f"2 {times} {A100}, 80.0 GiB each" in page
+    assert f"1 {times} &lt;b&gt;Bold&lt;/b&gt; A100, 40.0 GiB" in page and "<b>Bold" not in page
 
 
 def test_the_page_shows_a_cluster_with_no_gpu_node_yet(team, api, client, alice):
