@@ -360,6 +360,39 @@ def test_nodes_past_the_cap_are_not_read_and_the_page_says_so(
     assert "cluster-inventory-error" in page and "More than 1 nodes" in page
 
 
+def _paged(api, size: int) -> None:
+    """The server answers lists ``size`` objects at a time with a ``continue`` token, as
+    the API server does for ``limit`` (tests/kube_api.py lists all at once)."""
+    inner = api.handle
+
+    def handle(method, path, auth, body):
+        query = dict(p.split("=", 1) for p in path.partition("?")[2].split("&") if "=" in p)
+        code, answer = inner(method, path, auth, body)  # it reads only labelSelector
+        if method != "GET" or code != 200 or "items" not in answer or "limit" not in query:
+            return code, answer
+        start = int(query.get("continue", "0"))
+        rest = answer["items"][start:]
+        answer["items"] = rest[: min(size, int(query["limit"]))]
+        if len(rest) > size:
+            answer["metadata"]["continue"] = str(start + size)
+        return code, answer
+
+    api.handle = handle
+
+
+def test_nodes_are_read_a_page_at_a_time(team, api):
+    _paged(api, 2)
+    cluster = make_cluster(team, api)
+    for n in range(5):
+        api.add("nodes", hami_node(f"gpu-{n}", hami_entry(n)))
+    cluster = _pass(cluster)
+    assert cluster.inventory_error == ""
+    assert Node.objects.filter(source=NodeSource.KUBERNETES).count() == 5
+    pages = [p for m, p in api.requests if p.startswith("/api/v1/nodes?")]
+    assert pages == ["/api/v1/nodes?limit=500", "/api/v1/nodes?limit=500&continue=2",
+                     "/api/v1/nodes?limit=500&continue=4"]  # fmt: skip
+
+
 # --- one card, two sources ----------------------------------------------------------------
 
 
