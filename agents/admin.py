@@ -6,7 +6,7 @@ from django.http import HttpRequest
 from django.utils.translation import gettext_lazy as _
 
 from agents import node_audit, registration
-from agents.choices import NodeSource
+from agents.choices import READ_ONLY_SOURCES
 from agents.models import GPU, Node, lock_inventory
 from portal.forms import add_service_errors
 
@@ -43,7 +43,7 @@ class NodeAdminForm(forms.ModelForm):
         cleaned = super().clean()
         values = {k: cleaned.get(k) for k in ("name", "agent_url", "labels", "state")}
         values["token"] = cleaned.get("agent_token") or None
-        if not values["agent_url"] or cleaned.get("source") == NodeSource.PROMETHEUS:
+        if not values["agent_url"] or cleaned.get("source") in READ_ONLY_SOURCES:
             values["agent_url"] = None  # optional here; nodes read through Prometheus have none
         normalised, errors = registration.check_fields(values, self.instance.pk)
         add_service_errors(self, errors, fields={"token": "agent_token"})  # beside its field

@@ -16,6 +16,11 @@ ADMIN_STATES = frozenset({NodeState.DRAINING, NodeState.MAINTENANCE})
 class NodeSource(models.TextChoices):
     AGENT = "agent", _("GPU Portal agent")
     PROMETHEUS = "prometheus", _("Prometheus (read-only)")
+    KUBERNETES = "kubernetes", _("Kubernetes cluster (read-only)")
+
+
+# Sources the portal only reads: no agent URL, no token, no desired state sent.
+READ_ONLY_SOURCES = frozenset({NodeSource.PROMETHEUS, NodeSource.KUBERNETES})
 
 
 class GpuHealth(models.TextChoices):

@@ -57,6 +57,9 @@ class Cluster(models.Model):
     synced_at = models.DateTimeField(_("last synced"), null=True, blank=True)
     sync_error = models.TextField(_("last sync error"), blank=True)
     sync_report = models.JSONField(_("last sync report"), default=list, blank=True)
+    # Why the last reading of its nodes and cards failed as a whole (clusters.inventory);
+    # a node refused alone keeps its own error (ClusterNode.error).
+    inventory_error = models.TextField(_("last inventory error"), blank=True)
     created = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -103,6 +106,32 @@ class NamespaceMapping(models.Model):
 
     def __str__(self) -> str:
         return f"{self.cluster} / {self.namespace}"
+
+
+class ClusterNode(models.Model):
+    """A node of the cluster with GPUs (clusters.inventory): its name in the cluster, the
+    portal's read-only node for it (source Kubernetes), and why it was last refused."""
+
+    cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="nodes")
+    name = models.CharField(_("name"), max_length=253)
+    node = models.ForeignKey(
+        "agents.Node", on_delete=models.SET_NULL, null=True, blank=True,
+        related_name="cluster_nodes", verbose_name=_("portal node"),
+    )  # fmt: skip
+    # Refused (a malformed annotation or ResourceSlice), or gone from the cluster; blank: ok.
+    error = models.TextField(_("error"), blank=True)
+    created = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["name"]
+        verbose_name = _("cluster node")
+        verbose_name_plural = _("cluster nodes")
+        constraints = [
+            models.UniqueConstraint(fields=["cluster", "name"], name="one_row_per_cluster_node")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.cluster} / {self.name}"
 
 
 class WorkloadState(models.TextChoices):

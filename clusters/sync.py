@@ -22,6 +22,7 @@ from django.utils import timezone
 from kubernetes import client as k8s
 
 from audit.interface import record
+from clusters import inventory
 from clusters.choices import SyncOutcome
 from clusters.models import Cluster
 from clusters.render import Target, owned_by, render
@@ -254,14 +255,17 @@ def sync_cluster(cluster: Cluster) -> list[Applied]:
     error = ""
     api = api_client(cluster)
     try:
-        kube = Kube(api)
-        wanted = desired_objects(cluster)
-        for obj in wanted:
-            applied.append(apply(kube, obj))
-        applied += prune(kube, wanted, cluster.pool.slug)
-    except Exception as exc:
-        logger.warning("cluster %s: sync failed: %s", cluster.name, exc)
-        error = error_text(exc)
+        try:
+            kube = Kube(api)
+            wanted = desired_objects(cluster)
+            for obj in wanted:
+                applied.append(apply(kube, obj))
+            applied += prune(kube, wanted, cluster.pool.slug)
+        except Exception as exc:
+            logger.warning("cluster %s: sync failed: %s", cluster.name, exc)
+            error = error_text(exc)
+        # Its nodes and cards, whatever became of the quotas (clusters.inventory).
+        inventory.sync_inventory(cluster, api, error_text)
     finally:
         api.close()
         if cluster.ca_bundle:

@@ -12,6 +12,8 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.utils.translation import gettext as _
 from django.views.decorators.http import require_http_methods
 
+from agents.choices import GpuHealth
+from agents.interface import node_cards
 from clusters import services, sync
 from clusters.forms import ClusterForm, NamespaceForm
 from clusters.models import Cluster, WorkloadState
@@ -62,5 +64,26 @@ def cluster_detail(request: HttpRequest, pk: int) -> HttpResponse:
         "objects": [(o, json.dumps(o, indent=2)) for o in objects],
         # Its live workloads, where they run as read back, and what differs from the books.
         "workloads": cluster.workloads.exclude(state=WorkloadState.ENDED)[:WORKLOADS_SHOWN],
+        "nodes": _nodes(cluster),
     }  # fmt: skip
     return render(request, "clusters/detail.html", context, status=status)
+
+
+def _nodes(cluster: Cluster) -> list[dict]:
+    """The cluster's nodes as its page shows them: each with its cards grouped by model and
+    memory (how many of each, how many of those not healthy)."""
+    rows = list(cluster.nodes.select_related("node"))
+    cards = node_cards(r.node_id for r in rows if r.node_id)
+    shown = []
+    for row in rows:
+        groups: dict[tuple[str, int], dict] = {}
+        for gpu in cards.get(row.node_id, []):
+            group = groups.setdefault((gpu.model, gpu.memory_total_mib),
+                                      {"model": gpu.model, "memory_mib": gpu.memory_total_mib,
+                                       "count": 0, "lost": 0, "unhealthy": 0})  # fmt: skip
+            group["count"] += 1
+            group["lost"] += gpu.health == GpuHealth.LOST
+            group["unhealthy"] += gpu.health not in (GpuHealth.OK, GpuHealth.LOST)
+        shown.append({"row": row, "node": row.node, "groups": list(groups.values()),
+                      "count": sum(g["count"] for g in groups.values())})  # fmt: skip
+    return shown

@@ -14,6 +14,7 @@ from pools.reconcile import Drift, drift
 from pools.release_plan import release_plan
 from pools.services import (
     PlacementError,
+    add_cards,
     could_ever_fit,
     place_lease,
     release_lease,
@@ -34,6 +35,7 @@ __all__ = [
     "CardCordon",
     "Drift",
     "PlacementError",
+    "add_cards",
     "agent_report",
     "allocations_moved",
     "card_cordoned",

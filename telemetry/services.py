@@ -333,15 +333,22 @@ def _reconcile_gpus(
     }
     # Cards that moved here from another node, or were never seen before.
     elsewhere = [uuid for uuid in reported if uuid not in rows]
+    # A card a Kubernetes cluster's node holds (clusters.inventory, read-only) moves to the
+    # agent or Prometheus node that reports it: the richer source wins, no claim is made.
+    yielding: set[str] = set()
     if elsewhere:
         for r in GPU.objects.filter(uuid__any=elsewhere).values_list(*columns):
             rows[r[0]] = dict(zip(columns, r, strict=True))
+        yielding = set(
+            GPU.objects.filter(uuid__any=elsewhere, node__source=NodeSource.KUBERNETES)
+            .values_list("uuid", flat=True)
+        )  # fmt: skip
 
     to_create, to_update = [], []
     claims: dict[int, dict[str, int]] = {}
     for uuid, (node_id, data) in reported.items():
         row = rows.get(uuid)
-        if row is not None and row["node_id"] != node_id:
+        if row is not None and row["node_id"] != node_id and uuid not in yielding:
             claims.setdefault(node_id, {})[uuid] = row["pk"]
             continue
         wanted = {
@@ -375,6 +382,7 @@ def _reconcile_gpus(
     ids.update({g.uuid: g.pk for g in to_create})
     holder = {uuid: node_id for uuid, (node_id, _) in reported.items() if uuid not in rows}
     holder.update({uuid: r["node_id"] for uuid, r in rows.items()})
+    holder.update({uuid: reported[uuid][0] for uuid in yielding})
     for node_id, uuid in also:
         if holder[uuid] != node_id:
             claims.setdefault(node_id, {})[uuid] = ids[uuid]

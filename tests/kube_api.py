@@ -44,8 +44,10 @@ PATH = re.compile(
     r"(?:/namespaces/(?P<namespace>[^/]+))?/(?P<plural>[a-z]+)(?:/(?P<name>[^/?]+))?/?$"
 )
 COLLECTIONS = {"resourcequotas", "clusterqueues", "localqueues", "resourceflavors", "pods",
-               "events", "jobs", "resourceclaimtemplates",
-               "resourceclaims", "resourceslices"}  # fmt: skip
+               "events", "jobs", "resourceclaimtemplates", "resourceclaims"}  # fmt: skip
+# Cluster-scoped, read by the inventory (clusters.inventory) and the read-back
+# (clusters.readback): /api/v1/nodes and /apis/resource.k8s.io/v1/resourceslices.
+COLLECTIONS |= {"nodes", "resourceslices"}
 
 
 class PatchFailed(Exception):

@@ -40,7 +40,7 @@ PUBLIC = {
     "agents": {
         "agents.models", "agents.choices", "agents.client", "agents.gpu_agent.schema",
         "agents.filtersets", "agents.permissions", "agents.api.urls", "agents.urls",
-        "agents.gpu_agent.desired",
+        "agents.gpu_agent.desired", "agents.interface",
     },
     "telemetry": {"telemetry.interface"},
     "audit": {"audit.interface"},
