@@ -7,7 +7,7 @@ memory sampled, every error counted, the rollups checked complete.
 Issue #27's soak: 30 minutes (``--minutes``) at 8,000 simulated GPUs (``--nodes 1000
 --gpus 8``) with 50 paced API clients (``--api-clients``, each a CI job's create, read,
 read allocation, release every ``--pace`` seconds, bench/api's client) and 200 live-page
-websocket clients (``--browsers``, bench/live's client on the fleet page). It runs what
+websocket clients (``--browsers`` on the fleet page, each reconnecting as the page does). It runs what
 production runs: one simulator process, daphne, a Celery worker per queue (``polls``,
 ``deliveries``, ``celery``) and beat, polling every ``--interval`` seconds, on the
 PostgreSQL and Redis of the settings (the database is emptied of nodes and requests: use a
@@ -75,26 +75,34 @@ def slope_per_10min(points: list[tuple[float, float]]) -> float | None:
     return round(cov / var * 600, 2)
 
 
-async def _browser(url: str, cookie: str, delay: float, stop_at: float) -> tuple[int, float]:
-    """A live page's socket: (messages, seconds since its last one when the soak ended)."""
+async def _browser(url: str, cookie: str, delay: float, stop_at: float) -> tuple[int, float, int]:
+    """A live page's socket, which reconnects as the page does (static/js/live-socket.js:
+    after 1, 2, 4 ... 30 s): (messages, seconds since its last one when the soak ended,
+    times it connected again)."""
     import aiohttp
 
     await asyncio.sleep(delay)  # arriving over time, not in one burst
     origin = "http://" + url.split("/")[2]
-    count, last = 0, time.time()
-    async with (
-        aiohttp.ClientSession(headers={"Cookie": cookie, "Origin": origin}) as session,
-        session.ws_connect(url, max_msg_size=0) as ws,
-    ):
+    count, last, attempt, reconnects = 0, time.time(), 0, -1
+    async with aiohttp.ClientSession(headers={"Cookie": cookie, "Origin": origin}) as session:
         while time.time() < stop_at:
             try:
-                message = await ws.receive(timeout=max(0.1, stop_at - time.time()))
-            except TimeoutError:
-                break
-            if message.type != aiohttp.WSMsgType.TEXT:
-                break
-            count, last = count + 1, time.time()
-    return count, round(stop_at - last, 1)
+                async with session.ws_connect(url, max_msg_size=0) as ws:
+                    reconnects += 1
+                    while time.time() < stop_at:
+                        try:
+                            message = await ws.receive(timeout=max(0.1, stop_at - time.time()))
+                        except TimeoutError:
+                            break
+                        if message.type != aiohttp.WSMsgType.TEXT:
+                            break
+                        count, last, attempt = count + 1, time.time(), 0
+            except (aiohttp.ClientError, OSError, TimeoutError):
+                pass
+            if time.time() < stop_at:
+                await asyncio.sleep(min(30, 2**attempt, max(0.0, stop_at - time.time())))
+                attempt += 1
+    return count, round(stop_at - last, 1), max(reconnects, 0)
 
 
 def browsers(url: str, cookie: str, count: int, stop_at: float) -> list:
@@ -236,6 +244,8 @@ def main(argv: list[str] | None = None) -> int:
                 "errors": len(errors), "error_samples": errors[:5]},
         "browsers_that_kept_receiving": kept,
         "browser_messages": sum(r[0] for r in received if isinstance(r, tuple)),
+        "browser_reconnects": sum(r[2] for r in received if isinstance(r, tuple)),
+        "browsers_reconnected": sum(1 for r in received if isinstance(r, tuple) and r[2]),
         "browsers_failed": [repr(r) for r in received if not isinstance(r, tuple)][:5],
         "rollups": rollups, "logs": str(tmp),
     }  # fmt: skip
