@@ -7,8 +7,8 @@ memory sampled, every error counted, the rollups checked complete.
 Issue #27's soak: 30 minutes (``--minutes``) at 8,000 simulated GPUs (``--nodes 1000
 --gpus 8``) with 50 paced API clients (``--api-clients``, each a CI job's create, read,
 read allocation, release every ``--pace`` seconds, bench/api's client) and 200 live-page
-websocket clients (``--browsers`` on the fleet page, each reconnecting as the page does). It runs what
-production runs: one simulator process, daphne, a Celery worker per queue (``polls``,
+websocket clients (``--browsers`` on the fleet page, each reconnecting as the page does).
+It runs what production runs: one simulator process, daphne, a Celery worker per queue (``polls``,
 ``deliveries``, ``celery``) and beat, polling every ``--interval`` seconds, on the
 PostgreSQL and Redis of the settings (the database is emptied of nodes and requests: use a
 scratch one).
