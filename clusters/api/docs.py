@@ -22,3 +22,18 @@ CLUSTER_OPERATIONS: dict[str, Promise] = {
         "mapping was refused."
     ),
 }
+
+JOB_OPERATIONS: dict[str, Promise] = {
+    "create": _(
+        "Make a Job in a mapped namespace of the cluster for the caller (a member of the "
+        "namespace's tenant, or a platform admin): one container of the given image, command, "
+        "arguments and environment, sized in vGPUs, compute % and memory MiB, gated until its "
+        "GPU request, made here at once and answered with it, has its GPUs. Bad input is a 400 "
+        "naming the field and nothing is written to the cluster; a cluster that does not answer "
+        "is a 503 with Retry-After."
+    ),
+    "retrieve": _(
+        "One Job made through the API, its request's state and what the cluster says of it "
+        "now (job.outcome: waiting, running, succeeded, failed or gone)."
+    ),
+}
