@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from django.utils.functional import Promise
 from django.utils.translation import gettext_lazy as _
+from drf_spectacular.utils import OpenApiExample
 
 CLUSTER_OPERATIONS: dict[str, Promise] = {
     "list": _(
@@ -37,3 +38,30 @@ JOB_OPERATIONS: dict[str, Promise] = {
         "now (job.outcome: waiting, running, succeeded, failed or gone)."
     ),
 }
+
+_JOB_ASKED = {
+    "namespace": "vision-train", "image": "registry.example.com/vision/train:1.2",
+    "command": ["python", "train.py"], "args": ["--epochs", "3"], "env": {"EPOCHS": "3"},
+    "gpus": 1, "compute_pct": 25, "memory_mib": 8192, "duration_hours": 2,
+    "reason": "nightly sweep",
+}  # fmt: skip
+_JOB_MADE = {
+    "id": 12, "cluster": 1, "namespace": "vision-train", "kind": "Job",
+    "name": "gpuctl-alice-3f9a1c2b7d", "uid": "6a1f0c2e-7d51-4c8e-9a55-0d3f6b1e2a47",
+    "state": "gated", "request": 481, "request_state": "allocated", "error": "",
+    "job": {"outcome": "waiting"}, "created": "2026-12-08T01:30:00Z",
+}  # fmt: skip
+JOB_CREATE_EXAMPLES = [
+    OpenApiExample("A 25 % slice for two hours", value=_JOB_ASKED, request_only=True),
+    OpenApiExample(
+        "Made, its request placed at once",
+        value=_JOB_MADE,
+        response_only=True,
+        status_codes=["201"],
+    ),
+]
+JOB_READ_EXAMPLES = [
+    OpenApiExample("Succeeded", response_only=True, status_codes=["200"], value={
+        **_JOB_MADE, "state": "ended", "request_state": "released",
+        "job": {"outcome": "succeeded", "active": 0, "succeeded": 1, "failed": 0}}),
+]  # fmt: skip

@@ -20,7 +20,7 @@ from rest_framework.response import Response
 
 from audit.interface import request_address
 from clusters import submit
-from clusters.api.docs import JOB_OPERATIONS
+from clusters.api.docs import JOB_CREATE_EXAMPLES, JOB_OPERATIONS, JOB_READ_EXAMPLES
 from clusters.jobspec import MAX_ARG, MAX_ARGS, MAX_ENV_VALUE, MAX_IMAGE, JobAsk
 from clusters.models import Cluster, ClusterWorkload
 from clusters.workloads import MAX_HOURS, MAX_MEMORY_MIB, MAX_VGPUS
@@ -51,7 +51,10 @@ class ClusterJobCreateSerializer(serializers.Serializer):
 
 class ClusterJobSerializer(serializers.ModelSerializer):
     request_state = serializers.CharField(source="request.state", read_only=True, default=None)
-    job = serializers.SerializerMethodField()
+    job = serializers.SerializerMethodField(help_text=_(
+        "What the cluster says of the Job now: outcome (waiting, running, succeeded, failed, "
+        "gone; unknown, with error, when the cluster does not answer) and the counts of its "
+        "Pods (active, succeeded, failed)."))  # fmt: skip
 
     class Meta:
         model = ClusterWorkload
@@ -61,9 +64,7 @@ class ClusterJobSerializer(serializers.ModelSerializer):
 
     @extend_schema_field(OpenApiTypes.OBJECT)
     def get_job(self, link: ClusterWorkload) -> dict | None:
-        """What the cluster says of the Job now: ``outcome`` (waiting, running, succeeded,
-        failed, gone; unknown with ``error`` when the cluster does not answer) and its
-        Pods' counts (active, succeeded, failed). Only on a read of one Job."""
+        # Read from the cluster by the view, on a read of one Job (and "waiting" once made).
         return self.context.get("job")
 
 
@@ -87,12 +88,15 @@ class ClusterJobViewSet(mixins.RetrieveModelMixin, ApiGenericViewSet):
             cluster=self.cluster(), request__in=visible_requests(self.request.user)
         )
 
+    @extend_schema(summary=_("Read a Job made in a cluster"), examples=JOB_READ_EXAMPLES)
     def retrieve(self, request: Request, *args, **kwargs) -> Response:
         link = self.get_object()
         context = {**self.get_serializer_context(), "job": submit.job_state(link)}
         return Response(ClusterJobSerializer(link, context=context).data)
 
-    @extend_schema(request=ClusterJobCreateSerializer, responses={201: ClusterJobSerializer})
+    @extend_schema(summary=_("Make a Job in a cluster"), request=ClusterJobCreateSerializer,
+                   responses={201: ClusterJobSerializer},
+                   examples=JOB_CREATE_EXAMPLES)  # fmt: skip
     def create(self, request: Request, *args, **kwargs) -> Response:
         cluster = self.cluster()
         body = ClusterJobCreateSerializer(data=request.data)
