@@ -99,6 +99,7 @@ class World:
     pending: int = 0
     allocated: int = 0
     cluster_job: int = 0  # a Job made through the API, linked to the pending request
+    spare_namespace: str = "rm-spare"  # a mapped namespace of the cluster that no Job uses
     extending: int = 0
     allocation: int = 0
     extending_lease: int = 0
@@ -160,6 +161,8 @@ def build_world() -> World:
            "duration_hours": 4, "reason": "training run"}  # fmt: skip
     w.pending = create_request(member, **ask).pk
     NamespaceMapping.objects.create(cluster_id=w.cluster, namespace="rm-jobs", tenant=tenant_a)
+    # One that no workload uses: it may be unmapped.
+    NamespaceMapping.objects.create(cluster_id=w.cluster, namespace="rm-spare", tenant=tenant_a)
     w.cluster_job = ClusterWorkload.objects.create(
         cluster_id=w.cluster, namespace="rm-jobs", kind="Job", name="rm-job", uid="rm-job-uid",
         request_id=w.pending,

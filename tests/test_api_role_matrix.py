@@ -151,6 +151,16 @@ TABLE: dict[str, Row] = {
             "name": "rm-new", "api_url": "https://k8s.example", "token": "rm-new-token",
             "enforcement": "hami", "pool": w.pool}),
     "GET /api/v1/clusters/{id}/": row("401 200 200 200 403 403 403 403 403", "cluster"),
+    "PUT /api/v1/clusters/{id}/":
+        row("401 403 200 200 403 403 403 403 403", "cluster", {
+            "name": "rm-cluster-2", "api_url": "https://k8s-2.example", "enforcement": "hami",
+            "kueue": True}),
+    "PATCH /api/v1/clusters/{id}/":
+        row("401 403 200 200 403 403 403 403 403", "cluster", {"api_url": "https://k8s-2.example"}),
+    # Its Job holds the pending request: the cluster stays (409) until that ends.
+    "DELETE /api/v1/clusters/{id}/": row("401 403 409 409 403 403 403 403 403", "cluster"),
+    "DELETE /api/v1/clusters/{id}/namespaces/{namespace}/":
+        row("401 403 204 204 403 403 403 403 403", "cluster", namespace="spare_namespace"),
     "POST /api/v1/clusters/{id}/namespaces/":
         row("401 403 201 201 403 403 403 403 403", "cluster", lambda w: {
             "namespace": "rm-a", "tenant": w.tenant_a}),

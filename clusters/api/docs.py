@@ -17,6 +17,23 @@ CLUSTER_OPERATIONS: dict[str, Promise] = {
         "Register a cluster with its service-account token, which is stored encrypted and "
         "never returned. A 400 answer names each field that is wrong; nothing is saved."
     ),
+    "update": _(
+        "Change a cluster: its name, API URL, CA bundle, enforcement and Kueue; the token only "
+        "when a new one is given. The pool stays. Enforcement and Kueue cannot change while a "
+        "workload of the cluster holds a GPU request (a 400 says how many). The cluster is "
+        "synced once the change is saved."
+    ),
+    "partial_update": _("Change some of a cluster's fields, as a full change does."),
+    "destroy": _(
+        "Delete a cluster with its namespace mappings. Refused (409) while a workload of the "
+        "cluster holds a GPU request: release those first. The portal's objects in the "
+        "cluster are left there."
+    ),
+    "unmap_namespace": _(
+        "Remove a namespace's mapping; the cluster's queue or ResourceQuota there goes at "
+        "the sync that follows. Refused (409) while a workload in the namespace holds a GPU "
+        "request."
+    ),
     "namespaces": _(
         "Map a namespace of the cluster to a tenant: pods there run under the tenant's quota "
         "in the cluster's pool. A namespace belongs to one tenant; a 400 answer says why a "

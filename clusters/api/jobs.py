@@ -25,6 +25,7 @@ from clusters.jobspec import MAX_ARG, MAX_ARGS, MAX_ENV_VALUE, MAX_IMAGE, JobAsk
 from clusters.models import Cluster, ClusterWorkload
 from clusters.workloads import MAX_HOURS, MAX_MEMORY_MIB, MAX_VGPUS
 from portal.api_errors import error_response
+from portal.api_schema import ERROR
 from portal.api_views import ApiGenericViewSet
 from quotas.requests.permissions import visible_requests
 
@@ -95,7 +96,7 @@ class ClusterJobViewSet(mixins.RetrieveModelMixin, ApiGenericViewSet):
         return Response(ClusterJobSerializer(link, context=context).data)
 
     @extend_schema(summary=_("Make a Job in a cluster"), request=ClusterJobCreateSerializer,
-                   responses={201: ClusterJobSerializer},
+                   responses={201: ClusterJobSerializer, 502: ERROR, 503: ERROR},
                    examples=JOB_CREATE_EXAMPLES)  # fmt: skip
     def create(self, request: Request, *args, **kwargs) -> Response:
         cluster = self.cluster()
