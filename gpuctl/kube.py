@@ -96,9 +96,10 @@ def _follow(client: Client, args: argparse.Namespace, link: dict) -> tuple[int, 
             last = outcome
         if outcome in FINISHED:
             return FINISHED[outcome], link
-        if link.get("request_state") in ENDED and outcome not in ("running",):
-            # Its GPUs went (expired, taken back) and the Job with them.
+        if link.get("request_state") in ENDED and outcome == "waiting":
+            # Its request ended before its Pod ran (expired, cancelled): it never will.
             return JOB_FAILED, link
+        # "unknown" (the cluster does not answer): read again, the Job may still finish.
         time.sleep(pause)
         pause = min(pause * 1.5, POLL_MAX)
 
