@@ -30,7 +30,7 @@ from clusters.sync import Kube, api_client, error_text
 from clusters.workloads import JOB, Refused, path_of, size_of
 from clusters.workloads import ask as ask_of
 from quotas.interface import create_request
-from quotas.permissions import is_platform_admin, role_in
+from quotas.permissions import is_platform_admin, role_in, tenant_ids_of
 
 logger = logging.getLogger(__name__)
 
@@ -57,8 +57,6 @@ class NotYours(Exception):
 def usable_clusters(user):
     """The clusters a user may submit to and read Jobs of: all for platform admins, else
     those with a namespace mapped to one of the user's tenants."""
-    from quotas.permissions import tenant_ids_of
-
     rows = Cluster.objects.select_related("pool")
     if is_platform_admin(user):
         return rows
@@ -77,6 +75,8 @@ def _take_pass_lock(cluster_id: int) -> None:
 
 
 def _write_error(exc: Exception) -> Exception:
+    if isinstance(exc, _NoUid):
+        return ClusterRefused(str(exc))
     status = getattr(exc, "status", None)
     if isinstance(exc, k8s.ApiException) and status and 400 <= status < 500:
         return ClusterRefused(error_text(exc))
@@ -111,47 +111,54 @@ def submit_job(cluster: Cluster, user, ask: JobAsk, *, address: str | None = Non
     # Sized by the pass's own readers: what is written is what the pass would ask.
     try:
         size = size_of(manifest, {name: template} if template else {}, device_class)
+        fields = ask_of(manifest, size)
     except Refused as exc:  # what check() let through and the pass would refuse
         raise Invalid({"non_field_errors": [str(exc)]}) from exc
-    # A platform admin outside the tenant asks as the namespace's own requester.
-    requester = user if member else _requester(mapping)
     with transaction.atomic():
         _take_pass_lock(cluster.pk)
+        # A platform admin outside the tenant asks as the namespace's own requester.
+        requester = user if member else _requester(mapping)
         req = create_request(requester, tenant=mapping.tenant, pool=cluster.pool,
-                             address=address, **ask_of(manifest, size))  # fmt: skip
-        created = _write(cluster, manifest, template)
-        meta = created["metadata"]
+                             address=address, **fields)  # fmt: skip
+        uid = _write(cluster, manifest, template)
         link = ClusterWorkload.objects.create(
-            cluster=cluster, namespace=ask.namespace, kind=JOB, name=meta["name"],
-            uid=meta["uid"][:64], request=req,
+            cluster=cluster, namespace=ask.namespace, kind=JOB, name=name, uid=uid,
+            request=req,
         )  # fmt: skip
         record("cluster.job_created", cluster, actor=user, address=address,
                tenant_id=mapping.tenant_id,
-               after={"namespace": ask.namespace, "job": meta["name"], "request": req.pk,
+               after={"namespace": ask.namespace, "job": name, "request": req.pk,
                       "image": ask.image})  # fmt: skip
     return link
 
 
-def _write(cluster: Cluster, manifest: dict, template: dict | None) -> dict:
-    """Create the Job (then its claim template, owned by it); on a failure, delete what was
-    made (best effort) and raise Unavailable or ClusterRefused."""
+class _NoUid(Exception):
+    pass
+
+
+def _write(cluster: Cluster, manifest: dict, template: dict | None) -> str:
+    """Create the Job (then its claim template, owned by it): the Job's uid. On a failure,
+    or an answer without a uid, delete what was made (best effort) and raise Unavailable or
+    ClusterRefused."""
     api = api_client(cluster)
     calls = Workloads(Kube(api))
     namespace = manifest["metadata"]["namespace"]
-    created: dict | None = None
     try:
         created = calls.kube.call("POST", path_of(JOB, namespace), manifest)
+        meta = created.get("metadata") if isinstance(created, dict) else None
+        uid = meta.get("uid") if isinstance(meta, dict) else None
+        if not isinstance(uid, str) or not 0 < len(uid) <= 64:
+            raise _NoUid("the cluster answered the Job's create without a uid")
         if template is not None:
-            meta = created["metadata"]
             owned = {**template, "metadata": {**template["metadata"], "ownerReferences": [{
-                "apiVersion": "batch/v1", "kind": JOB, "name": meta["name"],
-                "uid": meta["uid"], "controller": False, "blockOwnerDeletion": True}]}}  # fmt: skip
+                "apiVersion": "batch/v1", "kind": JOB, "name": manifest["metadata"]["name"],
+                "uid": uid, "controller": False, "blockOwnerDeletion": True}]}}  # fmt: skip
             calls.kube.call(
                 "POST",
                 f"/apis/resource.k8s.io/v1/namespaces/{namespace}/resourceclaimtemplates",
                 owned,
             )
-        return {**created, "kind": JOB}
+        return uid
     except Exception as exc:
         logger.warning("cluster %s: writing Job %s/%s failed: %s", cluster.name, namespace,
                        manifest["metadata"]["name"], exc)  # fmt: skip
