@@ -427,3 +427,39 @@ def test_image_references(image, good):
         assert not good and "image" in exc.errors
     else:
         assert good
+
+
+def test_a_create_answered_without_a_uid_is_a_502_and_the_job_deleted(
+    live_server, team, api, cluster
+):
+    real = api.handle
+
+    def hostile(method, path, auth, body):  # the Job is made, the answer lies about it
+        code, answer = real(method, path, auth, body)
+        if method == "POST" and path.endswith("/jobs"):
+            return code, {"kind": "Job", "metadata": {"name": answer["metadata"]["name"]}}
+        return code, answer
+
+    api.handle = hostile
+    _, key = issue(team.dev, name="ci")
+    answer = _post(live_server, key, "prod", _body())
+    assert answer.status_code == 502 and "uid" in answer.json()["error"]["message"]
+    assert not [k for k in api.objects if k[0] == "jobs"]
+    assert not GpuRequest.objects.exists() and not ClusterWorkload.objects.exists()
+
+
+def test_a_running_gate_pass_holds_the_create_then_it_is_a_503(
+    live_server, team, api, cluster, monkeypatch
+):
+    from clusters import submit
+
+    monkeypatch.setattr(submit, "LOCK_WAIT_S", 0.5)
+    assert gates._lock(cluster.pk)  # a pass of the cluster is running
+    try:
+        _, key = issue(team.dev, name="ci")
+        answer = _post(live_server, key, "prod", _body())
+    finally:
+        gates._unlock(cluster.pk)
+    assert answer.status_code == 503 and answer.headers["Retry-After"] == "2"
+    assert api.written == [] and not GpuRequest.objects.exists()
+    assert _post(live_server, key, "prod", _body()).status_code == 201  # the pass is over
