@@ -37,4 +37,8 @@ AUDIT_ACTIONS = {
     "cluster.namespace_mapped": _("Namespace mapped to a tenant"),
     "cluster.drift_repaired": _("Cluster quota objects put back in step"),
     "cluster.requester_made": _("Namespace's requester account made"),
+    "cluster.job_created": _("Kubernetes Job made for a user"),
+    "cluster.updated": _("Cluster changed"),
+    "cluster.deleted": _("Cluster deleted"),
+    "cluster.namespace_unmapped": _("Namespace mapping removed"),
 }

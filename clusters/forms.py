@@ -21,3 +21,18 @@ class NamespaceForm(forms.ModelForm):
     class Meta:
         model = NamespaceMapping
         fields = ["namespace", "tenant"]
+
+
+class ClusterEditForm(forms.ModelForm):
+    """A change of a cluster: the token only when a new one is typed; the pool stays."""
+
+    api_url = forms.URLField(label=_("API URL"), max_length=500, assume_scheme="https")
+    token = forms.CharField(
+        label=_("New service-account token"), required=False,
+        widget=forms.PasswordInput(render_value=False),
+        help_text=_("Leave blank to keep the current token."),
+    )  # fmt: skip
+
+    class Meta:
+        model = Cluster
+        fields = ["name", "api_url", "ca_bundle", "enforcement", "kueue"]

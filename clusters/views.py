@@ -15,8 +15,8 @@ from django.views.decorators.http import require_http_methods
 from agents.choices import GpuHealth
 from agents.interface import node_cards
 from clusters import services, sync
-from clusters.forms import ClusterForm, NamespaceForm
-from clusters.models import Cluster, WorkloadState
+from clusters.forms import ClusterEditForm, ClusterForm, NamespaceForm
+from clusters.models import Cluster, NamespaceMapping, WorkloadState
 from portal.security import allowed_if
 from quotas.permissions import is_platform_admin
 
@@ -87,3 +87,49 @@ def _nodes(cluster: Cluster) -> list[dict]:
         shown.append({"row": row, "node": row.node, "groups": list(groups.values()),
                       "count": sum(g["count"] for g in groups.values())})  # fmt: skip
     return shown
+
+
+@allowed_if(is_platform_admin)
+@require_http_methods(["GET", "POST"])
+def cluster_edit(request: HttpRequest, pk: int) -> HttpResponse:
+    cluster = get_object_or_404(Cluster.objects.select_related("pool"), pk=pk)
+    form = ClusterEditForm(request.POST or None, instance=Cluster.objects.get(pk=pk))
+    if request.method == "POST" and form.is_valid():
+        data = dict(form.cleaned_data)
+        try:
+            services.update_cluster(cluster, actor=request.user, token=data.pop("token"), **data)
+        except ValidationError as exc:
+            form.add_error(None, exc)
+        else:
+            messages.success(request, _("Cluster %(name)s saved.") % {"name": data["name"]})
+            return redirect(cluster)
+    status = 400 if request.method == "POST" else 200
+    context = {"cluster": cluster, "form": form, "holding": services.holding(cluster)}
+    return render(request, "clusters/edit.html", context, status=status)
+
+
+@allowed_if(is_platform_admin)
+@require_http_methods(["POST"])
+def cluster_delete(request: HttpRequest, pk: int) -> HttpResponse:
+    cluster = get_object_or_404(Cluster, pk=pk)
+    try:
+        services.delete_cluster(cluster, actor=request.user)
+    except ValidationError as exc:
+        messages.error(request, exc.messages[0])
+        return redirect(cluster)
+    messages.success(request, _("Cluster %(name)s deleted.") % {"name": cluster.name})
+    return redirect("clusters:list")
+
+
+@allowed_if(is_platform_admin)
+@require_http_methods(["POST"])
+def namespace_remove(request: HttpRequest, pk: int, mapping: int) -> HttpResponse:
+    cluster = get_object_or_404(Cluster.objects.select_related("pool"), pk=pk)
+    found = get_object_or_404(NamespaceMapping, pk=mapping, cluster=cluster)
+    try:
+        services.unmap_namespace(cluster, actor=request.user, namespace=found.namespace)
+    except ValidationError as exc:
+        messages.error(request, exc.messages[0])
+    else:
+        messages.success(request, _("Namespace %(ns)s unmapped.") % {"ns": found.namespace})
+    return redirect(cluster)

@@ -2,7 +2,8 @@
 
 Exit codes: 0 done; 2 bad input or refused by the portal (4xx); 3 not authenticated or
 not allowed (401/403); 4 the wait timed out; 5 server or network error; 6 the request ended
-(rejected, cancelled, expired) without being placed. ``run`` exits with its command's code.
+(rejected, cancelled, expired) without being placed; 7 (run --cluster) the Kubernetes Job
+failed or was deleted before it finished. ``run`` exits with its command's code.
 """
 
 from __future__ import annotations
@@ -254,6 +255,14 @@ def cmd_run(args: argparse.Namespace) -> int:
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     if not command:
         raise Usage("run needs a command after --")
+    if args.cluster:
+        from gpuctl.kube import job_body, run_job
+
+        if not args.namespace or not args.image:
+            raise Usage("run --cluster needs --namespace and --image")
+        return run_job(client_for(args), job_body(args, args.reason or default_reason()), args)
+    if args.namespace or args.image or args.env:
+        raise Usage("--namespace, --image and --env go with --cluster")
     client = client_for(args)
     return run(client, request_body(client, args), command, args)
 
@@ -265,7 +274,7 @@ def _request_options(parser: argparse.ArgumentParser) -> None:
     add = parser.add_argument
     add("-t", "--tenant", help="tenant slug, name or id (default: GPUCTL_TENANT or the config)")
     add("-p", "--pool", help="pool slug, name or id (default: GPUCTL_POOL or the config)")
-    add("-n", "--count", type=int, default=1, help="vGPUs (default 1)")
+    add("-n", "--count", "--gpus", type=int, default=1, help="vGPUs (default 1)")
     add("--compute", type=int, metavar="PCT", help="compute per vGPU, 1-100 %%")
     add("--memory", type=memory_mib, metavar="SIZE", help="memory per vGPU: MiB, or 512M, 8G")
     add("--whole-card", action="store_true", help="whole cards instead of slices")
@@ -343,6 +352,14 @@ def parser() -> argparse.ArgumentParser:
         help=f"longest wait for placement (default {DEFAULT_RUN_WAIT})",
     )
     sub.add_argument("--vgpu", type=int, default=0, metavar="N", help="vGPU whose environment")
+    kube = sub.add_argument_group(
+        "on Kubernetes", "the portal makes a Job in a mapped namespace; gpuctl follows it"
+    )
+    kube.add_argument("--cluster", metavar="NAME", help="cluster name or id: run there as a Job")
+    kube.add_argument("--namespace", metavar="NS", help="the mapped namespace of the Job")
+    kube.add_argument("--image", help="the Job's container image")
+    kube.add_argument("--env", type=_label, action="append", metavar="NAME=VALUE",
+                      help="an environment variable of the Job (repeatable)")  # fmt: skip
     sub.add_argument("command", nargs=argparse.REMAINDER, metavar="-- COMMAND")
     return top
 

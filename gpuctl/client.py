@@ -179,6 +179,15 @@ class Client:
                 return current
             raise
 
+    def create_job(self, cluster: str, fields: dict[str, Any], idempotency_key: str) -> dict:
+        """A Job the portal makes in the cluster (by id or name) for this token's user."""
+        path = f"{API}/clusters/{urllib.parse.quote(cluster, safe='')}/jobs/"
+        return self.call("POST", path, fields, headers={"Idempotency-Key": idempotency_key})
+
+    def get_job(self, cluster: str, job_id: int) -> dict:
+        path = f"{API}/clusters/{urllib.parse.quote(cluster, safe='')}/jobs/{job_id}/"
+        return self.call("GET", path)
+
     def allocation(self, allocation_id: int) -> dict:
         return self.call("GET", f"{API}/allocations/{allocation_id}/")
 

@@ -46,6 +46,9 @@ CODES = {
     "idempotency_key_reused": "The Idempotency-Key was used with another request.",
     "idempotency_in_progress": "The first request with this Idempotency-Key is still running.",
     "server_error": "The server failed; nothing is promised about what changed.",
+    "cluster_unavailable": "The Kubernetes cluster did not answer; `Retry-After` says when to "
+    "try again.",
+    "cluster_refused": "The Kubernetes cluster refused the portal's write (its answer says why).",
 }
 
 

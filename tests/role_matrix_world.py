@@ -41,7 +41,7 @@ from alerts import services as alert_services
 from alerts.choices import ChannelKind, Severity
 from alerts.models import Rule
 from audit.models import AuditEntry
-from clusters.models import Cluster
+from clusters.models import Cluster, ClusterWorkload, NamespaceMapping
 from pools import failover
 from pools.models import PoolCard
 from quotas.choices import Role
@@ -98,6 +98,8 @@ class World:
     membership: int = 0  # member's membership of A
     pending: int = 0
     allocated: int = 0
+    cluster_job: int = 0  # a Job made through the API, linked to the pending request
+    spare_namespace: str = "rm-spare"  # a mapped namespace of the cluster that no Job uses
     extending: int = 0
     allocation: int = 0
     extending_lease: int = 0
@@ -158,6 +160,13 @@ def build_world() -> World:
     ask = {"tenant": tenant_a, "pool": pool, "count": 1, "compute_pct": 25, "memory_mib": 8192,
            "duration_hours": 4, "reason": "training run"}  # fmt: skip
     w.pending = create_request(member, **ask).pk
+    NamespaceMapping.objects.create(cluster_id=w.cluster, namespace="rm-jobs", tenant=tenant_a)
+    # One that no workload uses: it may be unmapped.
+    NamespaceMapping.objects.create(cluster_id=w.cluster, namespace="rm-spare", tenant=tenant_a)
+    w.cluster_job = ClusterWorkload.objects.create(
+        cluster_id=w.cluster, namespace="rm-jobs", kind="Job", name="rm-job", uid="rm-job-uid",
+        request_id=w.pending,
+    ).pk  # fmt: skip
     placed = []
     for _ in range(2):
         req = create_request(member, **ask)

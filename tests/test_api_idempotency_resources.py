@@ -136,6 +136,7 @@ HONOURED = {
     "/api/v1/alert-events/{id}/acknowledge/", "/api/v1/alert-events/{id}/resolve/",
     "/api/v1/alert-rules/", "/api/v1/alert-subscriptions/",
     "/api/v1/clusters/", "/api/v1/clusters/{id}/namespaces/",
+    "/api/v1/clusters/{cluster_ref}/jobs/",
     "/api/v1/gpu-requests/", "/api/v1/gpu-requests/{id}/approve/",
     "/api/v1/gpu-requests/{id}/approve-extension/", "/api/v1/gpu-requests/{id}/extend/",
     "/api/v1/gpu-requests/{id}/reject/", "/api/v1/gpu-requests/{id}/reject-extension/",

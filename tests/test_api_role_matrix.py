@@ -151,9 +151,28 @@ TABLE: dict[str, Row] = {
             "name": "rm-new", "api_url": "https://k8s.example", "token": "rm-new-token",
             "enforcement": "hami", "pool": w.pool}),
     "GET /api/v1/clusters/{id}/": row("401 200 200 200 403 403 403 403 403", "cluster"),
+    "PUT /api/v1/clusters/{id}/":
+        row("401 403 200 200 403 403 403 403 403", "cluster", {
+            "name": "rm-cluster-2", "api_url": "https://k8s-2.example", "enforcement": "hami",
+            "kueue": True}),
+    "PATCH /api/v1/clusters/{id}/":
+        row("401 403 200 200 403 403 403 403 403", "cluster", {"api_url": "https://k8s-2.example"}),
+    # Its Job holds the pending request: the cluster stays (409) until that ends.
+    "DELETE /api/v1/clusters/{id}/": row("401 403 409 409 403 403 403 403 403", "cluster"),
+    "DELETE /api/v1/clusters/{id}/namespaces/{namespace}/":
+        row("401 403 204 204 403 403 403 403 403", "cluster", namespace="spare_namespace"),
     "POST /api/v1/clusters/{id}/namespaces/":
         row("401 403 201 201 403 403 403 403 403", "cluster", lambda w: {
             "namespace": "rm-a", "tenant": w.tenant_a}),
+    # Jobs made through the API: by the members of a tenant with a namespace on the cluster
+    # (and platform admins); a cluster with none of one's namespaces is 404. The body's image
+    # is bad, so the allowed get a 400 and the cluster (unreachable) is never written.
+    "POST /api/v1/clusters/{cluster_ref}/jobs/":
+        row("401 403 400 400 400 400 400 404 404", body={
+            "namespace": "rm-jobs", "image": "Not An Image!", "command": ["true"]},
+            cluster_ref="cluster"),
+    "GET /api/v1/clusters/{cluster_ref}/jobs/{id}/":
+        row("401 200 200 200 200 200 200 404 404", "cluster_job", cluster_ref="cluster"),
     "GET /api/v1/audit/": row("401 200 200 403 403 403 403 403 403"),
     "GET /api/v1/audit/{id}/": row("401 200 200 403 403 403 403 403 403", "audit_entry"),
     # GPU requests: A's are 404 to others; members ask (the platform admin is no member:

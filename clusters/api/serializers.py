@@ -22,3 +22,15 @@ class ClusterSerializer(serializers.ModelSerializer):
                   "kueue", "pool", "namespaces", "synced_at", "sync_error", "sync_report",
                   "created"]  # fmt: skip
         read_only_fields = ["token_hint", "synced_at", "sync_error", "sync_report", "created"]
+
+
+class ClusterUpdateSerializer(ClusterSerializer):
+    """A change of a cluster: the token only when it changes; the pool stays."""
+
+    token = serializers.CharField(
+        write_only=True, required=False, allow_blank=True,
+        help_text=_("A new service-account token; left out or blank, the token is kept."),
+    )  # fmt: skip
+
+    class Meta(ClusterSerializer.Meta):
+        read_only_fields = [*ClusterSerializer.Meta.read_only_fields, "pool"]

@@ -3,14 +3,21 @@ from django.utils.translation import gettext_lazy as _
 from drf_spectacular.utils import extend_schema, extend_schema_view
 from rest_framework import mixins, permissions, status
 from rest_framework.decorators import action
+from rest_framework.exceptions import NotFound
 from rest_framework.exceptions import ValidationError as ApiValidationError
 from rest_framework.request import Request
 from rest_framework.response import Response
 
 from clusters import services
 from clusters.api.docs import CLUSTER_OPERATIONS
-from clusters.api.serializers import ClusterSerializer, NamespaceMappingSerializer
-from clusters.models import Cluster
+from clusters.api.serializers import (
+    ClusterSerializer,
+    ClusterUpdateSerializer,
+    NamespaceMappingSerializer,
+)
+from clusters.models import Cluster, NamespaceMapping
+from portal.api_errors import Conflict
+from portal.api_schema import ERROR
 from portal.api_views import ApiGenericViewSet
 from quotas.permissions import is_platform_admin
 
@@ -21,13 +28,37 @@ class PlatformAdminOnly(permissions.BasePermission):
 
 
 @extend_schema_view(
-    **{name: extend_schema(description=text) for name, text in CLUSTER_OPERATIONS.items()}
-)
+    **{name: extend_schema(description=text) for name, text in CLUSTER_OPERATIONS.items()
+       if name != "destroy"},
+    destroy=extend_schema(description=CLUSTER_OPERATIONS["destroy"],
+                          responses={204: None, 409: ERROR}),
+)  # fmt: skip
 class ClusterViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin,
-                     mixins.CreateModelMixin, ApiGenericViewSet):  # fmt: skip
+                     mixins.CreateModelMixin, mixins.UpdateModelMixin,
+                     mixins.DestroyModelMixin, ApiGenericViewSet):  # fmt: skip
     queryset = Cluster.objects.select_related("pool").prefetch_related("namespaces")
     serializer_class = ClusterSerializer
     permission_classes = [permissions.IsAuthenticated, PlatformAdminOnly]
+
+    def get_serializer_class(self):
+        if self.action in ("update", "partial_update"):
+            return ClusterUpdateSerializer
+        return ClusterSerializer
+
+    def perform_update(self, serializer: ClusterUpdateSerializer) -> None:
+        data = dict(serializer.validated_data)
+        try:
+            serializer.instance = services.update_cluster(
+                serializer.instance, actor=self.request.user, token=data.pop("token", ""), **data
+            )
+        except ValidationError as exc:
+            raise ApiValidationError(exc.message_dict) from exc
+
+    def perform_destroy(self, instance: Cluster) -> None:
+        try:
+            services.delete_cluster(instance, actor=self.request.user)
+        except ValidationError as exc:
+            raise Conflict(exc.messages[0]) from exc
 
     def perform_create(self, serializer: ClusterSerializer) -> None:
         data = dict(serializer.validated_data)
@@ -50,3 +81,16 @@ class ClusterViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin,
         except ValidationError as exc:
             raise ApiValidationError(exc.message_dict) from exc
         return Response(NamespaceMappingSerializer(mapping).data, status=status.HTTP_201_CREATED)
+
+    @extend_schema(summary=_("Remove a namespace mapping"), request=None,
+                   responses={204: None, 409: ERROR})  # fmt: skip
+    @action(detail=True, methods=["delete"], url_path=r"namespaces/(?P<namespace>[^/.]+)")
+    def unmap_namespace(self, request: Request, pk=None, namespace: str = "") -> Response:
+        cluster = self.get_object()
+        try:
+            services.unmap_namespace(cluster, actor=request.user, namespace=namespace)
+        except NamespaceMapping.DoesNotExist as exc:
+            raise NotFound() from exc
+        except ValidationError as exc:
+            raise Conflict(exc.messages[0]) from exc
+        return Response(status=status.HTTP_204_NO_CONTENT)
