@@ -158,7 +158,9 @@ def test_extending_or_resizing_a_request_whose_quota_was_deleted_is_a_clear_400(
     resize = dev.post(f"{URL}{req.pk}/resize/", {"compute_pct": 20, "memory_mib": 4096},
                       format="json")  # fmt: skip
     assert extend.status_code == 400 and list(error_fields(extend)) == ["hours"], extend.json()
-    assert resize.status_code == 400 and list(error_fields(resize)) == ["compute_pct"], resize.json()
+    assert resize.status_code == 400 and list(error_fields(resize)) == ["compute_pct"], (
+        resize.json()
+    )
     after = GpuRequest.objects.get(pk=req.pk)
     assert (after.duration_hours, after.compute_pct, after.memory_mib, after.extension_hours) == (
         req.duration_hours, req.compute_pct, req.memory_mib, None)  # fmt: skip
