@@ -248,12 +248,16 @@ class Notice(models.Model):
 
 class SentNotice(models.Model):
     """A request step to tell (its signal and pushes), by the key ``announce`` gave it:
-    written with the step, untold (``sent_at`` None, the step kept); the worker's claim
-    sets ``sent_at``, so a task message handed out again tells nobody twice, and the
-    sweep sends again a step whose message was lost (``quotas.requests.notices``)."""
+    written with the step, untold (``sent_at`` and ``pushed_at`` None, the step kept).
+    The worker's claim sets ``sent_at`` with the signal's e-mail and IM deliveries, so a
+    task message handed out again mails nobody twice; ``pushed_at`` is set once the live
+    pages were pushed the step, after the claim. The sweep sends again a step not yet
+    pushed: its message was lost, or its worker died between the claim and the push
+    (``quotas.requests.notices``)."""
 
     key = models.UUIDField(primary_key=True)
     sent_at = models.DateTimeField(null=True, blank=True, db_index=True)
+    pushed_at = models.DateTimeField(null=True, blank=True)
     step = models.JSONField(null=True, blank=True)
     created = models.DateTimeField(default=timezone.now)
 
@@ -261,8 +265,8 @@ class SentNotice(models.Model):
         verbose_name = _("sent notice")
         verbose_name_plural = _("sent notices")
         indexes = [
-            models.Index(fields=["created"], condition=models.Q(sent_at=None),
-                         name="quotas_notice_untold"),
+            models.Index(fields=["created"], condition=models.Q(pushed_at=None),
+                         name="quotas_notice_unpushed"),
         ]  # fmt: skip
 
     def __str__(self) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 
+import jsonschema
 import pytest
 from django.test import Client
 from playwright.sync_api import Browser, expect
@@ -13,6 +14,8 @@ from tests import procs
 from tests.test_browser_csp import RECORD_VIOLATIONS
 
 pytestmark = pytest.mark.django_db
+
+FORMAT_CHECKER = jsonschema.Draft7Validator.FORMAT_CHECKER
 
 # src= and href= values of a page: what a browser would fetch to render it.
 ASSET = re.compile(r"""(?:src|href)=["']([^"']+)["']""")
@@ -227,6 +230,66 @@ def test_no_sample_shows_made_up_keys(client: Client):
                 invented += _made_up_keys(media.get("schema", {}), components, where)
     assert invented == []
     assert "property1" not in str(schema)
+
+
+def _as_json_schema(node: object) -> object:
+    """OpenAPI 3.0's schema objects as JSON Schema: ``nullable`` allows null."""
+    if isinstance(node, list):
+        return [_as_json_schema(value) for value in node]
+    if not isinstance(node, dict):
+        return node
+    out = {key: _as_json_schema(value) for key, value in node.items() if key != "nullable"}
+    if node.get("nullable"):
+        return {"anyOf": [out, {"type": "null"}]}
+    return out
+
+
+def _request_examples(schema: dict):
+    for name, operation in _operations(schema):
+        for media_type, media in operation.get("requestBody", {}).get("content", {}).items():
+            for title, example in media.get("examples", {}).items():
+                yield name, media_type, title, example["value"], media.get("schema", {})
+
+
+# Operations whose request bodies are still left to their readers: the clusters' (their
+# app's helper documents them).
+NO_REQUEST_EXAMPLE_YET = {"POST /api/v1/clusters/", "POST /api/v1/clusters/{id}/namespaces/"}
+
+
+def test_every_write_shows_a_request_body_to_send(client: Client):
+    # A CI engineer found "no example request body"; schemathesis' stateful phase walks
+    # from the creates only when they are valid (tests/test_api_schemathesis.py).
+    schema = _schema(client)
+    with_body = {name for name, op in _operations(schema)
+                 if "application/json" in op.get("requestBody", {}).get("content", {})}  # fmt: skip
+    shown = {name for name, media_type, *_ in _request_examples(schema)
+             if media_type == "application/json"}  # fmt: skip
+    assert len(with_body) > 40
+    assert sorted(with_body - shown) == sorted(NO_REQUEST_EXAMPLE_YET)
+
+
+def test_every_request_example_is_valid_against_its_request_schema(client: Client):
+    schema = _schema(client)
+    components = _as_json_schema(schema["components"])
+    checked, invalid = 0, []
+    for name, media_type, title, value, body_schema in _request_examples(schema):
+        if media_type != "application/json":
+            continue
+        resolver = {"components": components, **_as_json_schema(body_schema)}
+        validator = jsonschema.Draft7Validator(resolver, format_checker=FORMAT_CHECKER)
+        problems = [f"{'/'.join(map(str, e.path))}: {e.message}"
+                    for e in validator.iter_errors(value)]  # fmt: skip
+        # No key the request does not take (a made-up or a read-only one).
+        target = body_schema
+        if "$ref" in target:
+            target = schema["components"]["schemas"][target["$ref"].rsplit("/", 1)[1]]
+        if isinstance(value, dict) and "properties" in target:
+            problems += [f"{key}: not a field of the request"
+                         for key in set(value) - set(target["properties"])]  # fmt: skip
+        invalid += [f"{name} {title!r}: {problem}" for problem in problems]
+        checked += 1
+    assert checked > 40
+    assert invalid == []
 
 
 def test_the_accounting_example_has_the_answers_shape(client: Client, admin_user):

@@ -6,10 +6,14 @@ nobody; a message handed out again tells nobody twice; a refused create queues n
 from __future__ import annotations
 
 import asyncio
+import signal
+import subprocess
 import uuid
 from datetime import timedelta
 
+import orjson
 import pytest
+import redis
 from asgiref.sync import async_to_sync, sync_to_async
 from celery.exceptions import Retry
 from channels.layers import get_channel_layer
@@ -290,3 +294,135 @@ def test_a_worker_given_the_same_message_twice_delivers_once(child_env_for_test_
     )
     assert kinds == [NoticeKind.AUTO_APPROVED, NoticeKind.PLACED]
     assert SentNotice.objects.count() == 2
+
+
+# A worker that dies after the claim's commit: the first step told and pushed (through
+# the real channel layer), the second told (its deliveries committed), then the process
+# is SIGKILLed at the second push.
+_DIES_AT_THE_SECOND_PUSH = """
+import os, signal, sys
+import django
+django.setup()
+import orjson
+from quotas.requests import notices
+real, pushes = notices.publish, []
+def publish(*args):
+    pushes.append(args)
+    if len(pushes) == 2:
+        os.kill(os.getpid(), signal.SIGKILL)
+    real(*args)
+notices.publish = publish
+notices.send_notices(orjson.loads(sys.argv[1]))
+"""
+
+
+def _heard_through(user_id: int, *acts) -> list[list[dict]]:
+    """What a socket of ``user_id`` hears while each of ``acts`` runs, in turn: one
+    channel on the real channel layer throughout (its queues belong to one event loop)."""
+    layer = get_channel_layer()
+
+    async def run():
+        channel = await layer.new_channel("test")
+        await layer.group_add(notices.user_group(user_id), channel)
+        heard = []
+        for act in acts:
+            await sync_to_async(act)()
+            got = []
+            while True:
+                try:
+                    got.append(await asyncio.wait_for(layer.receive(channel), timeout=0.5))
+                except TimeoutError:
+                    break
+            heard.append([orjson.loads(m["text"]) for m in got])
+        await layer.group_discard(notices.user_group(user_id), channel)
+        return heard
+
+    return async_to_sync(run)()
+
+
+@pytest.mark.stack
+@pytest.mark.django_db(transaction=True)
+def test_a_worker_killed_between_the_claim_and_the_push_has_the_push_sent_by_the_sweep(
+    child_env_for_test_db, queued, settings
+):
+    # Issue #27: the push was at most once; a worker lost after the claim lost it.
+    team = gpu_team(**POLICY)
+    sub = SubscriptionFactory(owner=team.dev, min_severity=Severity.INFO)
+    req = create_request(team.dev, **team.ask())  # committed: the child reads it
+    [steps] = queued
+    queued.clear()
+    assert [s["kind"] for s in steps] == [NoticeKind.AUTO_APPROVED, NoticeKind.PLACED]
+    seen: dict = {}
+
+    def worker_dies():
+        seen["child"] = subprocess.run(
+            [procs.PYTHON, "-c", _DIES_AT_THE_SECOND_PUSH, orjson.dumps(steps).decode()],
+            cwd=procs.REPO, env=child_env_for_test_db, capture_output=True, text=True,
+            timeout=120, check=False,
+        )  # fmt: skip
+        seen["rows"] = [SentNotice.objects.get(key=s["key"]) for s in steps]
+        seen["mails"] = list(
+            Delivery.objects.filter(channel=sub.channel).values_list("pk", flat=True)
+        )
+
+    def sweep():
+        # Once the step is NOTICE_RESEND_AFTER_S old, the sweep sends it again.
+        seen["later"] = seen["rows"][1].created + timedelta(
+            seconds=settings.NOTICE_RESEND_AFTER_S + 1
+        )
+        seen["resent"] = notices.resend_untold(seen["later"])
+        seen["told"] = [send_notices(message) for message in queued]
+
+    def again():  # a later sweep, and the first message redelivered after all
+        seen["resent_again"] = notices.resend_untold(seen["later"])
+        seen["told_again"] = send_notices(steps)
+
+    # channels_redis on the test's Redis database, as the pages' sockets hear it.
+    before, after, later = _heard_through(team.dev.pk, worker_dies, sweep, again)
+    assert seen["child"].returncode == -signal.SIGKILL, seen["child"].stderr
+    assert [m["kind"] for m in before] == [NoticeKind.AUTO_APPROVED]
+    first, second = seen["rows"]
+    assert first.pushed_at is not None and first.step is None
+    assert second.sent_at is not None and second.pushed_at is None
+    assert len(seen["mails"]) == 2  # both steps claimed: their deliveries are written
+
+    assert seen["resent"] == 1 and queued == [[steps[1]]] and seen["told"] == [1]
+    assert after == [{
+        "request": req.pk, "tenant": team.tenant.pk, "pool": team.pool.pk,
+        "state": steps[1]["state"], "kind": NoticeKind.PLACED,
+    }]  # fmt: skip
+    # No mail again; nothing more to push.
+    assert (
+        list(Delivery.objects.filter(channel=sub.channel).values_list("pk", flat=True))
+        == (seen["mails"])
+    )
+    assert seen["resent_again"] == 0 and seen["told_again"] == 0 and later == []
+    assert not SentNotice.objects.filter(pushed_at=None).exists()
+
+
+@pytest.mark.django_db
+def test_a_push_that_meets_redis_away_is_pushed_by_the_run_again_and_mails_nobody_again(
+    django_capture_on_commit_callbacks, heard, queued, monkeypatch
+):
+    team = gpu_team(**POLICY)
+    sub = SubscriptionFactory(owner=team.dev, min_severity=Severity.INFO)
+    with django_capture_on_commit_callbacks(execute=True):
+        create_request(team.dev, **team.ask())
+    [steps] = queued
+    real = notices.publish
+
+    def away(*args):
+        raise redis.ConnectionError("Connection refused")
+
+    monkeypatch.setattr(notices, "publish", away)
+    monkeypatch.setattr(notices.send_notices, "retry", lambda exc, countdown: Retry(exc=exc))
+    with pytest.raises(Retry):
+        send_notices(steps)
+    assert len(heard) == 1  # the first step told, its push failed
+    monkeypatch.setattr(notices, "publish", real)
+    pushed = _pushes(team.dev.pk, lambda: send_notices(steps))
+    assert [orjson.loads(m["text"])["kind"] for m in pushed] == [
+        NoticeKind.AUTO_APPROVED, NoticeKind.PLACED,
+    ]  # fmt: skip
+    assert len(heard) == 2 and Delivery.objects.filter(channel=sub.channel).count() == 2
+    assert _pushes(team.dev.pk, lambda: send_notices(steps)) == []

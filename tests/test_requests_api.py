@@ -142,3 +142,25 @@ def test_a_decision_on_a_decided_request_is_a_400(team):
     clients.api(team.approver).post(f"{URL}{req.pk}/reject/", {"comment": "no"}, format="json")
     response = clients.api(team.approver).post(f"{URL}{req.pk}/approve/")
     assert response.status_code == 400 and "state" in error_fields(response)
+
+
+@pytest.mark.django_db
+def test_extending_or_resizing_a_request_whose_quota_was_deleted_is_a_clear_400(alice):
+    # Found by schemathesis' stateful phase: a quota deleted while its requests held
+    # slices, then an extend or a resize of one was a 500 (Quota.DoesNotExist).
+    team = gpu_team(auto_approve_vgpus=1, auto_approve_compute_pct=50, auto_approve_hours=8)
+    req = create_request(team.dev, **team.ask())
+    assert req.state == RequestState.ALLOCATED
+    gone = clients.api(alice).delete(f"/api/v1/quotas/{team.quota.pk}/")
+    assert gone.status_code == 204
+    dev = clients.api(team.dev)
+    extend = dev.post(f"{URL}{req.pk}/extend/", {"hours": 2}, format="json")
+    resize = dev.post(f"{URL}{req.pk}/resize/", {"compute_pct": 20, "memory_mib": 4096},
+                      format="json")  # fmt: skip
+    assert extend.status_code == 400 and list(error_fields(extend)) == ["hours"], extend.json()
+    assert resize.status_code == 400 and list(error_fields(resize)) == ["compute_pct"], (
+        resize.json()
+    )
+    after = GpuRequest.objects.get(pk=req.pk)
+    assert (after.duration_hours, after.compute_pct, after.memory_mib, after.extension_hours) == (
+        req.duration_hours, req.compute_pct, req.memory_mib, None)  # fmt: skip

@@ -75,3 +75,28 @@ IMPORT_EXAMPLES = [
                "unchanged": ["gpu-node-08"], "dry_run": True, "errors": []},
     ),
 ]  # fmt: skip
+
+# Bodies a caller can send as they are: a CI engineer's starting point, and schemathesis'
+# valid creates for its stateful phase.
+NODE_EXAMPLES = [
+    OpenApiExample(
+        "A node with its agent's token and labels", request_only=True,
+        value={"name": "gpu-node-07", "agent_url": "http://gpu-node-07.example.internal:9400",
+               "token": "agent-token-from-the-nodes-config", "labels": {"zone": "rack-3"},
+               "state": "online"},
+    ),
+]  # fmt: skip
+
+TEST_CONNECTION_EXAMPLES.insert(0, OpenApiExample(
+    "An agent and its token", request_only=True,
+    value={"agent_url": "http://gpu-node-07.example.internal:9400",
+           "token": "agent-token-from-the-nodes-config"},
+))  # fmt: skip
+
+IMPORT_EXAMPLES.insert(0, OpenApiExample(
+    "Two nodes in CSV, as JSON", request_only=True,
+    value={"format": "csv", "update": False,
+           "content": "name,agent_url,labels,state\n"
+                      "gpu-node-08,http://gpu-node-08.example.internal:9400,zone=rack-4,online\n"
+                      "gpu-node-09,http://gpu-node-09.example.internal:9400,zone=rack-4,online\n"},
+))  # fmt: skip

@@ -1,12 +1,15 @@
+from drf_spectacular.utils import extend_schema_serializer
 from rest_framework import serializers
 
 from agents import node_audit, registration
+from agents.api.docs import NODE_EXAMPLES
 from agents.choices import NodeState
 from agents.models import Node
 from agents.permissions import can_see_agent_details
 
 
 # Read by members; written by staff through agents.registration, which holds the rules.
+@extend_schema_serializer(examples=NODE_EXAMPLES)
 class NodeSerializer(serializers.ModelSerializer):
     """A node: a GPU server whose agent the portal reads."""
 

@@ -4,15 +4,18 @@ holds the rules and audits); its field errors reach the API's exception handler,
 from __future__ import annotations
 
 from django.utils.translation import gettext
+from drf_spectacular.utils import extend_schema_serializer
 from rest_framework import serializers
 
 from alerts import config
+from alerts.api.docs import RULE_EXAMPLES, SUBSCRIPTION_EXAMPLES
 from alerts.choices import Comparison, Condition, ScopeKind, Severity
 from alerts.models import Event, Rule, Subscription
 from alerts.permissions import managed_tenants, visible_rules
 from audit.interface import request_address
 
 
+@extend_schema_serializer(examples=RULE_EXAMPLES)
 class RuleSerializer(serializers.ModelSerializer):
     condition = serializers.ChoiceField(choices=Condition.choices)
     comparison = serializers.ChoiceField(choices=Comparison.choices, required=False)
@@ -52,6 +55,7 @@ class RuleSerializer(serializers.ModelSerializer):
         return self._save(instance.pk, validated)
 
 
+@extend_schema_serializer(examples=SUBSCRIPTION_EXAMPLES)
 class SubscriptionSerializer(serializers.ModelSerializer):
     rules = serializers.PrimaryKeyRelatedField(many=True, queryset=Rule.objects.all(),
                                                required=False)  # fmt: skip

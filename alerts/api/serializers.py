@@ -6,9 +6,11 @@ from __future__ import annotations
 
 from django.conf import settings
 from django.core.exceptions import ValidationError as DjangoValidationError
+from drf_spectacular.utils import extend_schema_serializer
 from rest_framework import serializers
 
 from alerts import services
+from alerts.api.docs import CHANNEL_EXAMPLES
 from alerts.choices import ChannelKind
 from alerts.models import Channel, Delivery, DeliveryAttempt
 from alerts.permissions import managed_tenants
@@ -33,6 +35,7 @@ def as_drf_error(exc: DjangoValidationError) -> serializers.ValidationError:
     return serializers.ValidationError(errors)
 
 
+@extend_schema_serializer(examples=CHANNEL_EXAMPLES)
 class ChannelSerializer(serializers.ModelSerializer):
     name = serializers.CharField(max_length=services.NAME_MAX_CHARS)
     kind = serializers.ChoiceField(choices=ChannelKind.choices)

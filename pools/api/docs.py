@@ -123,6 +123,7 @@ ALLOCATION_SERIALIZER_EXAMPLES = [
 ]  # fmt: skip
 
 CARDS_CHANGED_EXAMPLES = [
+    OpenApiExample("Cards 3 and 4", value={"gpus": [3, 4]}, request_only=True),
     OpenApiExample("Two cards changed", value={"changed": 2}, response_only=True,
                    status_codes=["200"]),
 ]  # fmt: skip

@@ -60,6 +60,21 @@ def _hours(value) -> int:
     return hours
 
 
+def _quota_locked(req: GpuRequest, field: str) -> Quota:
+    """The request's quota row, locked; its deletion (the pool closed to the tenant, the
+    slices placed before it still held) refuses a change that the quota would judge."""
+    quota = (
+        Quota.objects.select_for_update()
+        .filter(tenant_id=req.tenant_id, pool_id=req.pool_id)
+        .first()
+    )
+    if quota is None:
+        raise ValidationError(
+            {field: [_("This pool is no longer open to the tenant: its quota was removed.")]}
+        )
+    return quota
+
+
 def extend_request(req_id: int, user, hours, *, address: str | None = None) -> GpuRequest:
     """Add ``hours`` to a placed request: at once when the new duration is within the
     tenant's auto-approval policy, else as an extension waiting for an approver."""
@@ -72,7 +87,7 @@ def extend_request(req_id: int, user, hours, *, address: str | None = None) -> G
             )
         if req.extension_hours:
             raise ValidationError({"hours": [_("An extension already waits for an approver.")]})
-        quota = Quota.objects.select_for_update().get(tenant_id=req.tenant_id, pool_id=req.pool_id)
+        quota = _quota_locked(req, "hours")
         compute = share_pct(req.whole_card, req.compute_pct)
         if problem := budget_problem(quota, req.count, compute, hours):
             raise ValidationError({"hours": [problem]})
@@ -143,7 +158,7 @@ def resize_request(
         req = _locked(req_id, user)
         if req.state != RequestState.ALLOCATED or req.whole_card or not req.lease_id:
             raise ValidationError({"compute_pct": [_("Only placed slices can be resized.")]})
-        quota = Quota.objects.select_for_update().get(tenant_id=req.tenant_id, pool_id=req.pool_id)
+        quota = _quota_locked(req, "compute_pct")
         grow = Usage(
             0, req.count * (compute - req.compute_pct), req.count * (memory - req.memory_mib)
         )

@@ -4,8 +4,12 @@ page and the badge), a push to the live pages, and the ``request_event`` signal.
 The rows are written in the caller's transaction. The push and the signal (which alerts
 turns into e-mail and IM deliveries) are a Celery task sent after it commits, so nobody
 hears of a change that was rolled back and the request's thread does not wait on them.
-Each step carries a key: the task claims it with the deliveries in one transaction, so a
-message handed out again (a lost worker, late acks) tells nobody twice.
+Each step carries a key and an outbox row (``SentNotice``): the task claims it with the
+deliveries in one transaction, so a message handed out again (a lost worker, late acks)
+mails nobody twice; then it pushes the step and marks it pushed. A step not pushed (its
+message lost, its worker killed between the claim and the push) is sent again by the
+sweep: the push is at least once. A push twice is harmless: each listener reads what it
+shows again on a push (the pages their live part, a ``?wait=`` its request's row).
 """
 
 from __future__ import annotations
@@ -159,13 +163,15 @@ def retry_in(retries: int) -> float | None:
 
 
 # Late acks: each step is claimed by its key in the transaction that writes its
-# deliveries, so a message run again after a lost worker tells nobody twice.
+# deliveries, so a message run again after a lost worker mails nobody twice; a step
+# whose push the lost worker did not mark done is pushed again (harmless).
 @shared_task(
     bind=True, name="quotas.tasks.send_notices", acks_late=True, reject_on_worker_lost=True,
     ignore_result=True, max_retries=None,
 )  # fmt: skip
 def send_notices(self, steps: list[dict]) -> int:
-    """Signal and push each step not yet told; how many this run told."""
+    """Signal each step not yet told and push each not yet pushed; how many this run
+    told or pushed."""
     try:
         return sum(_tell(step) for step in steps)
     except UNAVAILABLE as exc:
@@ -179,43 +185,53 @@ def send_notices(self, steps: list[dict]) -> int:
 
 
 # The claim: the step's untold row (written with the step) marked told, or, for a message
-# sent before steps had rows, a told row inserted; nothing when it was told already.
+# sent before steps had rows, a told row inserted with the step (its push still to do);
+# nothing when it was told already. The step stays until it is pushed.
 _CLAIM_SQL = (
-    f"INSERT INTO {SentNotice._meta.db_table} AS t (key, sent_at, created) "  # noqa: S608
-    "VALUES (%s, %s, %s) ON CONFLICT (key) DO UPDATE SET sent_at = EXCLUDED.sent_at, "
-    "step = NULL WHERE t.sent_at IS NULL RETURNING key"
+    f"INSERT INTO {SentNotice._meta.db_table} AS t (key, sent_at, created, step) "  # noqa: S608
+    "VALUES (%s, %s, %s, %s::jsonb) ON CONFLICT (key) DO UPDATE SET sent_at = EXCLUDED.sent_at "
+    "WHERE t.sent_at IS NULL RETURNING key"
 )
 
 
 def _tell(step: dict) -> bool:
+    key = uuid.UUID(step["key"])
     with transaction.atomic():
         with connection.cursor() as cursor:
             now = timezone.now()
-            cursor.execute(_CLAIM_SQL, [uuid.UUID(step["key"]), now, now])
-            if cursor.fetchone() is None:
-                return False  # told by an earlier run of this message
-        # The receivers' deliveries commit with the claim, or neither does.
-        request_event.send_robust(
-            sender=GpuRequest, request_id=step["request"], kind=step["kind"],
-            tenant_id=step["tenant"], requester_id=step["requester"],
-            recipient_ids=frozenset(step["recipients"]), comment=step["comment"],
-        )  # fmt: skip
+            cursor.execute(_CLAIM_SQL, [key, now, now, orjson.dumps(step).decode()])
+            claimed = cursor.fetchone() is not None
+        if claimed:
+            # The receivers' deliveries commit with the claim, or neither does.
+            request_event.send_robust(
+                sender=GpuRequest, request_id=step["request"], kind=step["kind"],
+                tenant_id=step["tenant"], requester_id=step["requester"],
+                recipient_ids=frozenset(step["recipients"]), comment=step["comment"],
+            )  # fmt: skip
+    unpushed = SentNotice.objects.filter(key=key, pushed_at=None)
+    if not claimed and not unpushed.exists():
+        return False  # told and pushed by an earlier run of this message
+    # A worker lost here (or a push that fails: Redis away) leaves the step told and not
+    # pushed; a run again, or the sweep, pushes it and mails nobody.
     event = {
         "request": step["request"], "tenant": step["tenant"], "pool": step["pool"],
         "state": step["state"], "kind": step["kind"],
     }  # fmt: skip
     publish(step["tenant"], step["users"], event)
+    unpushed.update(pushed_at=timezone.now(), step=None)
     return True
 
 
 def resend_untold(now=None) -> int:
-    """Send again each step still untold NOTICE_RESEND_AFTER_S after it was written: its
-    message was lost (Redis restarted empty, or away when the step committed; the step's
-    commit answered as failed by a PostgreSQL going down, so its after-commit send never
-    ran). The claim makes a step whose first message still comes harmless. How many."""
+    """Send again each step still not pushed NOTICE_RESEND_AFTER_S after it was written:
+    its message was lost (Redis restarted empty, or away when the step committed; the
+    step's commit answered as failed by a PostgreSQL going down, so its after-commit send
+    never ran), or its worker died after the claim, before the push. The claim makes a
+    step whose first message still comes, or that was told already, mail nobody again.
+    How many."""
     cutoff = (now or timezone.now()) - timedelta(seconds=settings.NOTICE_RESEND_AFTER_S)
     steps = list(
-        SentNotice.objects.filter(sent_at=None, created__lt=cutoff)
+        SentNotice.objects.filter(pushed_at=None, created__lt=cutoff)
         .filter(step__isnull=False)
         .order_by("created")
         .values_list("step", flat=True)[:RESEND_AT_MOST]

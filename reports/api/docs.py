@@ -53,3 +53,19 @@ IDLE_EXAMPLES = [
                "scanned_at": "2026-12-01T09:25:00Z", "coverage": 0.98},
     ),
 ]  # fmt: skip
+
+# Bodies a caller can send as they are (lease 1: the vGPUs of GPU request 1).
+EXEMPTION_EXAMPLES = [
+    OpenApiExample("Spare a training run until the end of January", request_only=True,
+                   value={"lease": 1, "reason": "Long training run, checkpoints hourly.",
+                          "ends_at": "2027-01-31T18:00:00Z"}),
+]  # fmt: skip
+APPEAL_EXAMPLES = [
+    OpenApiExample("It is working", request_only=True,
+                   value={"reason": "Data loading for tomorrow's run; the GPUs start at 06:00."}),
+]  # fmt: skip
+APPEAL_DECISION_EXAMPLES = [
+    OpenApiExample("Granted for a week", request_only=True,
+                   value={"grant": True, "comment": "Fine until the run ends.",
+                          "until": "2027-01-15T00:00:00Z"}),
+]  # fmt: skip

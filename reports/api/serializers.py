@@ -10,7 +10,12 @@ from typing import Any
 from drf_spectacular.utils import extend_schema_field, extend_schema_serializer
 from rest_framework import exceptions, serializers
 
-from reports.api.docs import IDLE_EXAMPLES
+from reports.api.docs import (
+    APPEAL_DECISION_EXAMPLES,
+    APPEAL_EXAMPLES,
+    EXEMPTION_EXAMPLES,
+    IDLE_EXAMPLES,
+)
 from reports.models import AllocationIdle, Exemption, IdleCard, ReclaimWarning
 from reports.report import as_dict
 from reports.services import MAX_TEXT
@@ -101,16 +106,19 @@ class ReclaimWarningSerializer(serializers.ModelSerializer):
         read_only_fields = fields
 
 
+@extend_schema_serializer(examples=APPEAL_EXAMPLES)
 class AppealSerializer(serializers.Serializer):
     reason = serializers.CharField(max_length=MAX_TEXT)
 
 
+@extend_schema_serializer(examples=APPEAL_DECISION_EXAMPLES)
 class AppealDecisionSerializer(serializers.Serializer):
     grant = serializers.BooleanField()
     comment = serializers.CharField(max_length=MAX_TEXT, required=False, allow_blank=True)
     until = serializers.DateTimeField(required=False, allow_null=True)
 
 
+@extend_schema_serializer(examples=EXEMPTION_EXAMPLES)
 class ExemptionSerializer(serializers.ModelSerializer):
     reason = serializers.CharField(max_length=MAX_TEXT)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from django.utils.functional import Promise
 from django.utils.translation import gettext_lazy as _
+from drf_spectacular.utils import OpenApiExample
 
 TOKEN_OPERATIONS: dict[str, Promise] = {
     "list": _(
@@ -46,3 +47,17 @@ SERVICE_ACCOUNT_OPERATIONS: dict[str, Promise] = {
         "Revoke one of the service account's tokens (its tenant's admins and platform admins)."
     ),
 }
+
+# Bodies a caller can send as they are: a CI engineer's starting point, and schemathesis'
+# valid creates for its stateful phase (tenant 1: the other examples' tenant).
+TOKEN_EXAMPLES = [
+    OpenApiExample("A write token for a CI runner, for six months", request_only=True,
+                   value={"name": "ci-runner-3", "scope": "write",
+                          "expires_at": "2027-06-30T00:00:00Z"}),
+]  # fmt: skip
+
+SERVICE_ACCOUNT_EXAMPLES = [
+    OpenApiExample("The tenant's CI", request_only=True,
+                   value={"tenant": 1, "name": "ci-nightly",
+                          "description": "Nightly integration tests on GitLab CI."}),
+]  # fmt: skip

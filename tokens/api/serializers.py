@@ -6,9 +6,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from drf_spectacular.utils import extend_schema_serializer
 from rest_framework import exceptions, serializers
 
 from quotas import permissions as quota_permissions
+from tokens.api.docs import SERVICE_ACCOUNT_EXAMPLES, TOKEN_EXAMPLES
 from tokens.choices import Scope
 from tokens.models import ApiToken, ServiceAccount
 from tokens.services import NAME_MAX
@@ -22,6 +24,7 @@ def call_service(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         raise exceptions.PermissionDenied(str(exc)) from None
 
 
+@extend_schema_serializer(examples=TOKEN_EXAMPLES)
 class ApiTokenSerializer(serializers.ModelSerializer):
     """An API token, without its key: that is shown once, in the answer that creates it."""
 
@@ -64,6 +67,7 @@ class _VisibleTenants(serializers.PrimaryKeyRelatedField):
         return quota_permissions.visible_tenants(self.context["request"].user)
 
 
+@extend_schema_serializer(examples=SERVICE_ACCOUNT_EXAMPLES)
 class ServiceAccountSerializer(serializers.ModelSerializer):
     """A tenant's account for CI jobs: a member of the tenant that signs in with tokens only."""
 

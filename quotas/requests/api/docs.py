@@ -20,13 +20,15 @@ WAIT_PARAMETER = OpenApiParameter(
 )
 
 _ASKED = {
-    "tenant": 3, "pool": 1, "count": 1, "compute_pct": 30, "memory_mib": 8192,
-    "gpu_model": "A100", "duration_hours": 4, "reason": "CI job 4711: integration tests",
+    "tenant": 1, "pool": 1, "count": 1, "compute_pct": 30, "memory_mib": 8192,
+    "gpu_model": "NVIDIA A100-SXM4-80GB", "duration_hours": 4,
+    "reason": "CI job 4711: integration tests",
 }  # fmt: skip
 
 _PLACED = {
-    "id": 42, "tenant": 3, "pool": 1, "requester": "ci-bot", "count": 1,
-    "whole_card": False, "compute_pct": 30, "memory_mib": 8192, "gpu_model": "A100",
+    "id": 42, "tenant": 1, "pool": 1, "requester": "ci-bot", "count": 1,
+    "whole_card": False, "compute_pct": 30, "memory_mib": 8192,
+    "gpu_model": "NVIDIA A100-SXM4-80GB",
     "node_name": "", "node_labels": {}, "same_node": False, "duration_hours": 4,
     "reason": "CI job 4711: integration tests", "priority": 0, "state": "allocated",
     "queue_position": None, "borrowed": False, "decided_by": None,
@@ -68,3 +70,14 @@ READ_EXAMPLES = [
         },
     ),
 ]
+
+# Bodies of the steps, as a caller sends them.
+COMMENT_EXAMPLES = [
+    OpenApiExample("With a comment", value={"comment": "Within the team's plan for December."},
+                   request_only=True),
+]  # fmt: skip
+EXTEND_EXAMPLES = [OpenApiExample("Two hours more", value={"hours": 2}, request_only=True)]
+RESIZE_EXAMPLES = [
+    OpenApiExample("Down to 20 % and 4 GiB", value={"compute_pct": 20, "memory_mib": 4096},
+                   request_only=True),
+]  # fmt: skip

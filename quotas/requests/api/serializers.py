@@ -9,7 +9,12 @@ from rest_framework import serializers
 from agents.choices import GpuVendor
 from pools.models import Allocation, Pool
 from quotas.models import GpuRequest, Tenant
-from quotas.requests.api.docs import READ_EXAMPLES
+from quotas.requests.api.docs import (
+    COMMENT_EXAMPLES,
+    EXTEND_EXAMPLES,
+    READ_EXAMPLES,
+    RESIZE_EXAMPLES,
+)
 from quotas.requests.api.wait import MAX_WAIT_SECONDS
 from quotas.requests.services import queue_position
 from quotas.requests.views import allocation_url
@@ -98,14 +103,17 @@ class GpuRequestSerializer(serializers.ModelSerializer):
         return AllocationBriefSerializer(req.lease.allocations.all(), many=True).data
 
 
+@extend_schema_serializer(examples=COMMENT_EXAMPLES)
 class CommentSerializer(serializers.Serializer):
     comment = serializers.CharField(max_length=2000, allow_blank=True, default="")
 
 
+@extend_schema_serializer(examples=EXTEND_EXAMPLES)
 class ExtendSerializer(serializers.Serializer):
     hours = serializers.IntegerField(min_value=1, max_value=MAX_HOURS)
 
 
+@extend_schema_serializer(examples=RESIZE_EXAMPLES)
 class ResizeSerializer(serializers.Serializer):
     compute_pct = serializers.IntegerField(min_value=1, max_value=100)
     memory_mib = serializers.IntegerField(min_value=1, max_value=10_000_000)

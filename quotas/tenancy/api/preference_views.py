@@ -19,6 +19,13 @@ EXAMPLE = OpenApiExample(
     value={"language": "zh-hans", "time_zone": "Asia/Shanghai",
            "effective_time_zone": "Asia/Shanghai"},
 )  # fmt: skip
+# The change asked: effective_time_zone is an answer's alone (the schema validates it).
+ASKED = OpenApiExample(
+    "Chinese, Shanghai time",
+    value={"language": "zh-hans", "time_zone": "Asia/Shanghai"},
+    request_only=True,
+)
+ANSWERED = OpenApiExample(EXAMPLE.name, value=EXAMPLE.value, response_only=True)
 DEFAULTS = OpenApiExample(
     "The browser's language, the site's time zone",
     value={"language": "", "time_zone": "", "effective_time_zone": "UTC"},
@@ -57,7 +64,7 @@ class PreferenceView(ApiView):
 
     @extend_schema(
         summary=_("Change your preferences"), request=PreferenceSerializer,
-        responses=PreferenceSerializer, examples=[EXAMPLE],
+        responses=PreferenceSerializer, examples=[ASKED, ANSWERED],
         description=_(
             "Change your language or time zone (only the fields sent). A language the "
             "portal does not have or an unknown time zone is a 400 naming the field, and "

@@ -7,6 +7,7 @@ from collections.abc import Callable
 from typing import Any
 
 from django.utils.translation import gettext as _
+from drf_spectacular.utils import extend_schema_serializer
 from rest_framework import exceptions, serializers
 
 from audit.interface import request_address
@@ -15,6 +16,7 @@ from quotas import permissions
 from quotas.choices import Role
 from quotas.models import Membership, Quota, Tenant
 from quotas.tenancy import services
+from quotas.tenancy.api.docs import MEMBERSHIP_EXAMPLES, QUOTA_EXAMPLES, TENANT_EXAMPLES
 from quotas.tenancy.usage import QuotaUsage
 
 
@@ -32,6 +34,7 @@ class _ServiceSerializer(serializers.ModelSerializer):
         return {"actor": request.user, "address": request_address(request)}
 
 
+@extend_schema_serializer(examples=TENANT_EXAMPLES)
 class TenantSerializer(_ServiceSerializer):
     """A team. Platform admins create and change tenants; members read their own."""
 
@@ -79,6 +82,7 @@ class _VisibleTenants(serializers.PrimaryKeyRelatedField):
         return permissions.visible_tenants(self.context["request"].user)
 
 
+@extend_schema_serializer(examples=MEMBERSHIP_EXAMPLES)
 class MembershipSerializer(_ServiceSerializer):
     """A user's role in a tenant. Added by user name; afterwards only the role changes."""
 
@@ -121,6 +125,7 @@ class MembershipSerializer(_ServiceSerializer):
         )  # fmt: skip
 
 
+@extend_schema_serializer(examples=QUOTA_EXAMPLES)
 class QuotaSerializer(_ServiceSerializer):
     """A tenant's guarantees and limits in a pool and its approval policy."""
 

@@ -12,7 +12,7 @@ from typing import Any
 from django.contrib.auth import get_user_model
 from django.utils.functional import Promise
 from django.utils.translation import gettext_lazy as _
-from drf_spectacular.utils import extend_schema, extend_schema_view
+from drf_spectacular.utils import extend_schema, extend_schema_serializer, extend_schema_view
 from rest_framework import mixins, permissions, serializers, status
 from rest_framework.decorators import action
 from rest_framework.request import Request
@@ -22,6 +22,7 @@ from audit.interface import request_address
 from portal.api_views import ApiGenericViewSet
 from quotas import permissions as quota_permissions
 from quotas.tenancy import accounts
+from quotas.tenancy.api.docs import USER_EXAMPLES
 from quotas.tenancy.api.serializers import call_service
 from quotas.tenancy.filtersets import UserFilterSet
 
@@ -54,6 +55,7 @@ SECRET_LINK = _(
 )
 
 
+@extend_schema_serializer(examples=USER_EXAMPLES)
 class UserSerializer(serializers.ModelSerializer):
     """A user (never their password)."""
 
