@@ -142,7 +142,7 @@ def test_hours_before_a_failover_move_a_strand_and_a_scheduler_move_all_count(wo
 
 
 def test_a_stranded_slice_released_is_charged_only_its_held_time(world, alice):
-    quota, a, b = world
+    quota, _a, _b = world
     dev = UserFactory(username="dev", password=None)
     started = timezone.now()
     allocation = _placed(quota, dev, compute_pct=50, memory_mib=1024)
@@ -217,9 +217,7 @@ def test_the_old_cards_owner_rollups_stay_visible_to_the_tenant(world, alice):
 
 # One slice's life: steps of (what happens, minutes that pass after it).
 steps = st.lists(
-    st.tuples(
-        st.sampled_from(["wait", "failover", "strand", "scheduler"]), st.integers(1, 600)
-    ),  # fmt: skip
+    st.tuples(st.sampled_from(["wait", "failover", "strand", "scheduler"]), st.integers(1, 600)),
     min_size=1,
     max_size=6,
 )
