@@ -4,7 +4,10 @@ A slice whose card is lost, deleted, or on a node drained or offline past
 ``POOLS_OFFLINE_GRACE_S`` is re-placed alike (same size, same lease) on a healthy card
 of its pool; capacity moves in one transaction with the allocation service's
 conditional updates. One that fits nowhere becomes STRANDED: its capacity is given
-back, it is kept and shown, never deleted, and tried again by the beat task. A card
+back, it is kept and shown, never deleted, and tried again by the beat task. A move or
+a strand keeps the allocation's id; the stretch it held on the old card is kept as an
+``AllocationSpan`` (GPU-hours, quotas and per-card history count it there), and its
+``placed_at`` becomes the move's time (None while stranded: it holds nothing). A card
 with a critical XID or new uncorrectable ECC errors is cordoned (no new slices) until an
 admin clears it. Owners are told through ``pools.signals`` after commit.
 """
@@ -25,7 +28,7 @@ from agents.models import Node
 from audit.interface import record
 from pools import lease_sql
 from pools.choices import AgentSync, AllocationState, LeaseState
-from pools.models import Allocation, PoolCard
+from pools.models import Allocation, AllocationSpan, PoolCard
 from pools.placement import Ask
 from pools.services import give_back, notify_nodes, picks
 from pools.signals import AllocationMove, CardCordon, announce_cordon, announce_moves
@@ -97,6 +100,9 @@ def replace_allocation(allocation_id: int, reason: str, *, actor=None) -> Alloca
                 allocation.memory_mib, allocation.whole_card,
             )  # fmt: skip
         now = timezone.now()
+        # The time on the old card stays counted (and attributed to that card); the row
+        # goes on from now, on its new card, or holds nothing while stranded.
+        AllocationSpan.close(allocation, now, "moved" if taken is not None else "stranded")
         if taken is not None:
             gpu_id, _, physical = taken
             allocation.gpu_id, allocation.stranded_reason = gpu_id, ""
@@ -107,6 +113,7 @@ def replace_allocation(allocation_id: int, reason: str, *, actor=None) -> Alloca
             action = "allocation.moved"
         else:
             allocation.state, allocation.stranded_reason = AllocationState.STRANDED, reason
+            allocation.placed_at = None
             action = "allocation.stranded"
         allocation.agent_sync, allocation.agent_error, allocation.agent_attempts = (
             AgentSync.PENDING, "", 0)  # fmt: skip
@@ -160,7 +167,9 @@ def move_allocation(
         _gpu, new_node, physical = taken[0]
         old_gpu, old_node = allocation.gpu_id, allocation.gpu.node_id if allocation.gpu else None
         give_back(old_gpu, allocation.pool_id, compute, memory, whole)
-        allocation.gpu_id, allocation.placed_at = gpu_id, timezone.now()
+        now = timezone.now()
+        AllocationSpan.close(allocation, now, "moved")
+        allocation.gpu_id, allocation.placed_at = gpu_id, now
         if whole:
             allocation.compute_pct, allocation.memory_mib = 100, physical
         allocation.agent_sync, allocation.agent_error, allocation.agent_attempts = (

@@ -244,6 +244,52 @@ class Allocation(models.Model):
         return f"alloc-{self.pk}"
 
 
+class AllocationSpan(models.Model):
+    """A closed stretch of an allocation's held time on one card, kept when the slice
+    left that card: moved by failover or by a cluster's scheduler, or stranded. The
+    allocation row keeps its id and goes on from the move (its ``placed_at`` is when it
+    was placed on its current card; None while stranded, holding nothing), so GPU-hours,
+    quota usage and per-card history read the allocation's own open stretch plus these."""
+
+    allocation = models.ForeignKey(Allocation, on_delete=models.CASCADE, related_name="spans")
+    gpu = models.ForeignKey(
+        GPU, on_delete=models.SET_NULL, null=True, blank=True, related_name="allocation_spans"
+    )
+    compute_pct = models.PositiveSmallIntegerField(_("compute (%)"))
+    memory_mib = models.PositiveIntegerField(_("memory (MiB)"))
+    whole_card = models.BooleanField(_("whole card"), default=False)
+    placed_at = models.DateTimeField(_("placed at"))
+    released_at = models.DateTimeField(_("released at"))
+    reason = models.CharField(_("why it ended"), max_length=255, blank=True)
+
+    class Meta:
+        ordering = ["allocation_id", "placed_at"]
+        verbose_name = _("held span")
+        verbose_name_plural = _("held spans")
+        indexes = [models.Index(fields=["gpu", "released_at"])]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(released_at__gte=models.F("placed_at")), name="span_not_reversed"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"vGPU {self.allocation_id} {self.placed_at:%Y-%m-%d %H:%M}"
+
+    @classmethod
+    def close(cls, allocation: Allocation, now, reason: str) -> AllocationSpan | None:
+        """Keep the allocation's stretch on its current card, up to ``now`` (nothing when
+        it holds none: stranded, never placed)."""
+        if allocation.placed_at is None or allocation.placed_at >= now:
+            return None
+        return cls.objects.create(
+            allocation=allocation, gpu_id=allocation.gpu_id,
+            compute_pct=allocation.compute_pct, memory_mib=allocation.memory_mib,
+            whole_card=allocation.whole_card, placed_at=allocation.placed_at,
+            released_at=now, reason=reason,
+        )  # fmt: skip
+
+
 # ``placement.share_pct`` over an allocation's columns, for sums the database does.
 SHARE_PCT = Case(When(whole_card=True, then=Value(MAX_COMPUTE_PCT)), default=F("compute_pct"),
                  output_field=IntegerField())  # fmt: skip

@@ -28,7 +28,7 @@ from django.utils import timezone
 from django.utils.translation import gettext as _
 
 from pools.interface import share_pct
-from pools.models import Allocation, Pool
+from pools.models import Allocation, AllocationSpan, Pool
 from quotas.interface import REQUESTER, TENANT, held_hours
 from quotas.models import GpuRequest, Tenant
 from reports import permissions
@@ -122,11 +122,20 @@ def _used(start: datetime, end: datetime, groups: dict[tuple, int]):
         **{f"{TENANT}__isnull": False}, gpu__isnull=False, placed_at__isnull=False,
         placed_at__lt=end,
     ).filter(Q(released_at__isnull=True) | Q(released_at__gt=start))  # fmt: skip
+    # The stretches held before a move or a strand, each on the card it was on then.
+    spans = AllocationSpan.objects.filter(
+        **{f"allocation__{TENANT}__isnull": False}, gpu__isnull=False, placed_at__lt=end,
+        released_at__gt=start,
+    )  # fmt: skip
     now = timezone.now()
     intervals = []
     fields = ("gpu_id", "lease__unix_user", "whole_card", "compute_pct", "memory_mib",
               "placed_at", "released_at")  # fmt: skip
-    for row in allocations.values(*KEYS, *fields):
+    rows = list(allocations.values(*KEYS, *fields))
+    own = ("gpu_id", *fields[2:])  # the span's own card and size; the rest its allocation's
+    for row in spans.values(*(f"allocation__{k}" for k in (*KEYS, "lease__unix_user")), *own):
+        rows.append({k.removeprefix("allocation__"): v for k, v in row.items()})
+    for row in rows:
         policy = policies.get(row["pool_id"])
         group = groups.setdefault(tuple(row[k] for k in KEYS), len(groups))
         memory_pct = policy.idle_memory_pct if policy else 10

@@ -15,7 +15,7 @@ from functools import reduce
 from django.db.models import Q, QuerySet
 from django.utils import timezone
 
-from pools.models import Allocation
+from pools.models import Allocation, AllocationSpan
 from quotas.choices import RequestState, Role
 from quotas.models import GpuRequest
 from quotas.permissions import User, can_approve, is_platform_admin, role_in, tenant_ids_of
@@ -85,22 +85,32 @@ def owners_visible_to(user: User, gpu_ids: Sequence[int]) -> Q | None:
     card, the buckets inside the life of an allocation of one of the user's tenants (of
     any tenant, for platform admins: what each tenant's own people see), registered with
     ``telemetry.interface.grant_owners`` in ``QuotasConfig.ready``. A bucket counts from
-    the minute the allocation was placed until it was released."""
+    the minute the allocation was placed until it was released, and over each span it held
+    a card before a move."""
     if not user.is_authenticated or not gpu_ids:
         return None
     since = timezone.now() - OWNER_GRANT_REACH
-    tenants = (
-        Q(lease__gpu_request__isnull=False)
-        if is_platform_admin(user)
-        else Q(lease__gpu_request__tenant_id__in=tenant_ids_of(user))
-    )
+    admin = is_platform_admin(user)
+
+    def tenants(prefix: str = "") -> Q:
+        if admin:
+            return Q(**{f"{prefix}lease__gpu_request__isnull": False})
+        return Q(**{f"{prefix}lease__gpu_request__tenant_id__in": tenant_ids_of(user)})
+
     lives = (
-        Allocation.objects.filter(tenants, gpu_id__in=list(gpu_ids), placed_at__isnull=False)
+        Allocation.objects.filter(tenants(), gpu_id__in=list(gpu_ids), placed_at__isnull=False)
         .filter(Q(released_at__isnull=True) | Q(released_at__gte=since))
         .values_list("gpu_id", "placed_at", "released_at")
     )
+    # A slice moved off a card (or stranded) still owned its time there.
+    earlier = (
+        AllocationSpan.objects.filter(
+            tenants("allocation__"),
+            gpu_id__in=list(gpu_ids), released_at__gte=since,
+        ).values_list("gpu_id", "placed_at", "released_at")
+    )  # fmt: skip
     granted = []
-    for gpu_id, placed_at, released_at in lives:
+    for gpu_id, placed_at, released_at in [*lives, *earlier]:
         q = Q(gpu_id=gpu_id, bucket__gte=placed_at.replace(second=0, microsecond=0))
         if released_at is not None:
             q &= Q(bucket__lt=released_at)

@@ -7,10 +7,13 @@ re-placement): vGPUs, compute points (a whole card is 100) and memory MiB.
 zone, or the last 30 days): each allocation's placed time inside the period, weighted by
 its share of a card. A whole card counts 1 GPU-hour per hour; a slice counts
 ``compute_pct / 100`` per hour (a 25 % slice held 4 hours is 1 GPU-hour). The time runs
-from ``placed_at`` to ``released_at`` (or now), whatever the allocation's state.
+from ``placed_at`` to ``released_at`` (or now), whatever the allocation's state, plus the
+stretches it held before a move or a strand (``pools.models.AllocationSpan``, each at
+the size it had then); a stranded allocation (``placed_at`` None) holds no time.
 
 Every function answers for many tenants with a fixed number of aggregate queries (held:
-one; GPU-hours: one, both periods summed side by side), never one query per tenant.
+one; GPU-hours: two, over the allocations and over their earlier spans, both periods
+summed side by side), never one query per tenant.
 """
 
 from __future__ import annotations
@@ -36,7 +39,7 @@ from django.db.models.functions import Coalesce, Greatest, Least
 from django.utils import timezone
 
 from pools.choices import AllocationState
-from pools.models import SHARE_PCT, Allocation
+from pools.models import SHARE_PCT, Allocation, AllocationSpan
 from quotas.choices import BudgetPeriod
 from quotas.models import Quota
 
@@ -106,6 +109,36 @@ def _pct_seconds(start: datetime, now: datetime, weight=SHARE_PCT) -> Sum:
     return Sum(_Epoch(held) * weight, filter=inside, output_field=DecimalField())
 
 
+def _sums(
+    allocations: QuerySet[Allocation],
+    keys: tuple[str, ...],
+    start: datetime,
+    end: datetime,
+    **sums: Sum,
+) -> dict[tuple, dict[str, Decimal]]:
+    """Per ``keys`` group, the ``sums`` (``_pct_seconds`` over ``[start, end)``) of the
+    allocations' open stretches and of their earlier spans, added; two queries."""
+    out: dict[tuple, dict[str, Decimal]] = {}
+    spans = AllocationSpan.objects.filter(allocation__in=allocations.values("pk"))
+    for rows, prefix in (
+        (allocations.filter(placed_at__isnull=False), ""),
+        (spans, "allocation__"),
+    ):
+        names = [prefix + k for k in keys]
+        inside = rows.filter(placed_at__lt=end).filter(
+            Q(released_at__isnull=True) | Q(released_at__gt=start)
+        )
+        # No keys: one total (``values()`` without names would group by every column).
+        found = [inside.aggregate(**sums)] if not keys else (
+            inside.values(*names).annotate(**sums).order_by()
+        )  # fmt: skip
+        for row in found:
+            into = out.setdefault(tuple(row[n] for n in names), dict.fromkeys(sums, Decimal(0)))
+            for name in sums:
+                into[name] += row[name] or Decimal(0)
+    return out
+
+
 def _hours(pct_seconds: Decimal | None) -> Decimal:
     return ((pct_seconds or Decimal(0)) / PCT_SECONDS_PER_GPU_HOUR).quantize(HOURS)
 
@@ -131,15 +164,11 @@ def _aggregate(
         )
     # Allocations alive at some time in the longer of the two periods.
     earliest = min(month, rolling)
-    hours = (
-        allocations.filter(placed_at__isnull=False, placed_at__lt=now)
-        .filter(Q(released_at__isnull=True) | Q(released_at__gt=earliest))
-        .values(*keys)
-        .annotate(month=_pct_seconds(month, now), rolling=_pct_seconds(rolling, now))
-        .order_by()
-    )
-    for row in hours:
-        key = tuple(row[k] for k in keys)
+    hours = _sums(
+        allocations, keys, earliest, now,
+        month=_pct_seconds(month, now), rolling=_pct_seconds(rolling, now),
+    )  # fmt: skip
+    for key, row in hours.items():
         by_month, by_rolling = out.setdefault(key, (Usage(), Usage()))
         by_month.gpu_hours = _hours(row["month"])
         by_rolling.gpu_hours = _hours(row["rolling"])
@@ -197,10 +226,11 @@ def gpu_hours_left(quota: Quota, now: datetime | None = None) -> Decimal | None:
     if not quota.limit_gpu_hours:
         return None
     now = now or timezone.now()
-    rows = Allocation.objects.filter(**{TENANT: quota.tenant_id}, pool_id=quota.pool_id).aggregate(
-        s=_pct_seconds(period_start(quota.budget_period, now), now)
-    )
-    return max(Decimal(quota.limit_gpu_hours) - _hours(rows["s"]), Decimal(0))
+    start = period_start(quota.budget_period, now)
+    allocations = Allocation.objects.filter(**{TENANT: quota.tenant_id}, pool_id=quota.pool_id)
+    rows = _sums(allocations, (), start, now, s=_pct_seconds(start, now))
+    used = rows[()]["s"] if rows else None
+    return max(Decimal(quota.limit_gpu_hours) - _hours(used), Decimal(0))
 
 
 def ask_hours(count: int, compute_pct: int, hours: int) -> Decimal:
@@ -225,8 +255,9 @@ def held_hours(
     keys: tuple[str, ...], start: datetime, end: datetime, tenant_ids: Iterable[int] | None = None
 ) -> dict[tuple, Held]:
     """Per ``keys`` group of allocations held for requests (e.g. ``TENANT``, ``REQUESTER``,
-    ``"pool_id"``): what they held inside ``[start, end)``; one query. The accounting
-    reports call it per day and per month, so they count GPU-hours exactly as quotas do."""
+    ``"pool_id"``): what they held inside ``[start, end)``; two queries. The accounting
+    reports call it per day and per month, so they count GPU-hours exactly as quotas do
+    (the spans held before a move included)."""
     allocations = Allocation.objects.filter(**{f"{TENANT}__isnull": False})
     if tenant_ids is not None:
         allocations = allocations.filter(**{f"{TENANT}__in": tenant_ids})
@@ -235,18 +266,11 @@ def held_hours(
     end = min(end, timezone.now())
     if end <= start:
         return {}
-    inside = allocations.filter(placed_at__isnull=False, placed_at__lt=end).filter(
-        Q(released_at__isnull=True) | Q(released_at__gt=start)
-    )
-    sums = {"pct": _pct_seconds(start, end), "mib": _pct_seconds(start, end, F("memory_mib"))}
-    # No keys: one total (``values()`` without names would group by every column).
-    rows = (
-        [inside.aggregate(**sums)] if not keys else inside.values(*keys).annotate(**sums).order_by()
-    )
+    rows = _sums(
+        allocations, keys, start, end,
+        pct=_pct_seconds(start, end), mib=_pct_seconds(start, end, F("memory_mib")),
+    )  # fmt: skip
     return {
-        tuple(row[k] for k in keys): Held(
-            _hours(row["pct"]),
-            ((row["mib"] or Decimal(0)) / MIB_SECONDS_PER_GIB_HOUR).quantize(HOURS),
-        )
-        for row in rows
+        key: Held(_hours(row["pct"]), (row["mib"] / MIB_SECONDS_PER_GIB_HOUR).quantize(HOURS))
+        for key, row in rows.items()
     }
