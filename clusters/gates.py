@@ -23,7 +23,7 @@ import uuid
 
 from django.contrib.auth import get_user_model
 from django.core.exceptions import ValidationError
-from django.db import connection, transaction
+from django.db import OperationalError, connection, transaction
 from django.utils import timezone
 from django.utils.translation import gettext as _
 from kubernetes import client as k8s
@@ -71,7 +71,7 @@ def in_pass() -> bool:
     return _PASSING.get()
 
 
-def _requester(mapping: NamespaceMapping):
+def requester_of(mapping: NamespaceMapping):
     """The namespace's own portal user, a member of its tenant: the requester of its
     workloads' requests (a Pod says nothing trustworthy about who made it). Made on first use."""
     users = get_user_model()
@@ -116,7 +116,7 @@ def admit_new(
                                and cluster.enforcement in DEVICE_CLASSES else [])  # fmt: skip
         try:
             size = size_of(obj, templates, DEVICE_CLASSES.get(cluster.enforcement, ""))
-            link.request = create_request(_requester(mapping), tenant=mapping.tenant,
+            link.request = create_request(requester_of(mapping), tenant=mapping.tenant,
                                           pool=cluster.pool, **ask_of(obj, size))  # fmt: skip
         except (Refused, ValidationError) as exc:
             text = _messages(exc) if isinstance(exc, ValidationError) else str(exc)
@@ -363,6 +363,25 @@ def pass_cluster(cluster: Cluster) -> dict[str, str]:
 # two passes of one cluster at once could each end what the other admitted after its list.
 _LOCK_CLASS = 0x67617465  # "gate"
 BUSY = "busy"
+
+
+class PassRunning(Exception):
+    """A gate pass of the cluster held its lock longer than the caller would wait."""
+
+
+def hold_pass(cluster_id: int, wait_s: float) -> None:
+    """Take the cluster's gate-pass lock until the end of the current transaction (call it
+    inside ``transaction.atomic``): a pass starting meanwhile finds the cluster busy, and a
+    running one is waited for up to ``wait_s`` seconds. Raises PassRunning past that."""
+    if not connection.in_atomic_block:
+        raise RuntimeError("hold_pass needs a transaction")
+    try:
+        with transaction.atomic(), connection.cursor() as cursor:
+            cursor.execute(f"SET LOCAL lock_timeout = {max(1, int(wait_s * 1000))}")
+            cursor.execute("SELECT pg_advisory_xact_lock(%s, %s)", [_LOCK_CLASS, cluster_id])
+            cursor.execute("SET LOCAL lock_timeout TO DEFAULT")
+    except OperationalError as exc:
+        raise PassRunning(_("A gate pass of this cluster is running; retry in a moment.")) from exc
 
 
 def _lock(cluster_id: int) -> bool:

@@ -190,7 +190,11 @@ def job(ask: JobAsk, *, name: str, user_id: int, username: str, enforcement: str
     LocalQueue, under Kueue)."""
     container: dict = {
         "name": "main", "image": ask.image,
-        "securityContext": {"privileged": False, "allowPrivilegeEscalation": False},
+        # Not runAsNonRoot: many images run as root (docs/kubernetes.md).
+        "securityContext": {
+            "privileged": False, "allowPrivilegeEscalation": False,
+            "capabilities": {"drop": ["ALL"]}, "seccompProfile": {"type": "RuntimeDefault"},
+        },
     }  # fmt: skip
     if ask.command:
         container["command"] = list(ask.command)
@@ -199,7 +203,7 @@ def job(ask: JobAsk, *, name: str, user_id: int, username: str, enforcement: str
     if ask.env:
         container["env"] = [{"name": k, "value": v} for k, v in sorted(ask.env.items())]
     pod: dict = {"restartPolicy": "Never", "automountServiceAccountToken": False,
-                 "containers": [container]}  # fmt: skip
+                 "enableServiceLinks": False, "containers": [container]}  # fmt: skip
     device_class = DEVICE_CLASSES.get(enforcement)
     if device_class:
         pod["resourceClaims"] = [{"name": CLAIM, "resourceClaimTemplateName": name}]

@@ -9,6 +9,7 @@ from django.utils.translation import gettext as _
 from django.utils.translation import ngettext
 
 from audit.interface import record
+from clusters.gates import PassRunning, hold_pass
 from clusters.models import Cluster, ClusterWorkload, NamespaceMapping
 from clusters.tasks import sync_pool_clusters
 from quotas.choices import RequestState
@@ -18,6 +19,21 @@ from quotas.choices import RequestState
 EDITABLE = ("name", "api_url", "ca_bundle", "enforcement", "kueue")
 MODE = ("enforcement", "kueue")
 HOLDING = (RequestState.PENDING, RequestState.APPROVED, RequestState.ALLOCATED)
+
+PASS_WAIT_S = 10  # the longest an edit waits for a running gate pass of the cluster
+
+
+class PassBusy(ValidationError):
+    """A gate pass of the cluster held its lock past PASS_WAIT_S: nothing was changed."""
+
+
+def _hold_pass(cluster: Cluster) -> None:
+    """The gate pass's lock for this transaction: a pass that listed the mappings before
+    this edit could otherwise admit a workload after the holding() check."""
+    try:
+        hold_pass(cluster.pk, PASS_WAIT_S)
+    except PassRunning as exc:
+        raise PassBusy(str(exc)) from exc
 
 
 @transaction.atomic
@@ -65,6 +81,7 @@ def update_cluster(cluster: Cluster, *, actor, token: str = "", **fields) -> Clu
     """Change what EDITABLE names, and the token only when one is given (blank: kept). The
     pool stays (its objects in the cluster are labelled by it). A change of enforcement or
     Kueue waits until no workload holds a request. The cluster is synced once it commits."""
+    _hold_pass(cluster)
     cluster = Cluster.objects.select_for_update().get(pk=cluster.pk)
     unknown = set(fields) - set(EDITABLE)
     if unknown:
@@ -95,6 +112,7 @@ def delete_cluster(cluster: Cluster, *, actor) -> None:
     """Forget the cluster, its namespaces and its workloads' links; refused while a workload
     holds a request (its GPUs would have no one to end them). The portal's objects in the
     cluster are left there (the portal may no longer reach it)."""
+    _hold_pass(cluster)
     cluster = Cluster.objects.select_for_update().get(pk=cluster.pk)
     if count := holding(cluster):
         raise ValidationError(_still_held(count))
@@ -108,6 +126,7 @@ def unmap_namespace(cluster: Cluster, *, actor, namespace: str) -> None:
     """Remove the mapping; refused while a workload there holds a request (the pass lists
     mapped namespaces only, so it would never be carried again). The cluster's pool is
     synced once it commits: the namespace's queue or ResourceQuota goes."""
+    _hold_pass(cluster)
     mapping = (
         NamespaceMapping.objects.select_for_update()
         .filter(cluster=cluster, namespace=namespace)
@@ -125,6 +144,7 @@ def unmap_namespace(cluster: Cluster, *, actor, namespace: str) -> None:
 
 
 __all__ = [
+    "PassBusy",
     "ValidationError",
     "delete_cluster",
     "holding",

@@ -16,13 +16,13 @@ from __future__ import annotations
 import logging
 import os
 
-from django.db import OperationalError, connection, transaction
+from django.db import transaction
 from django.utils.translation import gettext as _
 from kubernetes import client as k8s
 
 from audit.interface import record
 from clusters.choices import DEVICE_CLASSES
-from clusters.gates import _LOCK_CLASS, Workloads, _requester
+from clusters.gates import PassRunning, Workloads, hold_pass, requester_of
 from clusters.jobspec import Invalid, JobAsk, check, claim_template, job, job_name, outcome
 from clusters.models import Cluster, ClusterWorkload, NamespaceMapping
 from clusters.render import dns_name
@@ -41,9 +41,10 @@ RETRY_AFTER_S = 30  # what a caller is told to wait when the cluster does not an
 class Unavailable(Exception):
     """The cluster did not answer (or answered 5xx), or its gate pass held it too long."""
 
-    def __init__(self, message: str, retry_after: int = RETRY_AFTER_S):
+    def __init__(self, message: str, retry_after: int = RETRY_AFTER_S, *, busy: bool = False):
         super().__init__(message)
         self.retry_after = retry_after
+        self.busy = busy  # a gate pass held it: the message is ours, translated
 
 
 class ClusterRefused(Exception):
@@ -66,12 +67,9 @@ def usable_clusters(user):
 def _take_pass_lock(cluster_id: int) -> None:
     """The cluster's gate-pass lock for this transaction (a pass finds it busy)."""
     try:
-        with transaction.atomic(), connection.cursor() as cursor:
-            cursor.execute(f"SET LOCAL lock_timeout = {int(LOCK_WAIT_S * 1000)}")
-            cursor.execute("SELECT pg_advisory_xact_lock(%s, %s)", [_LOCK_CLASS, cluster_id])
-            cursor.execute("SET LOCAL lock_timeout TO DEFAULT")
-    except OperationalError as exc:
-        raise Unavailable(str(exc), retry_after=2) from exc
+        hold_pass(cluster_id, LOCK_WAIT_S)
+    except PassRunning as exc:
+        raise Unavailable(str(exc), retry_after=2, busy=True) from exc
 
 
 def _write_error(exc: Exception) -> Exception:
@@ -117,7 +115,7 @@ def submit_job(cluster: Cluster, user, ask: JobAsk, *, address: str | None = Non
     with transaction.atomic():
         _take_pass_lock(cluster.pk)
         # A platform admin outside the tenant asks as the namespace's own requester.
-        requester = user if member else _requester(mapping)
+        requester = user if member else requester_of(mapping)
         req = create_request(requester, tenant=mapping.tenant, pool=cluster.pool,
                              address=address, **fields)  # fmt: skip
         uid = _write(cluster, manifest, template)

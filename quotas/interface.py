@@ -18,6 +18,7 @@ from quotas.requests.facts import RequestFact, expiring_requests, pending_reques
 from quotas.requests.lifecycle import release_lease_request
 from quotas.requests.notices import announce_id
 from quotas.requests.notices import text_of as notice_text
+from quotas.requests.permissions import visible_requests
 from quotas.requests.services import create_request, demand_of, end_request
 from quotas.requests.signals import request_event
 from quotas.tenancy.accounts import is_managed as is_managed_user
@@ -77,4 +78,5 @@ __all__ = [
     "tenant_admins",
     "tenant_members",
     "time_zones",
+    "visible_requests",
 ]

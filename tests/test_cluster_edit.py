@@ -159,3 +159,44 @@ def test_the_pages_edit_delete_and_unmap(client, alice, team, cluster):
     assert not cluster.namespaces.exists()
     assert client.post(reverse("clusters:delete", args=[cluster.pk])).status_code == 302
     assert not Cluster.objects.exists()
+
+
+def test_a_running_gate_pass_holds_an_edit_off_then_it_is_a_503_and_nothing_changes(
+    client, alice, cluster, monkeypatch
+):
+    """A pass lists the mappings, then admits: an unmap, a mode change or a delete between
+    the two would leave a request no pass carries, so each waits for the pass's lock."""
+    import psycopg
+    from django.db import connection
+
+    from clusters import gates, services
+
+    monkeypatch.setattr(services, "PASS_WAIT_S", 0.3)
+    settings = connection.settings_dict
+    other = psycopg.connect(host=settings["HOST"] or "127.0.0.1",
+                            port=settings["PORT"] or 5432, user=settings["USER"],
+                            dbname=settings["NAME"], autocommit=True)  # fmt: skip
+    client.force_login(alice)
+    detail = reverse("api:cluster-detail", args=[cluster.pk])
+    mapping = cluster.namespaces.get()
+    audited = AuditEntry.objects.count()
+    try:
+        other.execute("SELECT pg_advisory_lock(%s, %s)", [gates._LOCK_CLASS, cluster.pk])
+        answer = client.delete(f"/api/v1/clusters/{cluster.pk}/namespaces/{NS}/")
+        assert answer.status_code == 503 and answer.headers["Retry-After"] == "2"
+        assert answer.json()["error"]["code"] == "cluster_unavailable"
+        assert "gate pass" in answer.json()["error"]["message"]
+        answer = _api(client, "patch", detail, {"kueue": True, "name": "other"})
+        assert answer.status_code == 503 and answer.headers["Retry-After"] == "2"
+        assert client.delete(detail).status_code == 503
+        remove = reverse("clusters:namespace_remove", args=[cluster.pk, mapping.pk])
+        page = client.post(remove, follow=True).content.decode()
+        assert "gate pass of this cluster is running" in page
+    finally:
+        other.close()
+    assert cluster.namespaces.filter(namespace=NS).exists()
+    cluster.refresh_from_db()
+    assert cluster.name == "prod" and not cluster.kueue and Cluster.objects.exists()
+    assert AuditEntry.objects.count() == audited
+    # The pass over: the unmap goes through.
+    assert client.delete(f"/api/v1/clusters/{cluster.pk}/namespaces/{NS}/").status_code == 204

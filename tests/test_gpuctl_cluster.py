@@ -124,8 +124,12 @@ def test_a_job_within_policy_is_gated_ungated_and_its_end_is_the_exit_code(
             "nvidia.com/gpumem": "8192",
             "nvidia.com/gpucores": "25",
         }
-        assert container["securityContext"]["allowPrivilegeEscalation"] is False
+        assert container["securityContext"] == {
+            "privileged": False, "allowPrivilegeEscalation": False,
+            "capabilities": {"drop": ["ALL"]}, "seccompProfile": {"type": "RuntimeDefault"},
+        }  # fmt: skip
         assert pod["restartPolicy"] == "Never" and pod["automountServiceAccountToken"] is False
+        assert pod["enableServiceLinks"] is False
         assert "volumes" not in pod and "serviceAccountName" not in pod
         assert the_job["spec"]["backoffLimit"] == 0
         assert the_job["metadata"]["annotations"][jobspec.CREATED_FOR] == team.dev.username
@@ -302,6 +306,15 @@ def test_who_may_submit(live_server, team, api, cluster):
     assert other.status_code == 404
 
 
+def test_a_cluster_ref_of_unicode_digits_is_a_404_not_a_500(live_server, team, api, cluster):
+    _, key = issue(team.dev, name="ci")
+    base = f"{live_server.url}/api/v1/clusters/\u00b2/jobs/"  # "²": isdigit(), not int()
+    auth = {"Authorization": f"Bearer {key}"}
+    assert requests.get(f"{base}1/", headers=auth, timeout=60).status_code == 404
+    assert requests.post(base, json=_body(), headers=auth, timeout=60).status_code == 404
+    assert api.written == [] and not GpuRequest.objects.exists()
+
+
 def test_a_platform_admin_outside_the_tenant_asks_as_the_namespaces_requester(
     live_server, team, api, cluster, django_user_model
 ):
@@ -461,5 +474,8 @@ def test_a_running_gate_pass_holds_the_create_then_it_is_a_503(
     finally:
         gates._unlock(cluster.pk)
     assert answer.status_code == 503 and answer.headers["Retry-After"] == "2"
+    assert answer.json()["error"]["message"] == (
+        "A gate pass of this cluster is running; retry in a moment."
+    )  # ours, not PostgreSQL's "canceling statement due to lock timeout"
     assert api.written == [] and not GpuRequest.objects.exists()
     assert _post(live_server, key, "prod", _body()).status_code == 201  # the pass is over

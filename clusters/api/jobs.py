@@ -27,7 +27,7 @@ from clusters.workloads import MAX_HOURS, MAX_MEMORY_MIB, MAX_VGPUS
 from portal.api_errors import error_response
 from portal.api_schema import ERROR
 from portal.api_views import ApiGenericViewSet
-from quotas.requests.permissions import visible_requests
+from quotas.interface import visible_requests
 
 
 def _text(max_length: int) -> serializers.CharField:
@@ -80,7 +80,7 @@ class ClusterJobViewSet(mixins.RetrieveModelMixin, ApiGenericViewSet):
         rows = submit.usable_clusters(self.request.user)
         return (
             get_object_or_404(rows, pk=int(ref))
-            if ref.isdigit()
+            if ref.isascii() and ref.isdigit()
             else get_object_or_404(rows, name=ref)
         )
 
@@ -113,9 +113,14 @@ class ClusterJobViewSet(mixins.RetrieveModelMixin, ApiGenericViewSet):
                 _("The namespace belongs to a tenant you are not a member of.")
             ) from exc
         except submit.Unavailable as exc:
+            text = (
+                str(exc)
+                if exc.busy
+                else _("The cluster did not answer: %(error)s") % {"error": str(exc)[:300]}
+            )
             return error_response(
                 "cluster_unavailable",
-                _("The cluster did not answer: %(error)s") % {"error": str(exc)[:300]},
+                text,
                 status.HTTP_503_SERVICE_UNAVAILABLE,
                 headers={"Retry-After": str(exc.retry_after)},
             )

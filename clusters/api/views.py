@@ -1,7 +1,7 @@
 from django.core.exceptions import ValidationError
 from django.utils.translation import gettext_lazy as _
 from drf_spectacular.utils import extend_schema, extend_schema_view
-from rest_framework import mixins, permissions, status
+from rest_framework import exceptions, mixins, permissions, status
 from rest_framework.decorators import action
 from rest_framework.exceptions import NotFound
 from rest_framework.exceptions import ValidationError as ApiValidationError
@@ -20,6 +20,14 @@ from portal.api_errors import Conflict
 from portal.api_schema import ERROR
 from portal.api_views import ApiGenericViewSet
 from quotas.permissions import is_platform_admin
+
+
+def _busy(exc: services.PassBusy) -> exceptions.APIException:
+    """503 with Retry-After, as a create answers while a gate pass holds the cluster."""
+    answer = exceptions.APIException(exc.messages[0], code="cluster_unavailable")
+    answer.status_code = status.HTTP_503_SERVICE_UNAVAILABLE
+    answer.wait = 2
+    return answer
 
 
 class PlatformAdminOnly(permissions.BasePermission):
@@ -51,12 +59,16 @@ class ClusterViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin,
             serializer.instance = services.update_cluster(
                 serializer.instance, actor=self.request.user, token=data.pop("token", ""), **data
             )
+        except services.PassBusy as exc:
+            raise _busy(exc) from exc
         except ValidationError as exc:
             raise ApiValidationError(exc.message_dict) from exc
 
     def perform_destroy(self, instance: Cluster) -> None:
         try:
             services.delete_cluster(instance, actor=self.request.user)
+        except services.PassBusy as exc:
+            raise _busy(exc) from exc
         except ValidationError as exc:
             raise Conflict(exc.messages[0]) from exc
 
@@ -91,6 +103,8 @@ class ClusterViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin,
             services.unmap_namespace(cluster, actor=request.user, namespace=namespace)
         except NamespaceMapping.DoesNotExist as exc:
             raise NotFound() from exc
+        except services.PassBusy as exc:
+            raise _busy(exc) from exc
         except ValidationError as exc:
             raise Conflict(exc.messages[0]) from exc
         return Response(status=status.HTTP_204_NO_CONTENT)
