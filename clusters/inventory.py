@@ -323,10 +323,13 @@ def read_nodes(
 
 def list_all(api: k8s.ApiClient, path: str, cap: int) -> tuple[list[dict], bool]:
     """Every object of a cluster-scoped collection, a page at a time: (objects, whether
-    more than ``cap`` were there, the rest left unread)."""
+    more than ``cap`` were there, the rest left unread). A cluster that answers an empty
+    page with a token, the same token twice, or more pages than ``cap`` needs is read as
+    cut at its cap (the rest left unread), so no answer keeps the loop going."""
     items: list[dict] = []
     token = ""
-    while True:
+    seen: set[str] = set()
+    for _page in range(cap // PAGE + 2):
         query = [("limit", str(PAGE))] + ([("continue", token)] if token else [])
         answer = api.call_api(
             path, "GET", query_params=query, header_params={"Accept": "application/json"},
@@ -344,6 +347,10 @@ def list_all(api: k8s.ApiClient, path: str, cap: int) -> tuple[list[dict], bool]
         token = meta.get("continue") or ""
         if not isinstance(token, str) or not token:
             return items, False
+        if not page_items or token in seen:
+            return items, True
+        seen.add(token)
+    return items, True
 
 
 @dataclass
