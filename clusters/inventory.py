@@ -365,6 +365,11 @@ class Outcome:
 
 @transaction.atomic
 def _record_one(cluster: Cluster, row: ClusterNode, node: KubeNode | None, outcome: Outcome):
+    # Two passes of one cluster at once (the periodic one and one queued after an edit):
+    # the row locked and read again, so the second sees the node the first made.
+    row = ClusterNode.objects.select_for_update().filter(pk=row.pk).first()
+    if row is None:
+        return
     gone = node is None
     recorded = record_read_only_node(
         source=NodeSource.KUBERNETES, node_id=row.node_id, name=row.name,
@@ -385,6 +390,18 @@ def _record_one(cluster: Cluster, row: ClusterNode, node: KubeNode | None, outco
     outcome.created += len(recorded.created)
     outcome.changed += recorded.changed
     outcome.lost += recorded.lost
+
+
+def forget(cluster: Cluster) -> None:
+    """The cluster deleted: each of its nodes offline, its cards lost (placement places
+    nothing more on them), in the caller's transaction."""
+    for row in ClusterNode.objects.filter(cluster=cluster, node_id__isnull=False):
+        record_read_only_node(
+            source=NodeSource.KUBERNETES, node_id=row.node_id, name=row.name,
+            name_suffix=f"@{cluster.name}", hostname=row.name,
+            labels={CLUSTER_LABEL: cluster.name[:63]}, online=False,
+            error=_("its cluster was deleted from the portal"), cards=[],
+        )  # fmt: skip
 
 
 def record(

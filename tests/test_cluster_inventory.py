@@ -427,6 +427,32 @@ def test_a_list_that_never_ends_is_read_as_cut_at_its_cap(team, api, kind):
     assert Node.objects.filter(source=NodeSource.KUBERNETES).count() == 1
 
 
+def test_a_deleted_clusters_nodes_go_offline_and_their_cards_lost(team, api, client, alice):
+    cluster = make_cluster(team, api)
+    api.add("nodes", hami_node("gpu-a", hami_entry(1), hami_entry(2)))
+    _pass(cluster)
+    client.force_login(alice)
+    assert client.delete(reverse("api:cluster-detail", args=[cluster.pk])).status_code == 204
+    portal = Node.objects.get(source=NodeSource.KUBERNETES)
+    assert portal.state == NodeState.OFFLINE and "deleted" in portal.last_error
+    assert {g.health for g in _cards("gpu-a").values()} == {GpuHealth.LOST}
+
+
+def test_a_second_pass_holding_an_old_row_makes_no_second_node(team, api):
+    """Two passes at once: the second read the row before the first recorded its node."""
+    cluster = make_cluster(team, api)
+    api.add("nodes", hami_node("gpu-a", hami_entry(1)))
+    _pass(cluster)
+    stale = ClusterNode.objects.get(cluster=cluster)
+    stale.node_id = None  # as read before the first pass's commit
+    found, _refused = inventory.read_nodes([hami_node("gpu-a", hami_entry(1))], None,
+                                           cluster.enforcement)  # fmt: skip
+    inventory._record_one(cluster, stale, found["gpu-a"], inventory.Outcome())
+    assert Node.objects.filter(source=NodeSource.KUBERNETES).count() == 1
+    portal = Node.objects.get(source=NodeSource.KUBERNETES)
+    assert ClusterNode.objects.get(cluster=cluster).node_id == portal.pk
+
+
 # --- one card, two sources ----------------------------------------------------------------
 
 
