@@ -174,6 +174,16 @@ def test_a_lost_card_or_offline_node_is_not_followed_pass_after_pass(team, api, 
     assert PoolCard.objects.get(gpu=chosen).slices == 0
 
 
+def test_move_allocation_says_why_a_card_is_refused(team):
+    lease = placed_lease(team.pool, team.dev, compute_pct=60, memory_mib=1024)
+    allocation = lease.allocations.get()
+    target = _other_card(team, allocation.gpu)
+    PoolCard.objects.filter(pool=team.pool, gpu=target).update(cordoned_at=timezone.now())
+    why: list[str] = []
+    assert move_allocation(allocation.pk, target.pk, "test", why=why) is None
+    assert why == ["cordoned"]
+
+
 def test_a_card_full_in_the_portals_books_keeps_the_allocation_where_it_is(team, api):
     cluster = _admitted(team, api)
     placed = _allocation()
