@@ -323,10 +323,13 @@ def read_nodes(
 
 def list_all(api: k8s.ApiClient, path: str, cap: int) -> tuple[list[dict], bool]:
     """Every object of a cluster-scoped collection, a page at a time: (objects, whether
-    more than ``cap`` were there, the rest left unread)."""
+    more than ``cap`` were there, the rest left unread). A cluster that answers an empty
+    page with a token, the same token twice, or more pages than ``cap`` needs is read as
+    cut at its cap (the rest left unread), so no answer keeps the loop going."""
     items: list[dict] = []
     token = ""
-    while True:
+    seen: set[str] = set()
+    for _page in range(cap // PAGE + 2):
         query = [("limit", str(PAGE))] + ([("continue", token)] if token else [])
         answer = api.call_api(
             path, "GET", query_params=query, header_params={"Accept": "application/json"},
@@ -344,6 +347,10 @@ def list_all(api: k8s.ApiClient, path: str, cap: int) -> tuple[list[dict], bool]
         token = meta.get("continue") or ""
         if not isinstance(token, str) or not token:
             return items, False
+        if not page_items or token in seen:
+            return items, True
+        seen.add(token)
+    return items, True
 
 
 @dataclass
@@ -358,6 +365,11 @@ class Outcome:
 
 @transaction.atomic
 def _record_one(cluster: Cluster, row: ClusterNode, node: KubeNode | None, outcome: Outcome):
+    # Two passes of one cluster at once (the periodic one and one queued after an edit):
+    # the row locked and read again, so the second sees the node the first made.
+    row = ClusterNode.objects.select_for_update().filter(pk=row.pk).first()
+    if row is None:
+        return
     gone = node is None
     recorded = record_read_only_node(
         source=NodeSource.KUBERNETES, node_id=row.node_id, name=row.name,
@@ -378,6 +390,18 @@ def _record_one(cluster: Cluster, row: ClusterNode, node: KubeNode | None, outco
     outcome.created += len(recorded.created)
     outcome.changed += recorded.changed
     outcome.lost += recorded.lost
+
+
+def forget(cluster: Cluster) -> None:
+    """The cluster deleted: each of its nodes offline, its cards lost (placement places
+    nothing more on them), in the caller's transaction."""
+    for row in ClusterNode.objects.filter(cluster=cluster, node_id__isnull=False):
+        record_read_only_node(
+            source=NodeSource.KUBERNETES, node_id=row.node_id, name=row.name,
+            name_suffix=f"@{cluster.name}", hostname=row.name,
+            labels={CLUSTER_LABEL: cluster.name[:63]}, online=False,
+            error=_("its cluster was deleted from the portal"), cards=[],
+        )  # fmt: skip
 
 
 def record(

@@ -144,14 +144,15 @@ def follow(cluster: Cluster, req: GpuRequest, uuids: list[str]) -> str:
     cards = dict(in_pool.values_list("gpu__uuid", "gpu_id"))
     steps = plan(held, uuids, cards.keys())
     said = []
-    full = []
+    refused: dict[str, list[str]] = {}  # why -> cards
     for allocation_id, uuid in steps.moves:
         reason = _("read back from cluster %(name)s") % {"name": cluster.name}
-        if move_allocation(allocation_id, cards[uuid], reason) is None:
-            full.append(uuid)
-    if full:
-        said.append(_("Runs on %(cards)s, full in the portal's books: the allocation stays "
-                      "where it is.") % {"cards": ", ".join(full)})  # fmt: skip
+        why: list[str] = []
+        if move_allocation(allocation_id, cards[uuid], reason, why=why) is None:
+            refused.setdefault(why[0] if why else _("full in the portal's books"), []).append(uuid)
+    for why, full in refused.items():
+        said.append(_("Runs on %(cards)s, %(why)s: the allocation stays where it is.")
+                    % {"cards": ", ".join(full), "why": why})  # fmt: skip
     if steps.unknown:
         said.append(_("Runs on %(cards)s, not a card of pool %(pool)s.")
                     % {"cards": ", ".join(steps.unknown)[:500],

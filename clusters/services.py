@@ -118,6 +118,9 @@ def delete_cluster(cluster: Cluster, *, actor) -> None:
         raise ValidationError(_still_held(count))
     record("cluster.deleted", cluster, actor=actor,
            before={"name": cluster.name, "api_url": cluster.api_url})  # fmt: skip
+    from clusters.inventory import forget  # its nodes offline, their cards lost
+
+    forget(cluster)
     cluster.delete()
 
 

@@ -22,9 +22,10 @@ from django.conf import settings
 from django.db import transaction
 from django.db.models import F, Q
 from django.utils import timezone
+from django.utils.translation import gettext as _
 
 from agents.choices import GpuHealth, NodeState
-from agents.models import Node
+from agents.models import GPU, Node
 from audit.interface import record
 from pools import lease_sql
 from pools.choices import AgentSync, AllocationState, LeaseState
@@ -135,14 +136,16 @@ def replace_allocation(allocation_id: int, reason: str, *, actor=None) -> Alloca
 
 
 def move_allocation(
-    allocation_id: int, gpu_id: int, reason: str, *, actor=None
+    allocation_id: int, gpu_id: int, reason: str, *, actor=None, why: list[str] | None = None
 ) -> AllocationMove | None:
     """Move one active allocation to the card ``gpu_id`` of its pool, where something the
     portal does not run placed it (a cluster's scheduler): the capacity is taken there by
     the allocation service's conditional statements and given back on its old card, in one
     transaction. None, and nothing changed, when it cannot: not active, already there, the
     card not of its pool or holding another slice of the lease, or no room there in the
-    portal's books (full, held whole, cordoned). Audited; owners told."""
+    portal's books (full, held whole, cordoned), or the card not healthy or its node not
+    online (as failover's own choice: a card failover moved it off is not a target). Why
+    the card was refused, in words, is appended to ``why``. Audited; owners told."""
     reason = reason[:REASON_CHARS]
     with transaction.atomic():
         allocation = (
@@ -160,9 +163,25 @@ def move_allocation(
             return None
         whole, compute, memory = (
             allocation.whole_card, allocation.compute_pct, allocation.memory_mib)  # fmt: skip
-        pick, params = lease_sql.lock_chosen(allocation.pool_id, [gpu_id], whole, compute, memory)
-        taken = lease_sql.take(pick, params, 1, whole, compute, memory)
+        card = GPU.objects.filter(pk=gpu_id).values("health", "node__state").first()
+        cordoned = PoolCard.objects.filter(
+            pool_id=allocation.pool_id, gpu_id=gpu_id, cordoned_at__isnull=False
+        ).exists()
+        refusal = (
+            _("not healthy") if card and card["health"] != GpuHealth.OK
+            else _("its node offline") if card and card["node__state"] != NodeState.ONLINE
+            else _("cordoned") if cordoned
+            else ""
+        )  # fmt: skip
+        taken = None
+        if not refusal:
+            pick, params = lease_sql.lock_chosen(
+                allocation.pool_id, [gpu_id], whole, compute, memory
+            )
+            taken = lease_sql.take(pick, params, 1, whole, compute, memory)
         if not taken:
+            if why is not None:
+                why.append(refusal or _("full in the portal's books"))
             return None
         _gpu, new_node, physical = taken[0]
         old_gpu, old_node = allocation.gpu_id, allocation.gpu.node_id if allocation.gpu else None

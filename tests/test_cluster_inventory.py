@@ -8,6 +8,7 @@ own writers could)."""
 from __future__ import annotations
 
 import copy
+import itertools
 import json
 import re
 
@@ -391,6 +392,65 @@ def test_nodes_are_read_a_page_at_a_time(team, api):
     pages = [p for m, p in api.requests if p.startswith("/api/v1/nodes?")]
     assert pages == ["/api/v1/nodes?limit=500", "/api/v1/nodes?limit=500&continue=2",
                      "/api/v1/nodes?limit=500&continue=4"]  # fmt: skip
+
+
+def _endless(api, kind: str) -> None:
+    """The server never ends its node list: an empty page with a token, the same token
+    again and again, or a fresh token with every page."""
+    inner = api.handle
+    served = itertools.count()
+
+    def handle(method, path, auth, body):
+        code, answer = inner(method, path, auth, body)
+        if method != "GET" or not path.startswith("/api/v1/nodes?") or code != 200:
+            return code, answer
+        n = next(served)
+        if n > 50:  # the test's own stop: the portal should have stopped long before
+            return code, answer
+        if kind == "empty" and n > 0:
+            answer["items"] = []
+        answer["metadata"]["continue"] = {"empty": "t", "same": "t"}.get(kind, f"t{n}")
+        return code, answer
+
+    api.handle = handle
+
+
+@pytest.mark.parametrize("kind", ["empty", "same", "fresh"])
+def test_a_list_that_never_ends_is_read_as_cut_at_its_cap(team, api, kind):
+    _endless(api, kind)
+    cluster = make_cluster(team, api)
+    api.add("nodes", hami_node("gpu-a", hami_entry(1)))
+    cluster = _pass(cluster)
+    assert "More than" in cluster.inventory_error
+    pages = [p for m, p in api.requests if p.startswith("/api/v1/nodes?")]
+    assert len(pages) <= inventory.MAX_NODES // inventory.PAGE + 2
+    assert Node.objects.filter(source=NodeSource.KUBERNETES).count() == 1
+
+
+def test_a_deleted_clusters_nodes_go_offline_and_their_cards_lost(team, api, client, alice):
+    cluster = make_cluster(team, api)
+    api.add("nodes", hami_node("gpu-a", hami_entry(1), hami_entry(2)))
+    _pass(cluster)
+    client.force_login(alice)
+    assert client.delete(reverse("api:cluster-detail", args=[cluster.pk])).status_code == 204
+    portal = Node.objects.get(source=NodeSource.KUBERNETES)
+    assert portal.state == NodeState.OFFLINE and "deleted" in portal.last_error
+    assert {g.health for g in _cards("gpu-a").values()} == {GpuHealth.LOST}
+
+
+def test_a_second_pass_holding_an_old_row_makes_no_second_node(team, api):
+    """Two passes at once: the second read the row before the first recorded its node."""
+    cluster = make_cluster(team, api)
+    api.add("nodes", hami_node("gpu-a", hami_entry(1)))
+    _pass(cluster)
+    stale = ClusterNode.objects.get(cluster=cluster)
+    stale.node_id = None  # as read before the first pass's commit
+    found, _refused = inventory.read_nodes([hami_node("gpu-a", hami_entry(1))], None,
+                                           cluster.enforcement)  # fmt: skip
+    inventory._record_one(cluster, stale, found["gpu-a"], inventory.Outcome())
+    assert Node.objects.filter(source=NodeSource.KUBERNETES).count() == 1
+    portal = Node.objects.get(source=NodeSource.KUBERNETES)
+    assert ClusterNode.objects.get(cluster=cluster).node_id == portal.pk
 
 
 # --- one card, two sources ----------------------------------------------------------------

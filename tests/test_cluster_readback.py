@@ -14,6 +14,8 @@ import pytest
 from django.urls import reverse
 from django.utils import timezone
 
+from agents.choices import GpuHealth, NodeState
+from agents.models import GPU, Node
 from audit.interface import AuditEntry
 from clusters import devices, gates, workloads
 from clusters.choices import HAMI_DEVICE_CLASS, Enforcement
@@ -148,6 +150,38 @@ def test_a_card_of_another_pool_is_not_followed(team, api):
     assert _allocation().gpu_id == placed.gpu_id
     assert "not a card of pool" in ClusterWorkload.objects.get().mismatch
     assert PoolCard.objects.get(gpu=elsewhere).slices == 0
+
+
+@pytest.mark.parametrize("how", ["lost", "offline"])
+def test_a_lost_card_or_offline_node_is_not_followed_pass_after_pass(team, api, how):
+    """Failover moved the slice off a card lost (or its node offline); the cluster still
+    reports it there: the books stay, the mismatch says why, no move each pass."""
+    cluster = _admitted(team, api)
+    placed = _allocation()
+    chosen = _other_card(team, placed.gpu)
+    if how == "lost":
+        GPU.objects.filter(pk=chosen.pk).update(health=GpuHealth.LOST)
+    else:
+        Node.objects.filter(pk=chosen.node_id).update(state=NodeState.OFFLINE)
+    _hami_bound(api, "train-1", f"{chosen.uuid},NVIDIA,8192,25:;")
+    for _n in range(2):
+        gates.pass_cluster(cluster)
+    assert _allocation().gpu_id == placed.gpu_id
+    said = ClusterWorkload.objects.get().mismatch
+    assert ("not healthy" if how == "lost" else "its node offline") in said
+    assert "full" not in said
+    assert not AuditEntry.objects.filter(action="allocation.moved").exists()
+    assert PoolCard.objects.get(gpu=chosen).slices == 0
+
+
+def test_move_allocation_says_why_a_card_is_refused(team):
+    lease = placed_lease(team.pool, team.dev, compute_pct=60, memory_mib=1024)
+    allocation = lease.allocations.get()
+    target = _other_card(team, allocation.gpu)
+    PoolCard.objects.filter(pool=team.pool, gpu=target).update(cordoned_at=timezone.now())
+    why: list[str] = []
+    assert move_allocation(allocation.pk, target.pk, "test", why=why) is None
+    assert why == ["cordoned"]
 
 
 def test_a_card_full_in_the_portals_books_keeps_the_allocation_where_it_is(team, api):
